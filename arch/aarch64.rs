@@ -1,0 +1,265 @@
+//! aarch64: lockref's lockless step and local interrupt control.
+//!
+//! # lockref
+//!
+//! ARMv8.0 has only load-exclusive/store-exclusive (LL/SC) pairs; ARMv8.1
+//! adds the LSE atomics, among them `cas`. With `target_feature = "lse"`
+//! the step loads the word, checks it in Rust and swaps it with one `cas`
+//! (`casa` for acquire, `casl` for release). The instructions are written
+//! out rather than left to `compare_exchange` because on
+//! `aarch64-unknown-linux-gnu` core atomics call an out-of-line helper that
+//! picks LL/SC or LSE at run time, a call the lockref fast path should not
+//! pay.
+//!
+//! Without LSE, the whole step — load-exclusive, the lock-free and range
+//! checks, the add and the store-exclusive — is one `asm!` block: the
+//! architecture allows no memory accesses between an `ldxr` and its `stxr`
+//! if progress is to be guaranteed, which a compiler-generated split would
+//! not promise. Acquire and release variants use `ldaxr` and `stlxr`.
+//!
+//! References: Arm ARM (DDI 0487) B2.9 "Synchronization and semaphores"
+//! and C6.2 (`LDXR`, `STXR`, `CAS`).
+//!
+//! # Interrupts
+//!
+//! `DAIF` holds the mask bits; saving reads it and sets I and F with
+//! `msr daifset, #3`; restoring writes the saved value back. Used only on
+//! bare metal (`target_os = "none"`), where the kernel runs at EL1.
+
+use super::{Attempt, Rule};
+use crate::sync::{AtomicU64, Ordering};
+
+// ---- LSE: cas ------------------------------------------------------------
+
+#[cfg(target_feature = "lse")]
+macro_rules! cas {
+    ($name:ident, $insn:literal) => {
+        /// Compare-and-swap of the 64-bit word at `ptr`: returns the value
+        /// found, which equals `old` exactly when `new` was stored.
+        ///
+        /// # Safety
+        /// `ptr` must be valid for atomic access and 8-byte aligned (the
+        /// instruction faults otherwise).
+        #[inline(always)]
+        unsafe fn $name(ptr: *mut u64, old: u64, new: u64) -> u64 {
+            debug_assert!(ptr.is_aligned());
+            let mut found = old;
+            // SAFETY: the caller guarantees `ptr` is valid and aligned; the
+            // instruction reads and writes only that word. `nostack`: no
+            // stack use; `preserves_flags`: `cas` does not set NZCV.
+            unsafe {
+                core::arch::asm!(
+                    concat!($insn, " {found}, {new}, [{ptr}]"),
+                    found = inout(reg) found,
+                    new = in(reg) new,
+                    ptr = in(reg) ptr,
+                    options(nostack, preserves_flags),
+                );
+            }
+            found
+        }
+    };
+}
+
+#[cfg(target_feature = "lse")]
+cas!(cas_relaxed, "cas");
+#[cfg(target_feature = "lse")]
+cas!(cas_acquire, "casa");
+#[cfg(target_feature = "lse")]
+cas!(cas_release, "casl");
+
+/// One lockless lockref attempt with `cas`. Same contract as the portable
+/// step in `generic.rs`.
+#[cfg(target_feature = "lse")]
+#[inline(always)]
+pub(crate) fn lockref_attempt(
+    word: &AtomicU64,
+    seen: &mut u64,
+    rule: Rule,
+    order: Ordering,
+) -> Attempt {
+    use super::{count_delta, count_of, lock_is_free};
+    let old = *seen;
+    if !lock_is_free(old) {
+        return Attempt::Locked;
+    }
+    let count = count_of(old);
+    if count < rule.lo || count > rule.hi {
+        return Attempt::Refused(count);
+    }
+    let new = old.wrapping_add(count_delta(rule.delta));
+    let ptr = word.as_ptr();
+    // SAFETY: `ptr` points into a live `AtomicU64`, which is 8-byte aligned
+    // and only ever accessed atomically.
+    let found = unsafe {
+        match order {
+            Ordering::Relaxed => cas_relaxed(ptr, old, new),
+            Ordering::Acquire => cas_acquire(ptr, old, new),
+            Ordering::Release => cas_release(ptr, old, new),
+            _ => unreachable!("lockref steps are Relaxed, Acquire or Release"),
+        }
+    };
+    if found == old {
+        Attempt::Done(count + rule.delta)
+    } else {
+        *seen = found;
+        Attempt::Lost
+    }
+}
+
+// ---- LL/SC: ldxr/stxr ------------------------------------------------------
+
+/// Status codes of the LL/SC block.
+#[cfg(not(target_feature = "lse"))]
+mod status {
+    pub(super) const DONE: u64 = 0;
+    pub(super) const LOST: u64 = 1;
+    pub(super) const LOCKED: u64 = 2;
+    pub(super) const REFUSED: u64 = 3;
+}
+
+#[cfg(not(target_feature = "lse"))]
+macro_rules! llsc {
+    ($name:ident, $ld:literal, $st:literal) => {
+        /// One exclusive-pair attempt: returns a `status` code and the word
+        /// that was loaded.
+        ///
+        /// # Safety
+        /// `ptr` must be valid for atomic access and 8-byte aligned (the
+        /// exclusive instructions fault otherwise).
+        #[inline(always)]
+        unsafe fn $name(ptr: *mut u64, lo: i64, hi: i64, add: u64) -> (u64, u64) {
+            debug_assert!(ptr.is_aligned());
+            let status: u64;
+            let old: u64;
+            // SAFETY: the caller guarantees `ptr` is valid and aligned. The
+            // block reads and conditionally writes only that word; between
+            // the load- and store-exclusive there are only register
+            // operations, as the architecture requires for forward
+            // progress. `nostack`: no stack use. Flags are clobbered
+            // (`cmp`), so no `preserves_flags`.
+            unsafe {
+                core::arch::asm!(
+                    concat!($ld, " {old}, [{ptr}]"),
+                    // Lock half free? owner (bits 0..16) == next (16..32).
+                    "ubfx {t1}, {old}, #16, #16",
+                    "and  {t2}, {old}, #0xffff",
+                    "cmp  {t1}, {t2}",
+                    "b.ne 2f",
+                    // Count (bits 32..64, signed) within [lo, hi]?
+                    "asr  {t1}, {old}, #32",
+                    "cmp  {t1}, {lo}",
+                    "b.lt 3f",
+                    "cmp  {t1}, {hi}",
+                    "b.gt 3f",
+                    "add  {t1}, {old}, {add}",
+                    concat!($st, " {st:w}, {t1}, [{ptr}]"),
+                    // st = 0 (DONE) on success, 1 (LOST) on failure.
+                    "mov  {status}, {st}",
+                    "b    4f",
+                    "2:",
+                    "clrex",
+                    "mov  {status}, #2",
+                    "b    4f",
+                    "3:",
+                    "clrex",
+                    "mov  {status}, #3",
+                    "4:",
+                    old = out(reg) old,
+                    status = out(reg) status,
+                    st = out(reg) _,
+                    t1 = out(reg) _,
+                    t2 = out(reg) _,
+                    ptr = in(reg) ptr,
+                    lo = in(reg) lo,
+                    hi = in(reg) hi,
+                    add = in(reg) add,
+                    options(nostack),
+                );
+            }
+            (status, old)
+        }
+    };
+}
+
+#[cfg(not(target_feature = "lse"))]
+llsc!(llsc_relaxed, "ldxr", "stxr");
+#[cfg(not(target_feature = "lse"))]
+llsc!(llsc_acquire, "ldaxr", "stxr");
+#[cfg(not(target_feature = "lse"))]
+llsc!(llsc_release, "ldxr", "stlxr");
+
+/// One lockless lockref attempt with an LL/SC pair. Same contract as the
+/// portable step in `generic.rs`; `seen` is only refreshed (the exclusive
+/// load reads the word afresh every time).
+#[cfg(not(target_feature = "lse"))]
+#[inline(always)]
+pub(crate) fn lockref_attempt(
+    word: &AtomicU64,
+    seen: &mut u64,
+    rule: Rule,
+    order: Ordering,
+) -> Attempt {
+    use super::{count_delta, count_of};
+    let ptr = word.as_ptr();
+    let (lo, hi, add) = (
+        i64::from(rule.lo),
+        i64::from(rule.hi),
+        count_delta(rule.delta),
+    );
+    // SAFETY: `ptr` points into a live `AtomicU64`, which is 8-byte aligned
+    // and only ever accessed atomically.
+    let (st, old) = unsafe {
+        match order {
+            Ordering::Relaxed => llsc_relaxed(ptr, lo, hi, add),
+            Ordering::Acquire => llsc_acquire(ptr, lo, hi, add),
+            Ordering::Release => llsc_release(ptr, lo, hi, add),
+            _ => unreachable!("lockref steps are Relaxed, Acquire or Release"),
+        }
+    };
+    *seen = old;
+    match st {
+        status::DONE => Attempt::Done(count_of(old) + rule.delta),
+        status::LOST => Attempt::Lost,
+        status::LOCKED => Attempt::Locked,
+        _ => Attempt::Refused(count_of(old)),
+    }
+}
+
+// ---- interrupts ----------------------------------------------------------
+
+/// Saved `DAIF`.
+#[cfg(target_os = "none")]
+pub(crate) type IrqFlags = u64;
+
+/// Saves `DAIF` and masks IRQ and FIQ.
+#[cfg(target_os = "none")]
+#[inline(always)]
+pub(crate) fn irq_save() -> IrqFlags {
+    let flags: u64;
+    // SAFETY: reads DAIF and sets its I and F bits; EL1 may do both. Not
+    // `nomem`: a compiler barrier, so protected accesses stay after it.
+    unsafe {
+        core::arch::asm!(
+            "mrs {}, daif",
+            "msr daifset, #3",
+            out(reg) flags,
+            options(nostack, preserves_flags)
+        )
+    };
+    flags
+}
+
+/// Writes back the `DAIF` saved by [`irq_save`].
+///
+/// # Safety
+/// `flags` must come from the matching [`irq_save`] on this CPU, restored in
+/// reverse nesting order.
+#[cfg(target_os = "none")]
+#[inline(always)]
+pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
+    // SAFETY: writes back a DAIF value read on this CPU by the matching
+    // save. Not `nomem`: a compiler barrier, so protected accesses stay
+    // before it.
+    unsafe { core::arch::asm!("msr daif, {}", in(reg) flags, options(nostack, preserves_flags)) };
+}

@@ -1,0 +1,113 @@
+//! Per-architecture backends, mounted as `crate::arch`: the only home of
+//! `asm!` and of target `cfg`s beyond the atomics shim.
+//!
+//! Two services are chosen here, each arm with its reason, each list ending
+//! in a portable fallback:
+//!
+//! * **lockref's lockless step** — one attempt at "if the lock half of the
+//!   word is free and the count is in range, add a delta to the count":
+//!   - aarch64 with LSE (`target_feature = "lse"`): `cas`, inlined (core's
+//!     atomics call an out-of-line helper on `aarch64-*-linux-gnu`);
+//!   - aarch64 without LSE: the whole check-and-update in one LDXR/STXR
+//!     `asm!` block (an LL/SC pair must never be split across functions);
+//!   - anything else with 64-bit atomics, x86_64 included: core's
+//!     `compare_exchange`, which is exactly `lock cmpxchg` on x86_64 (the
+//!     compiler already uses its ZF result; hand-written asm bought nothing
+//!     measurable, see the README's benchmark notes);
+//!   - loom and Miri always take the portable step, which they can check.
+//! * **local interrupt save/restore** for the IRQ-saving locks:
+//!   - x86_64 and aarch64 bare metal (`target_os = "none"`): `pushfq`/`cli`
+//!     and `DAIF`;
+//!   - everything else (other arches, hosted test builds where `cli` would
+//!     fault, loom, Miri): the `critical-section` implementation the final
+//!     binary provides.
+//!
+//! The portable module is compiled under `cfg(test)` on every arch, so the
+//! fallback is exercised by the unit tests on x86_64 and aarch64 too.
+
+#![allow(dead_code)]
+
+#[cfg(target_has_atomic = "64")]
+use crate::sync::{AtomicU64, Ordering};
+
+/// The rule of one lockless lockref update: if the lock is free and
+/// `lo <= count <= hi`, the count becomes `count + delta`.
+#[derive(Clone, Copy, Debug)]
+pub(crate) struct Rule {
+    pub(crate) lo: i32,
+    pub(crate) hi: i32,
+    pub(crate) delta: i32,
+}
+
+/// The outcome of one lockless attempt.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(crate) enum Attempt {
+    /// The update was made; the new count.
+    Done(i32),
+    /// The lock is free but the count (given) is outside the rule's range.
+    Refused(i32),
+    /// The lock half is held.
+    Locked,
+    /// Another CPU changed the word first (or an exclusive store failed).
+    Lost,
+}
+
+/// Lock half of the lockref word (low 32 bits): owner ticket in bits 0..16,
+/// next ticket in bits 16..32; free when they are equal.
+#[inline(always)]
+pub(crate) const fn lock_is_free(word: u64) -> bool {
+    (word as u16) == ((word >> 16) as u16)
+}
+
+/// Count half of the lockref word (high 32 bits, signed).
+#[inline(always)]
+pub(crate) const fn count_of(word: u64) -> i32 {
+    (word >> 32) as u32 as i32
+}
+
+/// The value to add to a word to add `delta` to its count.
+#[inline(always)]
+pub(crate) const fn count_delta(delta: i32) -> u64 {
+    ((delta as i64) << 32) as u64
+}
+
+// Always compiled: it is the fallback of both services, and the unit tests
+// run its lockref step on every arch (dead code where a native path exists).
+pub(crate) mod generic;
+
+#[cfg(all(target_arch = "x86_64", target_os = "none", not(any(loom, miri))))]
+mod x86_64;
+
+#[cfg(all(target_arch = "aarch64", not(any(loom, miri))))]
+mod aarch64;
+
+// ---- lockref step -------------------------------------------------------
+
+#[cfg(all(target_arch = "aarch64", not(any(loom, miri))))]
+pub(crate) use aarch64::lockref_attempt;
+
+#[cfg(all(
+    target_has_atomic = "64",
+    any(loom, miri, not(target_arch = "aarch64"))
+))]
+pub(crate) use generic::lockref_attempt;
+
+// ---- local interrupt control -------------------------------------------
+
+#[cfg(all(target_arch = "x86_64", target_os = "none", not(any(loom, miri))))]
+pub(crate) use x86_64::{IrqFlags, irq_restore, irq_save};
+
+#[cfg(all(target_arch = "aarch64", target_os = "none", not(any(loom, miri))))]
+pub(crate) use aarch64::{IrqFlags, irq_restore, irq_save};
+
+#[cfg(not(all(
+    any(target_arch = "x86_64", target_arch = "aarch64"),
+    target_os = "none",
+    not(any(loom, miri))
+)))]
+pub(crate) use generic::{IrqFlags, irq_restore, irq_save};
+
+/// Keeps the signature of every backend's step identical (checked at
+/// compile time on every target that has one).
+#[cfg(target_has_atomic = "64")]
+const _: fn(&AtomicU64, &mut u64, Rule, Ordering) -> Attempt = lockref_attempt;

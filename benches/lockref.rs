@@ -1,0 +1,2 @@
+//! Placeholder, replaced by the lockref benchmark.
+fn main() {}

@@ -1,0 +1,39 @@
+//! ksync: the Linux kernel's scalable synchronization toolbox for `no_std`,
+//! no-`alloc` Rust kernels.
+//!
+//! * [`lockref`]: a spinlock and a reference count in one 64-bit word,
+//!   updated without the lock while it is free ([`LockRef`]).
+//! * [`spinlock`]: a fair ticket lock, a TTAS lock and IRQ-saving variants,
+//!   all usable through [`lock_api`].
+//!
+//! Everything is usable from `static`s (`const fn new`) and needs no
+//! allocator. Names follow Linux; the C names are doc aliases, so searching
+//! the docs for `lockref_get_not_dead` finds [`LockRef::get_not_dead`].
+//!
+//! # Interrupts and `critical-section`
+//!
+//! On x86_64 and aarch64 bare metal (`target_os = "none"`) the IRQ-saving
+//! locks mask interrupts with the CPU's own instructions. Everywhere else
+//! they enter a [`critical-section`](https://docs.rs/critical-section), whose
+//! implementation the final binary provides (on targets without
+//! compare-and-swap, such as thumbv6m, the spinlocks' atomics need it too).
+//!
+//! # Features
+//!
+//! * `defmt`: `defmt::Format` for the public types.
+
+#![no_std]
+#![cfg_attr(docsrs, feature(doc_cfg))]
+
+#[cfg(any(test, loom))]
+extern crate std;
+
+#[path = "../arch/mod.rs"]
+mod arch;
+mod sync;
+
+pub mod lockref;
+pub mod spinlock;
+
+pub use lock_api;
+pub use lockref::{LockRef, LockRefGuard};

@@ -1,0 +1,613 @@
+//! lockref: a spinlock and a reference count in one 64-bit word, updated
+//! without taking the lock whenever the lock is free.
+//!
+//! # The contract
+//!
+//! Every operation behaves as if it had taken the lock, changed the count
+//! and released the lock: a lockless update succeeds only if it observed the
+//! lock free and nothing changed the word between its load and its
+//! compare-exchange. A holder of the lock ([`LockRef::lock`]) therefore sees
+//! a count that nobody else changes until it unlocks.
+//!
+//! This is Linux's `lib/lockref.c`: objects such as dentries are looked up
+//! and released millions of times per second by many CPUs, and taking a
+//! spinlock for each `count++` makes the lock's cache line the bottleneck.
+//! With the lock and the count in one word, a single 64-bit compare-exchange
+//! both checks the lock and updates the count: one atomic operation instead
+//! of a lock, an update and an unlock.
+//!
+//! # Layout
+//!
+//! | bits | field |
+//! |---|---|
+//! | 0..16 | lock: ticket being served (`owner`) |
+//! | 16..32 | lock: next ticket to hand out (`next`); free when `owner == next` |
+//! | 32..64 | count, `i32`; negative means dead ([`DEAD`] after [`LockRefGuard::mark_dead`]) |
+//!
+//! The embedded lock is a fair ticket lock, as Linux's is a fair spinlock.
+//! The lockless path makes at most [`CMPXCHG_LOOP_TRIES`] attempts, then
+//! takes the lock (or, for [`LockRef::put_return`], reports failure).
+//!
+//! # Memory ordering
+//!
+//! * Increments ([`get`](LockRef::get)) are `Relaxed`: the caller already
+//!   holds a reference, so it needs no new view of the object (as
+//!   `Arc::clone`).
+//! * [`get_not_zero`](LockRef::get_not_zero) and
+//!   [`get_not_dead`](LockRef::get_not_dead) are `Acquire` on success: the
+//!   caller sees the object at least as it was when its count was last
+//!   changed (for example re-initialised under the lock, then unlocked).
+//! * Decrements are `Release`, and one that reaches zero is followed by an
+//!   `Acquire` fence, so **a caller whose [`put_return`](LockRef::put_return)
+//!   returned `Some(0)` may free the object**: every other holder's accesses
+//!   happen-before the free (the `Arc::drop` argument).
+//! * Everything done under [`lock`](LockRef::lock) is ordered by the lock's
+//!   Acquire/Release.
+//!
+//! Linux gets away with relaxed compare-exchanges because it frees objects
+//! under the lock or after an RCU grace period; this crate's API also lets
+//! callers free on `Some(0)`, which needs the orderings above. On x86_64
+//! they cost nothing (every locked instruction is a full barrier).
+//!
+//! # Saturation and misuse
+//!
+//! A count never wraps. An increment that would pass `i32::MAX` leaves the
+//! count at `i32::MAX` for good: decrements no longer change it, so the
+//! object leaks but is never freed early. A `get` on a dead lockref is
+//! refused and leaves it dead. Both are reported: they panic in builds with
+//! debug assertions, and in every build they are counted in [`stats`]. A
+//! put on a zero or dead count is refused: [`put_return`](LockRef::put_return)
+//! returns `None` and [`put_or_lock`](LockRef::put_or_lock) hands the caller
+//! the lock with the count unchanged.
+//!
+//! # Targets
+//!
+//! With 64-bit compare-and-swap the lockless path runs (x86_64: `lock
+//! cmpxchg`; aarch64: LL/SC or LSE `cas`, see `arch/`). Without it
+//! (thumbv6m, thumbv7em, riscv32) every operation takes the lock: correct,
+//! just not lockless. It never goes through an emulated 64-bit atomic, whose
+//! hidden global lock would not be interrupt-safe.
+//!
+//! # Example
+//!
+//! ```
+//! use ksync::LockRef;
+//!
+//! struct Dentry { lockref: LockRef /* , name, inode, ... */ }
+//!
+//! let d = Dentry { lockref: LockRef::new(1) };
+//! d.lockref.get();                          // a second user
+//! assert!(d.lockref.get_not_dead());        // a lookup that races with kill
+//! assert_eq!(d.lockref.put_return(), Some(2));
+//!
+//! // Dropping a reference that may be the last: the lockless path refuses
+//! // at count <= 1 and hands over the lock instead.
+//! assert_eq!(d.lockref.put_return(), Some(1));
+//! match d.lockref.put_or_lock() {
+//!     None => unreachable!("count was 1"),
+//!     Some(mut guard) => {
+//!         assert_eq!(guard.count(), 1);
+//!         guard.mark_dead();                // now tear the object down
+//!     }
+//! }
+//! assert!(d.lockref.is_dead());
+//! assert!(!d.lockref.get_not_dead());
+//! ```
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use crate::arch::{Attempt, Rule};
+use crate::sync::{Ordering, StatCounter, const_fn, fence};
+
+#[cfg(target_has_atomic = "64")]
+use crate::{
+    arch,
+    sync::{AtomicU64, spin_loop},
+};
+
+#[cfg(not(target_has_atomic = "64"))]
+use crate::{spinlock::RawTicketLock, sync::AtomicI32};
+
+/// The count a dead lockref holds after [`LockRefGuard::mark_dead`] (any
+/// negative count is dead).
+pub const DEAD: i32 = -128;
+
+/// How many lockless attempts an operation makes before it falls back to
+/// the lock, as Linux's `CMPXCHG_LOOP`.
+pub const CMPXCHG_LOOP_TRIES: u32 = 100;
+
+const MAX: i32 = i32::MAX;
+
+/// A spinlock and a reference count in one 64-bit word.
+///
+/// See the [module documentation](self) for the contract, the orderings and
+/// what happens on overflow.
+#[doc(alias = "lockref")]
+#[cfg_attr(target_has_atomic = "64", repr(C, align(8)))]
+pub struct LockRef {
+    #[cfg(target_has_atomic = "64")]
+    word: AtomicU64,
+    #[cfg(not(target_has_atomic = "64"))]
+    lock: RawTicketLock,
+    #[cfg(not(target_has_atomic = "64"))]
+    count: AtomicI32,
+}
+
+/// The lock of a [`LockRef`], held; unlocks on drop.
+///
+/// While it is held nobody else changes the count: lockless updates see the
+/// lock taken and fall back to it.
+#[must_use = "dropping the guard unlocks at once"]
+pub struct LockRefGuard<'a> {
+    lockref: &'a LockRef,
+    ticket: u16,
+    not_send: PhantomData<*mut ()>,
+}
+
+// ---- word-level primitives (one implementation per representation) ---------
+
+#[cfg(target_has_atomic = "64")]
+impl LockRef {
+    const_fn! {
+        /// A new, unlocked lockref holding `count`.
+        #[doc(alias = "lockref_init")]
+        pub fn new(count: i32) -> Self {
+            Self { word: AtomicU64::new((count as u32 as u64) << 32) }
+        }
+    }
+
+    /// The bounded lockless loop (Linux's `CMPXCHG_LOOP`): attempts `rule`
+    /// while the lock is free, at most [`CMPXCHG_LOOP_TRIES`] times.
+    /// Returns `Attempt::Lost` when the tries ran out.
+    #[inline(always)]
+    fn lockless(&self, rule: Rule, order: Ordering) -> Attempt {
+        let mut seen = self.word.load(Ordering::Relaxed);
+        for _ in 0..CMPXCHG_LOOP_TRIES {
+            match arch::lockref_attempt(&self.word, &mut seen, rule, order) {
+                Attempt::Lost => contention_relax(),
+                done => return done,
+            }
+        }
+        Attempt::Lost
+    }
+
+    /// Takes a ticket and waits for it; returns the ticket.
+    fn raw_lock(&self) -> u16 {
+        let mut word = self.word.load(Ordering::Relaxed);
+        loop {
+            let next = (word >> 16) as u16;
+            let taken = (word & !0xffff_0000) | (u64::from(next.wrapping_add(1)) << 16);
+            // Acquire pairs with the Release unlock when the lock was free
+            // and this exchange takes it at once.
+            match self
+                .word
+                .compare_exchange_weak(word, taken, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) if word as u16 == next => return next,
+                Ok(_) => {
+                    // Acquire pairs with the Release unlock that serves us.
+                    while self.word.load(Ordering::Acquire) as u16 != next {
+                        spin_loop();
+                    }
+                    return next;
+                }
+                Err(current) => word = current,
+            }
+        }
+    }
+
+    /// Serves the next ticket.
+    ///
+    /// # Safety
+    /// The caller holds the lock with `ticket`.
+    unsafe fn raw_unlock(&self, ticket: u16) {
+        // One read-modify-write, because waiters change `next` concurrently,
+        // and one that cannot carry into `next`: owner 0xffff wraps to 0 by
+        // subtracting. Release pairs with the Acquire in `raw_lock` and with
+        // Acquire lockless steps that read the unlocked word.
+        if ticket == u16::MAX {
+            self.word.fetch_sub(0xffff, Ordering::Release);
+        } else {
+            self.word.fetch_add(1, Ordering::Release);
+        }
+    }
+
+    #[inline]
+    fn load_count(&self) -> i32 {
+        arch::count_of(self.word.load(Ordering::Relaxed))
+    }
+
+    /// # Safety
+    /// The caller holds the lock and `old` is the current count.
+    unsafe fn store_count_locked(&self, old: i32, new: i32) {
+        // A read-modify-write of the count half only: waiters change the
+        // lock half concurrently. Relaxed: the unlock publishes it.
+        self.word
+            .fetch_add(arch::count_delta(new.wrapping_sub(old)), Ordering::Relaxed);
+    }
+
+    /// Exclusive access to the count: no atomics at all, since nobody else
+    /// can see the lockref (the single-owner shortcut, as Linux's
+    /// `fget_light`).
+    ///
+    /// ```
+    /// let mut r = ksync::LockRef::new(1);
+    /// *r.get_mut() += 2;
+    /// assert_eq!(r.count(), 3);
+    /// ```
+    #[cfg(not(loom))]
+    #[inline]
+    pub fn get_mut(&mut self) -> &mut i32 {
+        let word: *mut u64 = self.word.get_mut();
+        let half = if cfg!(target_endian = "little") { 1 } else { 0 };
+        // SAFETY: `word` is a unique, 8-byte aligned, live u64 (we hold
+        // `&mut self`, and no guard can exist, as guards borrow `self`); its
+        // count half is the i32 at index 1 (little-endian) or 0 (big-endian),
+        // in bounds and 4-byte aligned. The returned borrow keeps `self`
+        // exclusively borrowed.
+        unsafe { &mut *word.cast::<i32>().add(half) }
+    }
+}
+
+#[cfg(not(target_has_atomic = "64"))]
+impl LockRef {
+    const_fn! {
+        /// A new, unlocked lockref holding `count`.
+        #[doc(alias = "lockref_init")]
+        pub fn new(count: i32) -> Self {
+            Self { lock: RawTicketLock::new(), count: AtomicI32::new(count) }
+        }
+    }
+
+    /// No 64-bit compare-and-swap here: the lockless path is never
+    /// available.
+    #[inline(always)]
+    fn lockless(&self, _rule: Rule, _order: Ordering) -> Attempt {
+        Attempt::Locked
+    }
+
+    fn raw_lock(&self) -> u16 {
+        self.lock.lock();
+        0
+    }
+
+    /// # Safety
+    /// The caller holds the lock.
+    unsafe fn raw_unlock(&self, _ticket: u16) {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.lock.unlock() }
+    }
+
+    #[inline]
+    fn load_count(&self) -> i32 {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// # Safety
+    /// The caller holds the lock.
+    unsafe fn store_count_locked(&self, _old: i32, new: i32) {
+        // Only lock holders write the count; the unlock publishes it.
+        self.count.store(new, Ordering::Relaxed);
+    }
+
+    /// Exclusive access to the count: no atomics at all.
+    #[cfg(not(loom))]
+    #[inline]
+    pub fn get_mut(&mut self) -> &mut i32 {
+        self.count.get_mut()
+    }
+}
+
+/// What a lockless step does after losing a race: nothing. A lost
+/// compare-exchange means another CPU made progress, and retrying at once
+/// measured best here (see the README's benchmark notes).
+#[cfg(target_has_atomic = "64")]
+#[inline(always)]
+fn contention_relax() {}
+
+// ---- the operations ---------------------------------------------------------
+
+impl LockRef {
+    /// Takes a reference; the caller must already hold one (or hold the
+    /// object by other means, as a lookup structure does).
+    ///
+    /// At `i32::MAX` the count saturates; on a dead lockref the call is
+    /// refused. Both are reported (see the [module docs](self#saturation-and-misuse)).
+    #[doc(alias = "lockref_get")]
+    #[inline]
+    pub fn get(&self) {
+        let rule = Rule {
+            lo: 0,
+            hi: MAX - 1,
+            delta: 1,
+        };
+        match self.lockless(rule, Ordering::Relaxed) {
+            Attempt::Done(_) => {}
+            Attempt::Refused(count) => refused_get(count),
+            Attempt::Locked | Attempt::Lost => {
+                let mut guard = self.lock();
+                match guard.count() {
+                    count @ (MAX | i32::MIN..0) => {
+                        drop(guard);
+                        refused_get(count);
+                    }
+                    count => guard.set_count(count + 1),
+                }
+            }
+        }
+    }
+
+    /// Takes a reference unless the count is zero or dead (`<= 0`); returns
+    /// whether it did.
+    #[doc(alias = "lockref_get_not_zero")]
+    #[inline]
+    pub fn get_not_zero(&self) -> bool {
+        self.get_if_at_least(1)
+    }
+
+    /// Takes a reference unless the lockref is dead (count `< 0`); returns
+    /// whether it did. A count of zero is revived to one.
+    #[doc(alias = "lockref_get_not_dead")]
+    #[inline]
+    pub fn get_not_dead(&self) -> bool {
+        self.get_if_at_least(0)
+    }
+
+    #[inline(always)]
+    fn get_if_at_least(&self, lo: i32) -> bool {
+        let rule = Rule {
+            lo,
+            hi: MAX - 1,
+            delta: 1,
+        };
+        // Acquire: see the module docs.
+        match self.lockless(rule, Ordering::Acquire) {
+            Attempt::Done(_) => true,
+            Attempt::Refused(MAX) => {
+                saturated();
+                true
+            }
+            Attempt::Refused(_) => false,
+            Attempt::Locked | Attempt::Lost => {
+                let mut guard = self.lock();
+                match guard.count() {
+                    MAX => {
+                        drop(guard);
+                        saturated();
+                        true
+                    }
+                    count if count < lo => false,
+                    count => {
+                        guard.set_count(count + 1);
+                        true
+                    }
+                }
+            }
+        }
+    }
+
+    /// Drops a reference without ever taking the lock, and returns the new
+    /// count.
+    ///
+    /// `None` when the count is already `<= 0` (zero or dead), and also when
+    /// the lockless path cannot be used: the lock is held, the word stayed
+    /// contended for [`CMPXCHG_LOOP_TRIES`] attempts, or this target has no
+    /// 64-bit compare-and-swap. On `None` nothing changed; callers then
+    /// usually take the lock (or use [`put_or_lock`](Self::put_or_lock)).
+    ///
+    /// On `Some(0)` the caller may free the object: the decrement is Release
+    /// and reaching zero adds an Acquire fence. A saturated count stays at
+    /// `i32::MAX` and returns `Some(i32::MAX)`.
+    #[doc(alias = "lockref_put_return")]
+    #[inline]
+    pub fn put_return(&self) -> Option<i32> {
+        let rule = Rule {
+            lo: 1,
+            hi: MAX - 1,
+            delta: -1,
+        };
+        match self.lockless(rule, Ordering::Release) {
+            Attempt::Done(0) => {
+                // Pairs with the Release decrements of every other holder:
+                // their accesses to the object happen-before the caller's
+                // free.
+                fence(Ordering::Acquire);
+                Some(0)
+            }
+            Attempt::Done(count) => Some(count),
+            Attempt::Refused(MAX) => Some(MAX),
+            Attempt::Refused(_) | Attempt::Locked | Attempt::Lost => None,
+        }
+    }
+
+    /// Drops a reference unless it may be the last one.
+    ///
+    /// * `None`: the count was above one and has been decremented (or is
+    ///   saturated and stays).
+    /// * `Some(guard)`: the count was `<= 1`; nothing changed and the lock
+    ///   is now held, so the caller can decide under it (typically: set the
+    ///   count to zero or [`mark_dead`](LockRefGuard::mark_dead) and tear
+    ///   down).
+    #[doc(alias = "lockref_put_or_lock")]
+    #[inline]
+    pub fn put_or_lock(&self) -> Option<LockRefGuard<'_>> {
+        let rule = Rule {
+            lo: 2,
+            hi: MAX - 1,
+            delta: -1,
+        };
+        match self.lockless(rule, Ordering::Release) {
+            Attempt::Done(_) | Attempt::Refused(MAX) => None,
+            Attempt::Refused(_) | Attempt::Locked | Attempt::Lost => {
+                let mut guard = self.lock();
+                match guard.count() {
+                    count @ ..=1 => {
+                        let _ = count;
+                        Some(guard)
+                    }
+                    MAX => None,
+                    count => {
+                        guard.set_count(count - 1);
+                        None
+                    }
+                }
+            }
+        }
+    }
+
+    /// Takes the lock; the count cannot change until the guard drops.
+    #[doc(alias = "spin_lock")]
+    #[inline]
+    pub fn lock(&self) -> LockRefGuard<'_> {
+        let ticket = self.raw_lock();
+        LockRefGuard {
+            lockref: self,
+            ticket,
+            not_send: PhantomData,
+        }
+    }
+
+    /// The count: a racy snapshot, possibly stale the moment it returns.
+    /// Use it for statistics and assertions, not to decide anything.
+    #[inline]
+    pub fn count(&self) -> i32 {
+        self.load_count()
+    }
+
+    /// Whether the lockref is dead (count `< 0`): a snapshot, but a dead
+    /// lockref never comes back to life by itself.
+    #[doc(alias = "__lockref_is_dead")]
+    #[inline]
+    pub fn is_dead(&self) -> bool {
+        self.load_count() < 0
+    }
+}
+
+impl LockRefGuard<'_> {
+    /// The count (exact: nobody else changes it while the lock is held).
+    #[inline]
+    pub fn count(&self) -> i32 {
+        self.lockref.load_count()
+    }
+
+    /// Sets the count. Any value is allowed; a negative one means dead.
+    #[inline]
+    pub fn set_count(&mut self, count: i32) {
+        let old = self.count();
+        // SAFETY: the guard holds the lock and `old` is the current count.
+        unsafe { self.lockref.store_count_locked(old, count) }
+    }
+
+    /// Marks the lockref dead ([`DEAD`]): from now on `get_not_dead` and
+    /// `get_not_zero` fail and puts are refused.
+    #[doc(alias = "lockref_mark_dead")]
+    #[inline]
+    pub fn mark_dead(&mut self) {
+        self.set_count(DEAD);
+    }
+
+    /// Whether the count is negative (dead).
+    #[inline]
+    pub fn is_dead(&self) -> bool {
+        self.count() < 0
+    }
+}
+
+impl Drop for LockRefGuard<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: the guard holds the lock with `self.ticket` (invariant of
+        // its only constructor, `LockRef::lock`).
+        unsafe { self.lockref.raw_unlock(self.ticket) }
+    }
+}
+
+// ---- reporting --------------------------------------------------------------
+
+static SATURATED: StatCounter = StatCounter::new(0);
+static GET_ON_DEAD: StatCounter = StatCounter::new(0);
+
+/// Process-wide counts of the lockref misuse this crate caught and
+/// survived (see the [module docs](self#saturation-and-misuse)).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub struct Stats {
+    /// Increments that found the count at `i32::MAX` and left it there.
+    pub saturated: usize,
+    /// `get` calls on a dead lockref (refused).
+    pub get_on_dead: usize,
+}
+
+/// Returns how often saturation and `get`-on-dead happened so far, in all
+/// lockrefs. Release builds do not panic on either: watch this instead.
+pub fn stats() -> Stats {
+    Stats {
+        saturated: SATURATED.load(Ordering::Relaxed),
+        get_on_dead: GET_ON_DEAD.load(Ordering::Relaxed),
+    }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn saturated() {
+    SATURATED.fetch_add(1, Ordering::Relaxed);
+    if cfg!(debug_assertions) {
+        panic!("lockref: reference count saturated at i32::MAX; the object will leak");
+    }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn refused_get(count: i32) {
+    if count == MAX {
+        saturated();
+    } else {
+        GET_ON_DEAD.fetch_add(1, Ordering::Relaxed);
+        if cfg!(debug_assertions) {
+            panic!("lockref: get() on a dead lockref (count {count}); refused");
+        }
+    }
+}
+
+// ---- trait impls ------------------------------------------------------------
+
+impl Default for LockRef {
+    /// A lockref with count zero.
+    fn default() -> Self {
+        Self::new(0)
+    }
+}
+
+impl fmt::Debug for LockRef {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockRef")
+            .field("count", &self.count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl fmt::Debug for LockRefGuard<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LockRefGuard")
+            .field("count", &self.count())
+            .finish()
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for LockRef {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "LockRef {{ count: {} }}", self.count())
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for LockRefGuard<'_> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "LockRefGuard {{ count: {} }}", self.count())
+    }
+}

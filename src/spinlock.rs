@@ -1,0 +1,484 @@
+//! Spinlocks: a fair 32-bit ticket lock, a test-and-test-and-set lock, and
+//! an adapter that makes either one save and disable local interrupts.
+//!
+//! All three implement [`lock_api::RawMutex`], so the usual way to use them
+//! is through [`lock_api::Mutex`] (aliases: [`TicketMutex`], [`TtasMutex`],
+//! [`IrqTicketMutex`], [`IrqTtasMutex`]); the raw types also have inherent
+//! `lock`/`try_lock`/`unlock` for code that pairs them by hand.
+//!
+//! # Which lock
+//!
+//! | lock | hand-off | cost uncontended | under contention | use it for |
+//! |---|---|---|---|---|
+//! | [`RawTicketLock`] | FIFO: strict arrival order | one `fetch_add` to lock, a plain store to unlock | every waiter spins on the same line; no starvation | locks that several CPUs fight over, where a starving CPU would be a bug (run queues, shared allocators) |
+//! | [`RawTtasLock`] | none: whoever wins the race | one compare-exchange, a plain store | waiters only read until it looks free; the holder often re-takes it (good throughput, unfair) | rarely contended locks, and locks taken mostly by one CPU |
+//! | [`RawIrqSave<R>`] | as `R` | plus saving and masking local interrupts | as `R` | any lock also taken from an interrupt handler |
+//!
+//! A spinlock that an interrupt handler may take must be taken with local
+//! interrupts disabled everywhere else too, or the handler can interrupt
+//! the holder on the same CPU and spin forever: that is what
+//! [`RawIrqSave`] is for. It disables interrupts *before* it starts to spin
+//! and restores the saved state (it does not blindly re-enable) when the
+//! guard drops, like Linux's `spin_lock_irqsave`/`spin_unlock_irqrestore`.
+//! As with those, nested IRQ-saving guards must be dropped in reverse order
+//! of acquisition; dropping an outer one first re-enables interrupts early.
+//!
+//! Waiting spins with a [`RelaxStrategy`] type parameter (default
+//! [`Spin`]: the CPU's spin-loop hint, `pause` or `yield`).
+//!
+//! # Example
+//!
+//! ```
+//! use ksync::spinlock::{TicketMutex, TtasMutex};
+//!
+//! static RUNQUEUE_LEN: TicketMutex<usize> = TicketMutex::new(0);
+//! static STATS: TtasMutex<[u64; 4]> = TtasMutex::new([0; 4]);
+//!
+//! *RUNQUEUE_LEN.lock() += 1;
+//! STATS.lock()[2] += 5;
+//! if let Some(mut len) = RUNQUEUE_LEN.try_lock() {
+//!     *len -= 1;
+//! }
+//! assert_eq!(*RUNQUEUE_LEN.lock(), 0);
+//! ```
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use crate::arch;
+use crate::sync::{AtomicBool, AtomicU16, Ordering, const_fn, relax};
+pub use spin::relax::{Loop, RelaxStrategy, Spin};
+
+/// A [`lock_api::Mutex`] over a [`RawTicketLock`].
+pub type TicketMutex<T> = lock_api::Mutex<RawTicketLock, T>;
+/// A [`lock_api::Mutex`] over a [`RawTtasLock`].
+pub type TtasMutex<T> = lock_api::Mutex<RawTtasLock, T>;
+/// A [`TicketMutex`] that saves and disables local interrupts while held.
+pub type IrqTicketMutex<T> = lock_api::Mutex<RawIrqSave<RawTicketLock>, T>;
+/// A [`TtasMutex`] that saves and disables local interrupts while held.
+pub type IrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock>, T>;
+
+// ---- ticket lock ------------------------------------------------------------
+
+/// A fair (FIFO) ticket spinlock in 32 bits.
+///
+/// `next` is the ticket the next arrival takes, `owner` the ticket being
+/// served; the lock is free when they are equal. Locking takes a ticket with
+/// one `fetch_add` on `next` and spins until `owner` reaches it; unlocking
+/// is a plain release store of `owner + 1`, since only the holder writes
+/// `owner`. The two 16-bit halves are separate atomics so neither can carry
+/// into the other; up to 65 535 CPUs may wait at once.
+///
+/// # Invariants
+/// `owner` only changes by the holder's unlock, by +1 (mod 2^16), and
+/// `next - owner` (mod 2^16) is the number of holders plus waiters.
+#[doc(alias = "arch_spinlock_t")]
+#[repr(C, align(4))]
+pub struct RawTicketLock<R = Spin> {
+    owner: AtomicU16,
+    next: AtomicU16,
+    relax: PhantomData<R>,
+}
+
+impl<R> RawTicketLock<R> {
+    const_fn! {
+        /// A new, unlocked ticket lock.
+        pub fn new() -> Self {
+            Self { owner: AtomicU16::new(0), next: AtomicU16::new(0), relax: PhantomData }
+        }
+    }
+
+    /// Tries to take the lock without spinning: succeeds only when nobody
+    /// holds it or waits for it.
+    #[doc(alias = "arch_spin_trylock")]
+    #[inline]
+    pub fn try_lock(&self) -> bool {
+        // Acquire pairs with the Release store of `owner` in `unlock`: if we
+        // get ticket `owner`, the previous critical section happens-before
+        // ours.
+        let owner = self.owner.load(Ordering::Acquire);
+        // `next == owner` means free. If the exchange succeeds, `owner` is
+        // still the value read: it can only grow up to `next`, which was
+        // equal to it.
+        self.next
+            .compare_exchange(
+                owner,
+                owner.wrapping_add(1),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Whether the lock is held. A snapshot, stale the moment it returns: do
+    /// not use it for synchronization.
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        self.owner.load(Ordering::Relaxed) != self.next.load(Ordering::Relaxed)
+    }
+
+    /// Whether other CPUs wait for the lock (a snapshot, like
+    /// [`is_locked`](Self::is_locked)).
+    #[doc(alias = "arch_spin_is_contended")]
+    #[inline]
+    pub fn is_contended(&self) -> bool {
+        let owner = self.owner.load(Ordering::Relaxed);
+        self.next.load(Ordering::Relaxed).wrapping_sub(owner) > 1
+    }
+
+    /// Releases the lock.
+    ///
+    /// # Safety
+    /// The lock must be held by the caller's context.
+    #[doc(alias = "arch_spin_unlock")]
+    #[inline]
+    pub unsafe fn unlock(&self) {
+        let owner = self.owner.load(Ordering::Relaxed);
+        debug_assert!(
+            owner != self.next.load(Ordering::Relaxed),
+            "unlock of a ticket lock that is not held"
+        );
+        // Release pairs with the Acquire loads in `lock` and `try_lock`.
+        self.owner.store(owner.wrapping_add(1), Ordering::Release);
+    }
+}
+
+impl<R: RelaxStrategy> RawTicketLock<R> {
+    /// Takes a ticket and spins until it is served.
+    #[doc(alias = "arch_spin_lock")]
+    #[inline]
+    pub fn lock(&self) {
+        // Relaxed: taking a ticket orders nothing; the Acquire load that
+        // sees our ticket served does.
+        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
+        // Acquire pairs with the Release store in `unlock`.
+        while self.owner.load(Ordering::Acquire) != ticket {
+            relax::<R>();
+        }
+    }
+}
+
+impl<R> Default for RawTicketLock<R> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<R> fmt::Debug for RawTicketLock<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawTicketLock")
+            .field("owner", &self.owner.load(Ordering::Relaxed))
+            .field("next", &self.next.load(Ordering::Relaxed))
+            .finish()
+    }
+}
+
+// ---- TTAS lock --------------------------------------------------------------
+
+/// A test-and-test-and-set spinlock: waiters read the flag until it looks
+/// free and only then try to take it, so they do not steal the cache line
+/// from the holder while it works. Not fair.
+#[repr(transparent)]
+pub struct RawTtasLock<R = Spin> {
+    locked: AtomicBool,
+    relax: PhantomData<R>,
+}
+
+impl<R> RawTtasLock<R> {
+    const_fn! {
+        /// A new, unlocked TTAS lock.
+        pub fn new() -> Self {
+            Self { locked: AtomicBool::new(false), relax: PhantomData }
+        }
+    }
+
+    /// Tries to take the lock once.
+    #[inline]
+    pub fn try_lock(&self) -> bool {
+        // Acquire pairs with the Release store in `unlock`.
+        !self.locked.load(Ordering::Relaxed)
+            && self
+                .locked
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Whether the lock is held: a snapshot, not for synchronization.
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        self.locked.load(Ordering::Relaxed)
+    }
+
+    /// Releases the lock.
+    ///
+    /// # Safety
+    /// The lock must be held by the caller's context.
+    #[inline]
+    pub unsafe fn unlock(&self) {
+        debug_assert!(self.is_locked(), "unlock of a TTAS lock that is not held");
+        // Release pairs with the Acquire exchange in `lock`/`try_lock`.
+        self.locked.store(false, Ordering::Release);
+    }
+}
+
+impl<R: RelaxStrategy> RawTtasLock<R> {
+    /// Spins until the lock is taken.
+    #[inline]
+    pub fn lock(&self) {
+        loop {
+            // Acquire pairs with the Release store in `unlock`.
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+            // Test before test-and-set: read-only spinning leaves the line
+            // shared instead of bouncing it between waiters.
+            while self.locked.load(Ordering::Relaxed) {
+                relax::<R>();
+            }
+        }
+    }
+}
+
+impl<R> Default for RawTtasLock<R> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<R> fmt::Debug for RawTtasLock<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawTtasLock")
+            .field("locked", &self.is_locked())
+            .finish()
+    }
+}
+
+// ---- IRQ saving -------------------------------------------------------------
+
+/// Saved local interrupt state, restored when dropped.
+///
+/// `!Send`: interrupt state belongs to the CPU that saved it.
+#[must_use = "dropping the state restores interrupts at once"]
+pub struct IrqState {
+    flags: arch::IrqFlags,
+    not_send: PhantomData<*mut ()>,
+}
+
+impl IrqState {
+    /// Saves the local interrupt state and disables interrupts on this CPU
+    /// (through the `critical-section` implementation on targets without a
+    /// native path, see the crate docs).
+    #[doc(alias = "local_irq_save")]
+    #[inline]
+    pub fn save() -> Self {
+        Self {
+            flags: arch::irq_save(),
+            not_send: PhantomData,
+        }
+    }
+}
+
+impl Drop for IrqState {
+    #[doc(alias = "local_irq_restore")]
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: `flags` came from `irq_save` on this CPU (the type is not
+        // `Send`); nesting order is the documented duty of the user, as for
+        // `local_irq_restore`.
+        unsafe { arch::irq_restore(self.flags) }
+    }
+}
+
+impl fmt::Debug for IrqState {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("IrqState")
+    }
+}
+
+/// Adapter that saves and disables local interrupts *before* spinning on
+/// the inner lock `L`, and restores the saved state after unlocking.
+///
+/// The saved state travels in the lock guard, not in the lock, so each
+/// holder restores exactly what it saved.
+///
+/// ```
+/// use ksync::spinlock::IrqTicketMutex;
+///
+/// // Shared with a timer interrupt handler.
+/// static TICKS: IrqTicketMutex<u64> = IrqTicketMutex::new(0);
+///
+/// *TICKS.lock() += 1; // interrupts off from before the spin to the drop
+/// assert_eq!(*TICKS.lock(), 1);
+/// ```
+#[doc(alias = "spin_lock_irqsave")]
+#[derive(Default, Debug)]
+#[repr(transparent)]
+pub struct RawIrqSave<L> {
+    inner: L,
+}
+
+impl<L> RawIrqSave<L> {
+    /// Wraps `inner`.
+    pub const fn new(inner: L) -> Self {
+        Self { inner }
+    }
+}
+
+// ---- lock_api ---------------------------------------------------------------
+
+// SAFETY: `lock` returns only once this CPU's ticket is served, and
+// `owner` moves on only by the holder's unlock: one holder at a time.
+// Acquire/Release as documented on the methods. Forgetting a guard leaves
+// the lock held, which is safe; a lock cannot unwind.
+#[cfg(not(loom))]
+unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTicketLock<R> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self::new();
+    type Guard = lock_api::GuardSend;
+
+    #[inline]
+    fn lock(&self) -> Self::Guard {
+        RawTicketLock::lock(self);
+        lock_api::GuardSend::default()
+    }
+
+    #[inline]
+    fn try_lock(&self) -> Option<Self::Guard> {
+        RawTicketLock::try_lock(self).then(lock_api::GuardSend::default)
+    }
+
+    #[inline]
+    unsafe fn unlock(&self, _: Self::Guard) {
+        // SAFETY: the guard proves the lock is held.
+        unsafe { RawTicketLock::unlock(self) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        RawTicketLock::is_locked(self)
+    }
+}
+
+// SAFETY: a ticket unlock always hands the lock to the next ticket in FIFO
+// order, so the plain unlock already is the fair one.
+#[cfg(not(loom))]
+unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawTicketLock<R> {
+    #[inline]
+    unsafe fn unlock_fair(&self, guard: Self::Guard) {
+        // SAFETY: forwarded caller contract.
+        unsafe { lock_api::RawMutex::unlock(self, guard) }
+    }
+
+    #[inline]
+    unsafe fn bump(&self, guard: &mut Self::Guard) {
+        if self.is_contended() {
+            // SAFETY: forwarded caller contract; re-locked before return.
+            unsafe { RawTicketLock::unlock(self) };
+            *guard = lock_api::RawMutex::lock(self);
+        }
+    }
+}
+
+// SAFETY: the compare-exchange from `false` to `true` succeeds for one CPU
+// at a time and only the holder stores `false`. Acquire/Release as
+// documented on the methods.
+#[cfg(not(loom))]
+unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTtasLock<R> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self::new();
+    type Guard = lock_api::GuardSend;
+
+    #[inline]
+    fn lock(&self) -> Self::Guard {
+        RawTtasLock::lock(self);
+        lock_api::GuardSend::default()
+    }
+
+    #[inline]
+    fn try_lock(&self) -> Option<Self::Guard> {
+        RawTtasLock::try_lock(self).then(lock_api::GuardSend::default)
+    }
+
+    #[inline]
+    unsafe fn unlock(&self, _: Self::Guard) {
+        // SAFETY: the guard proves the lock is held.
+        unsafe { RawTtasLock::unlock(self) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        RawTtasLock::is_locked(self)
+    }
+}
+
+// SAFETY: exclusion, ordering and unwinding are the inner lock's; the
+// guard state adds the saved interrupt state, restored only after the inner
+// unlock, and is `!Send` because of it.
+#[cfg(not(loom))]
+unsafe impl<L: lock_api::RawMutex> lock_api::RawMutex for RawIrqSave<L> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self { inner: L::INIT };
+    type Guard = (L::Guard, IrqState);
+
+    #[inline]
+    fn lock(&self) -> Self::Guard {
+        // Interrupts off before spinning: a handler on this CPU must not
+        // find the lock held by the code it interrupted.
+        let irq = IrqState::save();
+        (self.inner.lock(), irq)
+    }
+
+    #[inline]
+    fn try_lock(&self) -> Option<Self::Guard> {
+        let irq = IrqState::save();
+        // On failure `irq` drops here and restores the state.
+        self.inner.try_lock().map(|g| (g, irq))
+    }
+
+    #[inline]
+    unsafe fn unlock(&self, (guard, irq): Self::Guard) {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.inner.unlock(guard) };
+        // Restore only once the lock is free.
+        drop(irq);
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        self.inner.is_locked()
+    }
+}
+
+// SAFETY: as for `RawMutex` above, with the inner lock's fair unlock.
+#[cfg(not(loom))]
+unsafe impl<L: lock_api::RawMutexFair> lock_api::RawMutexFair for RawIrqSave<L> {
+    #[inline]
+    unsafe fn unlock_fair(&self, (guard, irq): Self::Guard) {
+        // SAFETY: forwarded caller contract.
+        unsafe { self.inner.unlock_fair(guard) };
+        drop(irq);
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl<R> defmt::Format for RawTicketLock<R> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "RawTicketLock {{ owner: {}, next: {} }}",
+            self.owner.load(Ordering::Relaxed),
+            self.next.load(Ordering::Relaxed)
+        )
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl<R> defmt::Format for RawTtasLock<R> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "RawTtasLock {{ locked: {} }}", self.is_locked())
+    }
+}
