@@ -1,0 +1,19 @@
+//! Passes the linker script of the target architecture to the linker.
+
+use std::env;
+use std::path::PathBuf;
+
+fn main() {
+    let arch = env::var("CARGO_CFG_TARGET_ARCH").expect("cargo sets CARGO_CFG_TARGET_ARCH");
+    let dir = PathBuf::from(env::var("CARGO_MANIFEST_DIR").expect("cargo sets CARGO_MANIFEST_DIR"));
+    let script = dir.join("src/arch").join(&arch).join("link.ld");
+    if !script.exists() {
+        panic!(
+            "ksync-qemu builds for x86_64 and aarch64 only (no {})",
+            script.display()
+        );
+    }
+    println!("cargo:rerun-if-changed={}", script.display());
+    println!("cargo:rustc-link-arg-bins=-T{}", script.display());
+    println!("cargo:rustc-link-arg-bins=--gc-sections");
+}

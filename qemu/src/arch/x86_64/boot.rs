@@ -1,0 +1,95 @@
+//! Boot: the assembly in `boot.s` (PVH entry, long mode, AP trampoline, trap
+//! stubs), the per-CPU stacks it switches to, and starting the application
+//! processors (APs).
+//!
+//! # Starting the APs
+//!
+//! Every AP waits for an INIT then a STARTUP IPI, and starts in real mode at
+//! `vector << 12`. The boot CPU copies the trampoline (`boot.s` section 3) to
+//! [`AP_TRAMPOLINE_ADDR`], then broadcasts INIT, waits 10 ms, and broadcasts
+//! STARTUP twice, 200 µs apart (Intel SDM vol. 3, 9.4.4 "MP Initialization
+//! Example"; a second STARTUP to a CPU that already started is ignored).
+//! Each AP takes the next CPU index with a `lock xadd` on [`NEXT_CPU`], picks
+//! its stack by index, and calls the Rust entry; APs beyond
+//! [`MAX_CPUS`](crate::kernel::cpu::MAX_CPUS) park with interrupts off.
+//! How many CPUs there are comes from fw_cfg (`FW_CFG_NB_CPUS`).
+
+use core::cell::UnsafeCell;
+use core::sync::atomic::AtomicU32;
+
+use super::apic;
+use crate::kernel::cpu::MAX_CPUS;
+use crate::kernel::{fw_cfg, time};
+
+/// Stack bytes per CPU.
+pub const STACK_SIZE: usize = 64 * 1024;
+
+/// Where the AP trampoline runs: below 1 MiB and page aligned, as the
+/// STARTUP IPI's vector gives the page number.
+const AP_TRAMPOLINE_ADDR: usize = 0x8000;
+
+/// One stack per CPU; CPU `i` starts with its stack pointer at the end of
+/// `STACKS[i]`.
+#[repr(C, align(16))]
+struct Stacks(UnsafeCell<[[u8; STACK_SIZE]; MAX_CPUS]>);
+
+// SAFETY: the Rust code never touches the stacks as data; each CPU uses its
+// own one through its stack pointer only.
+unsafe impl Sync for Stacks {}
+
+static STACKS: Stacks = Stacks(UnsafeCell::new([[0; STACK_SIZE]; MAX_CPUS]));
+
+/// The next CPU index for an arriving AP (the boot CPU is 0).
+static NEXT_CPU: AtomicU32 = AtomicU32::new(1);
+
+core::arch::global_asm!(
+    include_str!("boot.s"),
+    stacks = sym STACKS,
+    stack_size = const STACK_SIZE,
+    max_cpus = const MAX_CPUS,
+    next_cpu = sym NEXT_CPU,
+    kernel_entry = sym crate::kernel_entry,
+    trap_handler = sym super::trap::trap_handler,
+    options(att_syntax)
+);
+
+unsafe extern "C" {
+    static ap_trampoline_start: u8;
+    static ap_trampoline_end: u8;
+}
+
+/// Starts every other CPU; returns how many CPUs the kernel should see in
+/// all (the boot CPU included).
+pub fn start_secondaries() -> usize {
+    let mut nb_cpus = [0; 2];
+    fw_cfg::read(fw_cfg::NB_CPUS, &mut nb_cpus);
+    let cpus = usize::from(u16::from_le_bytes(nb_cpus)).clamp(1, MAX_CPUS);
+    if cpus == 1 {
+        return 1;
+    }
+    let start = &raw const ap_trampoline_start;
+    let end = &raw const ap_trampoline_end;
+    let len = end as usize - start as usize;
+    assert!(len <= 4096, "the AP trampoline must fit in its page");
+    // SAFETY: the trampoline bytes are in the kernel image; the destination
+    // page is identity-mapped low memory that nothing else uses (the kernel
+    // is linked at 1 MiB and QEMU's boot data lives elsewhere), and no AP
+    // runs from it yet.
+    unsafe {
+        core::ptr::copy_nonoverlapping(start, AP_TRAMPOLINE_ADDR as *mut u8, len);
+    }
+    let vector = (AP_TRAMPOLINE_ADDR >> 12) as u8;
+    apic::send_init_all_others();
+    delay_us(10_000);
+    apic::send_startup_all_others(vector);
+    delay_us(200);
+    apic::send_startup_all_others(vector);
+    cpus
+}
+
+fn delay_us(us: u64) {
+    let end = time::now() + time::hz() / 1_000_000 * us;
+    while time::now() < end {
+        core::hint::spin_loop();
+    }
+}

@@ -1,0 +1,72 @@
+//! The run's arguments, from the fw_cfg file `opt/ksync/run` (QEMU option
+//! `-fw_cfg name=opt/ksync/run,string=WORDS`): a space-separated list of
+//!
+//! * suite names (see `list`), run in that order;
+//! * `tests`: every test suite; `controls`: every control; `bench`: the
+//!   benchmark; `demo`: the tests, then the benchmark (the default when the
+//!   file is absent);
+//! * `list`: print the registered suites and stop without starting the
+//!   secondary CPUs.
+
+use super::fw_cfg;
+use super::runner;
+use crate::println;
+use crate::suites::{self, Kind};
+
+/// What the boot CPU should do.
+pub enum Command {
+    /// Print the registry and stop.
+    List,
+    /// Run the plan (already pushed to the runner).
+    Run,
+}
+
+/// Reads the arguments and fills the runner's plan.
+pub fn parse() -> Result<Command, &'static str> {
+    let mut buf = [0u8; 256];
+    let len = fw_cfg::read_file("opt/ksync/run", &mut buf).unwrap_or(0);
+    let text = core::str::from_utf8(&buf[..len]).map_err(|_| "opt/ksync/run is not UTF-8")?;
+    let text = text.trim_end_matches('\0').trim();
+    let text = if text.is_empty() { "demo" } else { text };
+    println!("KSYNC-ARGS run=\"{text}\"");
+    for word in text.split_ascii_whitespace() {
+        match word {
+            "list" => return Ok(Command::List),
+            "tests" => push_kind(Kind::Test)?,
+            "controls" => push_kind(Kind::Control)?,
+            "bench" => push_kind(Kind::Bench)?,
+            "demo" => {
+                push_kind(Kind::Test)?;
+                push_kind(Kind::Bench)?;
+            }
+            name => {
+                let index = suites::all()
+                    .position(|s| s.name() == name)
+                    .ok_or("unknown suite name in opt/ksync/run (try `list`)")?;
+                runner::plan_push(index)?;
+            }
+        }
+    }
+    Ok(Command::Run)
+}
+
+fn push_kind(kind: Kind) -> Result<(), &'static str> {
+    for (index, suite) in suites::all().enumerate() {
+        if suite.kind() == kind {
+            runner::plan_push(index)?;
+        }
+    }
+    Ok(())
+}
+
+/// Prints the registry, one `KSYNC-SUITE` line per suite.
+pub fn list() {
+    for suite in suites::all() {
+        println!(
+            "KSYNC-SUITE name={} kind={} budget_ms={}",
+            suite.name(),
+            suite.kind().word(),
+            suite.budget_ms()
+        );
+    }
+}

@@ -1,0 +1,292 @@
+//! Runs the plan: every CPU goes through the same list of suites in lock
+//! step, and the boot CPU judges and reports each one.
+//!
+//! For each suite:
+//!
+//! 1. The boot CPU resets the shared state, calls [`Suite::setup`], sets the
+//!    deadline and makes the suite *active*: from then on every timer
+//!    interrupt on every CPU also calls [`Suite::irq`].
+//! 2. All CPUs meet at a barrier and call [`Suite::run`] in thread context,
+//!    interrupts on, until [`Ctx::should_stop`].
+//! 3. Each CPU disables its interrupts and meets the others at a barrier: an
+//!    interrupt handler runs to completion before its CPU's thread code
+//!    continues, so from now on no handler is running suite code anywhere.
+//! 4. The boot CPU deactivates the suite, calls [`Suite::finish`], checks that
+//!    every CPU took timer interrupts during the suite, and prints the
+//!    `KSYNC-RESULT` line. A barrier later, everyone re-enables interrupts.
+//!
+//! A watchdog in the timer interrupt fails the run when a suite overstays its
+//! budget by [`WATCHDOG_GRACE_MS`] (a deadlock, or a CPU that stopped), as
+//! long as some CPU still takes interrupts; the runner's QEMU timeout covers
+//! the rest.
+//!
+//! Output lines that start with `KSYNC-` are the protocol with the host
+//! runner (`xtask/src/qemu.rs`); README.md lists them.
+
+use core::cell::Cell;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use ksync::spinlock::IrqTicketMutex;
+
+use super::barrier::Barrier;
+use super::cpu::{Counters, MAX_CPUS};
+use super::{irq, time};
+use crate::arch;
+use crate::println;
+use crate::suites::{self, Kind, Suite};
+
+/// How long past its budget a suite may run before the watchdog fails it.
+pub const WATCHDOG_GRACE_MS: u64 = 10_000;
+
+const NONE: usize = usize::MAX;
+const MAX_PLAN: usize = 32;
+
+/// The suites to run, as indices into [`suites::all`]; written by the
+/// boot CPU before it releases the others.
+static PLAN: [AtomicUsize; MAX_PLAN] = [const { AtomicUsize::new(NONE) }; MAX_PLAN];
+static PLAN_LEN: AtomicUsize = AtomicUsize::new(0);
+static CPUS: AtomicUsize = AtomicUsize::new(0);
+static RELEASED: AtomicBool = AtomicBool::new(false);
+
+static BARRIER: Barrier = Barrier::new();
+/// Index of the suite whose interrupt handler runs, or `NONE`.
+static ACTIVE: AtomicUsize = AtomicUsize::new(NONE);
+static DEADLINE: AtomicU64 = AtomicU64::new(0);
+static WATCHDOG: AtomicU64 = AtomicU64::new(u64::MAX);
+static STOP: AtomicBool = AtomicBool::new(false);
+/// The first failure a suite flagged while running (see [`Ctx::fail`]).
+static FAILURE: IrqTicketMutex<Option<&'static str>> = IrqTicketMutex::new(None);
+/// Per CPU: timer interrupts that ran the active suite's handler.
+static IRQ_WORK: Counters = Counters::new();
+/// Per CPU: timer interrupts that skipped it (see [`on_tick`]).
+static IRQ_SKIPPED: Counters = Counters::new();
+/// Per CPU: when its last run of the suite's handler ended.
+static IRQ_WORK_END: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+/// Per CPU: whether it has returned from the active suite's `run`.
+static FINISHED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
+
+/// What a suite sees of the run: who it is, how many CPUs take part, and
+/// when to stop.
+pub struct Ctx {
+    /// This CPU's index.
+    pub cpu: usize,
+    /// CPUs running the suite (indices `0..cpus`).
+    pub cpus: usize,
+    polls: Cell<u32>,
+}
+
+/// [`Ctx::should_stop`] reads the clock once per this many calls. On
+/// aarch64 under TCG a counter read is an I/O register access that takes
+/// QEMU's global lock: reading it on every iteration of four CPUs' hot loops
+/// turns that lock into the bottleneck, and the resulting stalls inside
+/// critical sections into lock convoys.
+const POLLS_PER_CLOCK_READ: u32 = 64;
+
+impl Ctx {
+    fn new(cpu: usize, cpus: usize) -> Self {
+        Self {
+            cpu,
+            cpus,
+            polls: Cell::new(0),
+        }
+    }
+
+    /// Whether the budget is spent or some CPU flagged a failure.
+    #[inline]
+    pub fn should_stop(&self) -> bool {
+        // Relaxed: a flag and a deadline, no data hangs on them.
+        if STOP.load(Ordering::Relaxed) {
+            return true;
+        }
+        let polls = self.polls.get();
+        self.polls.set(polls.wrapping_add(1));
+        polls.is_multiple_of(POLLS_PER_CLOCK_READ)
+            && time::now() >= DEADLINE.load(Ordering::Relaxed)
+    }
+
+    /// Flags a failure of the running suite (the first reason is reported)
+    /// and stops every CPU early. Callable from interrupt handlers.
+    pub fn fail(&self, reason: &'static str) {
+        FAILURE.lock().get_or_insert(reason);
+        STOP.store(true, Ordering::Relaxed);
+    }
+}
+
+/// Appends suite `index` to the plan (boot CPU, before [`release`]).
+pub fn plan_push(index: usize) -> Result<(), &'static str> {
+    let len = PLAN_LEN.load(Ordering::Relaxed);
+    if len == MAX_PLAN {
+        return Err("too many suites in the plan");
+    }
+    PLAN[len].store(index, Ordering::Relaxed);
+    PLAN_LEN.store(len + 1, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Lets the secondary CPUs, waiting in [`run`], start on the plan with
+/// `cpus` CPUs in all.
+pub fn release(cpus: usize) {
+    CPUS.store(cpus, Ordering::Relaxed);
+    // Release pairs with the Acquire in `run`: the plan and the CPU count
+    // are visible to every CPU that sees the flag.
+    RELEASED.store(true, Ordering::Release);
+}
+
+/// Every CPU: runs the plan. The boot CPU ends the machine when done; the
+/// others park.
+pub fn run(cpu: usize) -> ! {
+    while !RELEASED.load(Ordering::Acquire) {
+        core::hint::spin_loop();
+    }
+    let cpus = CPUS.load(Ordering::Relaxed);
+    if cpu >= cpus {
+        arch::park();
+    }
+    arch::timer_start();
+    irq::enable();
+    let ctx = Ctx::new(cpu, cpus);
+    let (mut passed, mut failed) = (0, 0);
+    for slot in PLAN.iter().take(PLAN_LEN.load(Ordering::Relaxed)) {
+        let index = slot.load(Ordering::Relaxed);
+        let suite = suites::get(index);
+        if cpu == 0 {
+            prepare(index, suite, cpus);
+        }
+        BARRIER.wait(cpus);
+        suite.run(&ctx);
+        irq::disable();
+        FINISHED[cpu].store(true, Ordering::Relaxed);
+        BARRIER.wait(cpus);
+        if cpu == 0 {
+            // Release/Acquire not needed: the barriers order this.
+            ACTIVE.store(NONE, Ordering::Relaxed);
+            if judge(suite, cpus) {
+                passed += 1;
+            } else {
+                failed += 1;
+            }
+        }
+        BARRIER.wait(cpus);
+        irq::enable();
+    }
+    if cpu == 0 {
+        println!(
+            "KSYNC-DONE status={} passed={passed} failed={failed}",
+            verdict_word(failed == 0)
+        );
+        arch::exit(failed == 0);
+    }
+    irq::disable();
+    arch::park()
+}
+
+fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
+    STOP.store(false, Ordering::Relaxed);
+    *FAILURE.lock() = None;
+    IRQ_WORK.reset();
+    IRQ_SKIPPED.reset();
+    for (done, end) in FINISHED.iter().zip(&IRQ_WORK_END) {
+        done.store(false, Ordering::Relaxed);
+        end.store(0, Ordering::Relaxed);
+    }
+    suite.setup(cpus);
+    println!(
+        "KSYNC-START suite={} kind={} cpus={cpus} budget_ms={}",
+        suite.name(),
+        suite.kind().word(),
+        suite.budget_ms()
+    );
+    let deadline = time::now() + time::ms_to_ticks(suite.budget_ms());
+    DEADLINE.store(deadline, Ordering::Relaxed);
+    WATCHDOG.store(
+        deadline + time::ms_to_ticks(WATCHDOG_GRACE_MS),
+        Ordering::Relaxed,
+    );
+    // Release pairs with the Acquire in `on_tick`: an interrupt handler that
+    // sees the suite active sees its setup.
+    ACTIVE.store(index, Ordering::Release);
+}
+
+/// Boot CPU, everyone else quiet: asks the suite for its verdict, adds the
+/// runner's own checks, prints the result line. Returns whether it passed.
+fn judge(suite: &dyn Suite, cpus: usize) -> bool {
+    let summary = suite.finish(cpus);
+    let flagged = *FAILURE.lock();
+    let (irq_min, irq_max) = IRQ_WORK.min_max(cpus);
+    let irq_skipped = IRQ_SKIPPED.sum(cpus);
+    let quiet_cpu = (0..cpus).find(|&cpu| IRQ_WORK.get(cpu) == 0);
+    let failure = flagged
+        .or(summary.failure)
+        .or(quiet_cpu.map(|_| "a CPU took no timer interrupt during the suite"));
+    println!(
+        "KSYNC-RESULT suite={} kind={} status={} cpus={cpus} ops={} cpu_min={} cpu_max={} irq_min={irq_min} irq_max={irq_max} irq_skipped={irq_skipped} reason=\"{}\"",
+        suite.name(),
+        suite.kind().word(),
+        verdict_word(failure.is_none()),
+        summary.ops,
+        summary.cpu_min,
+        summary.cpu_max,
+        failure.unwrap_or("-"),
+    );
+    if suite.kind() == Kind::Control && failure.is_some() {
+        println!(
+            "  (a control: this failure is the expected outcome, it proves the checks can fire)"
+        );
+    }
+    failure.is_none()
+}
+
+fn verdict_word(pass: bool) -> &'static str {
+    if pass { "PASS" } else { "FAIL" }
+}
+
+/// From the timer interrupt on `cpu` (interrupts off): runs the watchdog
+/// and the active suite's handler.
+///
+/// The handler is skipped when less than one timer period has passed since
+/// its last run on this CPU ended. Under emulation a contended lock can take
+/// longer than a period to get (a waiting vCPU may be descheduled on the
+/// host), and a handler that always outlasts the period would leave the
+/// next tick pending on return, starving thread context for good.
+pub fn on_tick(cpu: usize) {
+    let index = ACTIVE.load(Ordering::Acquire);
+    if index == NONE {
+        return;
+    }
+    let suite = suites::get(index);
+    let cpus = CPUS.load(Ordering::Relaxed);
+    let now = time::now();
+    if now > WATCHDOG.load(Ordering::Relaxed) {
+        watchdog_fire(suite, cpus);
+    }
+    if now >= DEADLINE.load(Ordering::Relaxed) {
+        STOP.store(true, Ordering::Relaxed);
+    }
+    // Relaxed: only this CPU, interrupts off, uses its slot.
+    if now < IRQ_WORK_END[cpu].load(Ordering::Relaxed) + time::hz() / arch::TIMER_HZ {
+        IRQ_SKIPPED.add(cpu, 1);
+        return;
+    }
+    suite.irq(&Ctx::new(cpu, cpus));
+    IRQ_WORK.add(cpu, 1);
+    IRQ_WORK_END[cpu].store(time::now(), Ordering::Relaxed);
+}
+
+fn watchdog_fire(suite: &dyn Suite, cpus: usize) -> ! {
+    static FIRED: AtomicBool = AtomicBool::new(false);
+    if FIRED.swap(true, Ordering::Relaxed) {
+        arch::park();
+    }
+    let mut stuck = 0u32;
+    for (cpu, done) in FINISHED.iter().enumerate().take(cpus) {
+        if !done.load(Ordering::Relaxed) {
+            stuck |= 1 << cpu;
+        }
+    }
+    super::fatal(format_args!(
+        "KSYNC-RESULT suite={} kind={} status=FAIL cpus={cpus} reason=\"watchdog: still running {} ms past the budget; CPUs not done: {stuck:#x}\"",
+        suite.name(),
+        suite.kind().word(),
+        WATCHDOG_GRACE_MS
+    ))
+}

@@ -1,0 +1,27 @@
+//! Time from the CPU's free-running counter: the TSC on x86_64 (calibrated
+//! against the PIT at boot), `CNTVCT_EL0` on aarch64 (its frequency is in
+//! `CNTFRQ_EL0`). Both are the same on every CPU, so a deadline read on one
+//! CPU is valid on all.
+
+use crate::arch;
+
+/// The counter now.
+#[inline]
+pub fn now() -> u64 {
+    arch::counter()
+}
+
+/// Counter ticks per second.
+pub fn hz() -> u64 {
+    arch::counter_hz()
+}
+
+/// Counter ticks in `ms` milliseconds.
+pub fn ms_to_ticks(ms: u64) -> u64 {
+    hz() / 1000 * ms
+}
+
+/// Nanoseconds in `ticks` counter ticks.
+pub fn ticks_to_ns(ticks: u64) -> u64 {
+    (u128::from(ticks) * 1_000_000_000 / u128::from(hz().max(1))) as u64
+}

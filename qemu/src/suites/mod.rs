@@ -1,0 +1,131 @@
+//! The suites: torture tests of ksync's primitives on every CPU, in thread
+//! and interrupt context, each with a deliberately broken *control* that must
+//! fail (a torture test that cannot fail proves nothing), and a benchmark.
+//!
+//! # Adding a suite
+//!
+//! Write one file here with a type that implements [`Suite`], `static`s of
+//! it (the test and its control) listed in the file's `SUITES`, and add that
+//! list to [`REGISTRY`]: one line. The runner
+//! (`kernel::runner`) does the rest: lock-step start on every CPU, the
+//! timer-interrupt hook, the deadline, the quiescing before `finish`, the
+//! per-CPU interrupt check and the `KSYNC-RESULT` line. The host runner
+//! picks new suites up from the `list` output: nothing to change there.
+
+pub mod bench;
+pub mod lockref;
+pub mod spinlock;
+
+pub use crate::kernel::runner::Ctx;
+
+/// Every suite the kernel knows, file by file, in the order `tests` and
+/// `controls` run them.
+static REGISTRY: &[&[&dyn Suite]] = &[lockref::SUITES, spinlock::SUITES, bench::SUITES];
+
+/// Every registered suite, in order.
+pub fn all() -> impl Iterator<Item = &'static dyn Suite> {
+    REGISTRY.iter().flat_map(|file| file.iter().copied())
+}
+
+/// The suite at `index` in [`all`].
+pub fn get(index: usize) -> &'static dyn Suite {
+    all().nth(index).expect("suite index from the plan")
+}
+
+/// What a suite is for.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Kind {
+    /// Must pass.
+    Test,
+    /// Deliberately broken: must be reported as failing.
+    Control,
+    /// Measures; passes unless its sanity checks fail.
+    Bench,
+}
+
+impl Kind {
+    /// The word used on `KSYNC-` lines.
+    pub fn word(self) -> &'static str {
+        match self {
+            Kind::Test => "test",
+            Kind::Control => "control",
+            Kind::Bench => "bench",
+        }
+    }
+}
+
+/// What [`Suite::finish`] reports.
+pub struct Summary {
+    /// Operations done in all, thread and interrupt context.
+    pub ops: u64,
+    /// Fewest thread-context operations of one CPU.
+    pub cpu_min: u64,
+    /// Most thread-context operations of one CPU.
+    pub cpu_max: u64,
+    /// Why the suite failed, if its final checks found a problem.
+    pub failure: Option<&'static str>,
+}
+
+/// A torture test, control or benchmark run on every CPU at once.
+///
+/// State lives in the implementing value (a `static`), so every method takes
+/// `&self` and the type must be `Sync`.
+pub trait Suite: Sync {
+    /// Short name, used on the command line and in reports.
+    fn name(&self) -> &'static str;
+
+    /// Test, control or benchmark.
+    fn kind(&self) -> Kind;
+
+    /// Guest time [`run`](Self::run) may take, in milliseconds.
+    fn budget_ms(&self) -> u64;
+
+    /// Boot CPU, before the run: reset the state for `cpus` CPUs.
+    fn setup(&self, cpus: usize);
+
+    /// Every CPU, thread context, interrupts on: work until
+    /// [`Ctx::should_stop`]; call [`Ctx::fail`] on a violation.
+    fn run(&self, ctx: &Ctx);
+
+    /// From the timer interrupt of any CPU while the suite runs (interrupts
+    /// off, may interrupt that CPU's `run` anywhere interrupts are on).
+    fn irq(&self, ctx: &Ctx);
+
+    /// Boot CPU after every CPU returned from `run` and no handler runs:
+    /// final checks and statistics (printed here).
+    fn finish(&self, cpus: usize) -> Summary;
+}
+
+/// A small per-CPU pseudo-random generator (xorshift64*), to vary the mix of
+/// operations without any shared state.
+pub struct Rng(u64);
+
+impl Rng {
+    /// A generator seeded from `seed` (any value).
+    pub fn new(seed: u64) -> Self {
+        Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// The next value.
+    pub fn next(&mut self) -> u64 {
+        self.0 ^= self.0 >> 12;
+        self.0 ^= self.0 << 25;
+        self.0 ^= self.0 >> 27;
+        self.0.wrapping_mul(0x2545_F491_4F6C_DD1D)
+    }
+
+    /// A value in `0..n`.
+    pub fn below(&mut self, n: u64) -> u64 {
+        self.next() % n
+    }
+}
+
+/// Spins for about `n` iterations without touching memory, to stretch a
+/// critical section (not `spin_loop`: under TCG `pause` leaves the
+/// translated code, which would change the timing the test relies on).
+#[inline]
+pub fn busy_work(n: u32) {
+    for i in 0..n {
+        core::hint::black_box(i);
+    }
+}

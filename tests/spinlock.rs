@@ -1,0 +1,738 @@
+//! Host tests of the spinlocks: the raw inherent API, `lock_api` use,
+//! mutual exclusion with threads playing CPUs, the ticket lock's FIFO
+//! hand-off (`unlock_fair`, `bump`, bounded bypass), 16-bit ticket wrap,
+//! and the IRQ-saving adapters, whose "interrupts off" is, on this host,
+//! the `critical-section` std implementation's global lock.
+
+// Under loom the crate is built for the models in `tests/loom.rs` only.
+#![cfg(not(loom))]
+
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Barrier, Mutex, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ksync::lock_api::{self, MutexGuard, RawMutex};
+use ksync::spinlock::{
+    IrqState, IrqTicketMutex, IrqTtasMutex, Loop, RawIrqSave, RawTicketLock, RawTtasLock, Spin,
+    TicketMutex, TtasMutex,
+};
+
+/// Threads playing CPUs.
+const THREADS: usize = 4;
+
+/// Lock acquisitions per threaded test, within [`TIME_BUDGET`].
+const TOTAL_OPS: usize = if cfg!(debug_assertions) {
+    400_000
+} else {
+    1_000_000
+};
+
+/// Wall-clock budget of each threaded test. Spinning waiters on a loaded
+/// 2-core machine convoy behind a preempted holder (the ticket lock also
+/// behind a preempted next-in-line waiter), so the threaded tests stop early
+/// rather than run for minutes; they still check everything they did.
+const TIME_BUDGET: Duration = Duration::from_millis(1500);
+
+/// Iterations each thread does regardless of the budget.
+const MIN_OPS: usize = 16;
+
+/// How long to wait for something that must happen before calling it a
+/// hang.
+const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Per-thread iteration budget: `max` iterations, stopping early once the
+/// shared deadline has passed (but never before `MIN_OPS`).
+struct Budget {
+    deadline: Instant,
+    max: usize,
+    done: usize,
+}
+
+impl Budget {
+    fn new(start: Instant, max: usize) -> Self {
+        Self {
+            deadline: start + TIME_BUDGET,
+            max,
+            done: 0,
+        }
+    }
+
+    fn next(&mut self) -> bool {
+        if self.done >= self.max
+            || (self.done >= MIN_OPS
+                && self.done.is_multiple_of(8)
+                && Instant::now() >= self.deadline)
+        {
+            return false;
+        }
+        self.done += 1;
+        true
+    }
+}
+
+/// Spins (yielding) until `cond` holds; panics after [`PATIENCE`].
+fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
+        thread::yield_now();
+    }
+}
+
+/// `(owner, next)` of a ticket lock, read from its `Debug` output (the
+/// only place they are visible).
+fn tickets<R>(lock: &RawTicketLock<R>) -> (u16, u16) {
+    let text = format!("{lock:?}");
+    let field = |name: &str| -> u16 {
+        let start = text
+            .find(name)
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+            + name.len();
+        let digits: String = text[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} in {text}"))
+    };
+    (field("owner: "), field("next: "))
+}
+
+/// A raw ticket lock held by this thread, unlocked on drop: also when a
+/// failed assertion unwinds, so that a test fails instead of leaving its
+/// waiters spinning (and `thread::scope` waiting for them) forever.
+struct Held<'a>(&'a RawTicketLock);
+
+impl<'a> Held<'a> {
+    fn lock(lock: &'a RawTicketLock) -> Self {
+        lock.lock();
+        Self(lock)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // SAFETY: locked by `Held::lock` on this thread, unlocked only here.
+        unsafe { self.0.unlock() }
+    }
+}
+
+// ---- the raw inherent API ------------------------------------------------------
+
+#[test]
+fn raw_ticket_lock_inherent_api() {
+    let lock: RawTicketLock = RawTicketLock::new();
+    assert!(!lock.is_locked());
+    assert!(!lock.is_contended());
+    assert_eq!(format!("{lock:?}"), "RawTicketLock { owner: 0, next: 0 }");
+
+    lock.lock();
+    assert!(lock.is_locked());
+    assert!(!lock.is_contended(), "a holder alone is not contention");
+    assert!(!lock.try_lock());
+    assert_eq!(tickets(&lock), (0, 1));
+    // SAFETY: locked above by this thread.
+    unsafe { lock.unlock() };
+    assert!(!lock.is_locked());
+    assert_eq!(tickets(&lock), (1, 1));
+
+    assert!(lock.try_lock());
+    assert!(lock.is_locked());
+    assert!(!lock.try_lock());
+    // SAFETY: taken by the successful try_lock above.
+    unsafe { lock.unlock() };
+    assert!(!lock.is_locked());
+
+    let default: RawTicketLock<Loop> = RawTicketLock::default();
+    assert!(!default.is_locked());
+    default.lock();
+    assert!(default.is_locked());
+    // SAFETY: locked above by this thread.
+    unsafe { default.unlock() };
+    assert!(!default.is_locked());
+}
+
+#[test]
+fn raw_ttas_lock_inherent_api() {
+    let lock: RawTtasLock = RawTtasLock::new();
+    assert!(!lock.is_locked());
+    assert_eq!(format!("{lock:?}"), "RawTtasLock { locked: false }");
+    lock.lock();
+    assert!(lock.is_locked());
+    assert_eq!(format!("{lock:?}"), "RawTtasLock { locked: true }");
+    assert!(!lock.try_lock());
+    // SAFETY: locked above by this thread.
+    unsafe { lock.unlock() };
+    assert!(!lock.is_locked());
+    assert!(lock.try_lock());
+    assert!(!lock.try_lock());
+    assert!(lock.is_locked());
+    // SAFETY: taken by the successful try_lock above.
+    unsafe { lock.unlock() };
+    assert!(!lock.is_locked());
+
+    let default: RawTtasLock<Loop> = RawTtasLock::default();
+    default.lock();
+    assert!(default.is_locked());
+    // SAFETY: locked above by this thread.
+    unsafe { default.unlock() };
+    assert!(!default.is_locked());
+}
+
+#[test]
+fn raw_locks_in_statics() {
+    static TICKET: RawTicketLock = RawTicketLock::new();
+    static TTAS: RawTtasLock = RawTtasLock::new();
+    static IRQ: RawIrqSave<RawTicketLock> = RawIrqSave::new(RawTicketLock::new());
+    TICKET.lock();
+    TTAS.lock();
+    assert!(TICKET.is_locked() && TTAS.is_locked());
+    // SAFETY: both locked above by this thread.
+    unsafe {
+        TICKET.unlock();
+        TTAS.unlock();
+    }
+    assert!(!TICKET.is_locked() && !TTAS.is_locked());
+    let guard = RawMutex::lock(&IRQ);
+    assert!(RawMutex::is_locked(&IRQ));
+    // SAFETY: `guard` is the state of the acquisition just made.
+    unsafe { RawMutex::unlock(&IRQ, guard) };
+    assert!(!RawMutex::is_locked(&IRQ));
+}
+
+#[test]
+fn ticket_is_contended_while_a_waiter_queues() {
+    let lock: RawTicketLock = RawTicketLock::new();
+    let got_it = AtomicBool::new(false);
+    let held = Held::lock(&lock);
+    thread::scope(|s| {
+        s.spawn(|| {
+            let _held = Held::lock(&lock);
+            got_it.store(true, Ordering::Relaxed);
+        });
+        wait_until("the waiter to queue", || lock.is_contended());
+        assert!(lock.is_locked());
+        assert!(!lock.try_lock(), "try_lock with a waiter queued");
+        assert!(!got_it.load(Ordering::Relaxed));
+        drop(held);
+    });
+    assert!(got_it.load(Ordering::Relaxed));
+    assert!(!lock.is_locked());
+    assert!(!lock.is_contended());
+}
+
+#[test]
+fn ticket_wraparound() {
+    let lock: RawTicketLock = RawTicketLock::new();
+    for _ in 0..0xffff {
+        drop(Held::lock(&lock));
+    }
+    assert_eq!(tickets(&lock), (0xffff, 0xffff));
+    assert!(!lock.is_locked());
+
+    // Holding ticket 0xffff: next has wrapped to 0.
+    let held = Held::lock(&lock);
+    assert_eq!(tickets(&lock), (0xffff, 0));
+    assert!(lock.is_locked());
+    assert!(!lock.is_contended());
+    assert!(!lock.try_lock());
+    thread::scope(|s| {
+        s.spawn(|| drop(Held::lock(&lock)));
+        wait_until("the waiter to queue", || lock.is_contended());
+        assert_eq!(tickets(&lock), (0xffff, 1));
+        drop(held);
+    });
+    assert_eq!(tickets(&lock), (1, 1));
+    assert!(!lock.is_locked());
+
+    // try_lock across the wrap too.
+    for _ in 0..0x1_0005 {
+        assert!(lock.try_lock());
+        assert!(lock.is_locked());
+        // SAFETY: taken by the successful try_lock above.
+        unsafe { lock.unlock() };
+    }
+    assert_eq!(tickets(&lock), (6, 6));
+}
+
+/// Waiters are served in the order they took their tickets.
+#[test]
+fn ticket_hands_over_in_fifo_order() {
+    const WAITERS: u16 = 5;
+    let lock: RawTicketLock = RawTicketLock::new();
+    let order = Mutex::new(Vec::new());
+    let held = Held::lock(&lock);
+    thread::scope(|s| {
+        for i in 0..WAITERS {
+            let (lock, order) = (&lock, &order);
+            s.spawn(move || {
+                let _held = Held::lock(lock);
+                order.lock().unwrap().push(i);
+            });
+            // Spawn the next one only once this one holds its ticket.
+            wait_until("the waiter's ticket", || tickets(lock).1 == i + 2);
+        }
+        drop(held);
+    });
+    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
+}
+
+// ---- lock_api: try_lock, statics ----------------------------------------------
+
+/// `try_lock` fails while the lock is held (here and in another thread) and
+/// succeeds once it is released.
+fn try_lock_semantics<R: RawMutex + Sync>() {
+    let m = lock_api::Mutex::<R, u32>::new(0);
+    let mut guard = m.try_lock().expect("free lock");
+    *guard += 1;
+    assert!(m.is_locked());
+    assert!(m.try_lock().is_none());
+    thread::scope(|s| {
+        s.spawn(|| assert!(m.try_lock().is_none())).join().unwrap();
+    });
+    drop(guard);
+    assert!(!m.is_locked());
+    thread::scope(|s| {
+        s.spawn(|| {
+            let mut guard = m.try_lock().expect("released lock");
+            *guard += 1;
+        })
+        .join()
+        .unwrap();
+    });
+    assert_eq!(*m.try_lock().unwrap(), 2);
+    assert_eq!(m.into_inner(), 2);
+}
+
+#[test]
+fn try_lock_ticket() {
+    try_lock_semantics::<RawTicketLock>();
+    try_lock_semantics::<RawTicketLock<Loop>>();
+}
+
+#[test]
+fn try_lock_ttas() {
+    try_lock_semantics::<RawTtasLock>();
+    try_lock_semantics::<RawTtasLock<Loop>>();
+}
+
+#[test]
+fn irq_try_lock_fails_while_held_and_keeps_interrupts_off() {
+    fn check<L: RawMutex>() {
+        let m = lock_api::Mutex::<RawIrqSave<L>, u32>::new(0);
+        let guard = m.lock();
+        // From another thread this would wait for the (global) critical
+        // section instead; from the holder it is a nested save.
+        assert!(m.try_lock().is_none());
+        // The failed try_lock restored only its own (nested) state:
+        // interrupts are still off.
+        let probe = CsProbe::start();
+        probe.assert_blocked();
+        drop(guard);
+        probe.assert_gets_through();
+        let mut guard = m.try_lock().expect("released lock");
+        *guard += 1;
+        drop(guard);
+        assert!(!m.is_locked());
+        CsProbe::start().assert_gets_through();
+    }
+    check::<RawTicketLock>();
+    check::<RawTtasLock>();
+}
+
+/// A failed `try_lock` from outside any critical section restores the
+/// interrupt state it saved. (The lock is held by another thread that has
+/// already restored its own interrupts, which the raw API allows.)
+#[test]
+fn irq_try_lock_failure_restores_interrupts() {
+    fn check<L: RawMutex<Guard = lock_api::GuardSend> + Sync>() {
+        let m = lock_api::Mutex::<RawIrqSave<L>, u32>::new(0);
+        // SAFETY: the raw lock is locked and unlocked only below, with the
+        // guard state of that acquisition; no `MutexGuard` exists meanwhile.
+        let raw = unsafe { m.raw() };
+        let (inner, irq) = RawMutex::lock(raw);
+        // Interrupts back on, lock still held.
+        drop(irq);
+        CsProbe::start().assert_gets_through();
+        thread::scope(|s| {
+            s.spawn(|| assert!(m.try_lock().is_none())).join().unwrap();
+        });
+        CsProbe::start().assert_gets_through();
+        // SAFETY: `inner` is the state of the acquisition above, and the
+        // saved interrupt state is a fresh one of this thread.
+        unsafe { RawMutex::unlock(raw, (inner, IrqState::save())) };
+        assert!(!m.is_locked());
+        CsProbe::start().assert_gets_through();
+        assert!(m.try_lock().is_some());
+    }
+    check::<RawTicketLock>();
+    check::<RawTtasLock>();
+}
+
+#[test]
+fn mutexes_in_statics() {
+    static TICKET: TicketMutex<u64> = TicketMutex::new(0);
+    static TTAS: TtasMutex<[u8; 3]> = TtasMutex::new([0; 3]);
+    static IRQ_TICKET: IrqTicketMutex<u64> = IrqTicketMutex::new(0);
+    static IRQ_TTAS: IrqTtasMutex<u64> = IrqTtasMutex::new(0);
+    *TICKET.lock() += 1;
+    TTAS.lock()[1] = 7;
+    *IRQ_TICKET.lock() += 2;
+    *IRQ_TTAS.lock() += 3;
+    assert_eq!(*TICKET.lock(), 1);
+    assert_eq!(*TTAS.lock(), [0, 7, 0]);
+    assert_eq!(*IRQ_TICKET.lock(), 2);
+    assert_eq!(*IRQ_TTAS.lock(), 3);
+    assert!(!TICKET.is_locked() && !TTAS.is_locked());
+    assert!(!IRQ_TICKET.is_locked() && !IRQ_TTAS.is_locked());
+}
+
+// ---- mutual exclusion ------------------------------------------------------------
+
+/// `THREADS` threads update a pair non-atomically under the lock: both
+/// fields must always be equal on entry, no two threads may be inside at
+/// once, and no update may be lost.
+fn exclusion<R: RawMutex + Sync>(name: &str) {
+    let m = lock_api::Mutex::<R, (u64, u64)>::new((0, 0));
+    let inside = AtomicBool::new(false);
+    let total = AtomicUsize::new(0);
+    let barrier = Barrier::new(THREADS);
+    let t0 = Instant::now();
+    thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                barrier.wait();
+                let mut budget = Budget::new(t0, TOTAL_OPS / THREADS);
+                while budget.next() {
+                    let mut guard = m.lock();
+                    assert!(!inside.swap(true, Ordering::Relaxed), "{name}: two holders");
+                    let (a, b) = *guard;
+                    assert_eq!(a, b, "{name}: torn update seen");
+                    guard.0 = a + 1;
+                    // Widen the window between the two writes.
+                    for _ in 0..4 {
+                        std::hint::spin_loop();
+                    }
+                    guard.1 = b + 1;
+                    inside.store(false, Ordering::Relaxed);
+                }
+                total.fetch_add(budget.done, Ordering::Relaxed);
+            });
+        }
+    });
+    let total = total.load(Ordering::Relaxed) as u64;
+    assert_eq!(m.into_inner(), (total, total), "{name}: lost updates");
+    println!("{name}: {total} acquisitions in {:?}", t0.elapsed());
+}
+
+#[test]
+fn ticket_mutual_exclusion() {
+    exclusion::<RawTicketLock>("ticket");
+}
+
+#[test]
+fn ttas_mutual_exclusion() {
+    exclusion::<RawTtasLock>("ttas");
+}
+
+#[test]
+fn loop_relax_mutual_exclusion() {
+    exclusion::<RawTicketLock<Loop>>("ticket<Loop>");
+    exclusion::<RawTtasLock<Loop>>("ttas<Loop>");
+}
+
+#[test]
+fn irq_ticket_mutual_exclusion() {
+    exclusion::<RawIrqSave<RawTicketLock>>("irq ticket");
+}
+
+#[test]
+fn irq_ttas_mutual_exclusion() {
+    exclusion::<RawIrqSave<RawTtasLock<Spin>>>("irq ttas");
+}
+
+// ---- ticket fairness -----------------------------------------------------------
+
+/// Every acquisition records how many other acquisitions happened between
+/// its call to `lock` and its entry: with a FIFO lock and `THREADS` threads,
+/// at most `THREADS - 1` (each other thread holds at most one earlier
+/// ticket). Only a thread preempted between reading the counter and taking
+/// its ticket can see more, so nearly all acquisitions must respect the
+/// bound. A lock that lets a waiter be overtaken again and again (TTAS)
+/// does not.
+#[test]
+fn ticket_bypass_is_bounded() {
+    let lock: RawTicketLock = RawTicketLock::new();
+    let acquisitions = AtomicUsize::new(0);
+    let over = AtomicUsize::new(0);
+    let max_bypass = AtomicUsize::new(0);
+    let per_thread: Vec<AtomicUsize> = (0..THREADS).map(|_| AtomicUsize::new(0)).collect();
+    let t0 = Instant::now();
+
+    // Every thread queues behind this one before anyone starts, so each
+    // is served at least once whatever the scheduler does.
+    let held = Held::lock(&lock);
+    thread::scope(|s| {
+        for mine in &per_thread {
+            let (lock, acquisitions, over, max_bypass) = (&lock, &acquisitions, &over, &max_bypass);
+            s.spawn(move || {
+                let mut budget = Budget::new(t0, TOTAL_OPS / THREADS);
+                while budget.next() {
+                    let before = acquisitions.load(Ordering::Relaxed);
+                    let held = Held::lock(lock);
+                    let after = acquisitions.fetch_add(1, Ordering::Relaxed);
+                    mine.fetch_add(1, Ordering::Relaxed);
+                    drop(held);
+                    let bypass = after - before;
+                    max_bypass.fetch_max(bypass, Ordering::Relaxed);
+                    if bypass > THREADS - 1 {
+                        over.fetch_add(1, Ordering::Relaxed);
+                    }
+                }
+            });
+        }
+        wait_until("every thread to queue", || {
+            let (owner, next) = tickets(&lock);
+            next.wrapping_sub(owner) == 1 + THREADS as u16
+        });
+        drop(held);
+    });
+
+    let total = acquisitions.load(Ordering::Relaxed);
+    let over = over.load(Ordering::Relaxed);
+    let counts: Vec<usize> = per_thread
+        .iter()
+        .map(|c| c.load(Ordering::Relaxed))
+        .collect();
+    println!(
+        "{total} acquisitions in {:?}; per thread {counts:?}; {over} over the bound, max bypass {}",
+        t0.elapsed(),
+        max_bypass.load(Ordering::Relaxed)
+    );
+    assert_eq!(counts.iter().sum::<usize>(), total);
+    assert!(
+        counts.iter().all(|&c| c > 0),
+        "a thread starved: {counts:?}"
+    );
+    assert!(
+        over <= total / 100 + 2,
+        "{over} of {total} acquisitions were overtaken more than {} times",
+        THREADS - 1
+    );
+}
+
+/// `unlock_fair` hands the lock to the queued waiter: right after it, the
+/// lock is not free for the taking, even before the waiter runs.
+#[test]
+fn ticket_unlock_fair_hands_over() {
+    let m = TicketMutex::new(0u32);
+    // Without waiters it simply unlocks.
+    let guard = m.lock();
+    MutexGuard::unlock_fair(guard);
+    assert!(!m.is_locked());
+    assert!(m.try_lock().is_some());
+
+    let checked = AtomicBool::new(false);
+    let guard = m.lock();
+    thread::scope(|s| {
+        s.spawn(|| {
+            let mut guard = m.lock();
+            *guard += 1;
+            wait_until("the holder's check", || checked.load(Ordering::Relaxed));
+        });
+        // SAFETY: only reads a snapshot of the lock state through the raw
+        // lock; nothing is locked or unlocked through it.
+        let raw = unsafe { m.raw() };
+        wait_until("the waiter to queue", || raw.is_contended());
+        MutexGuard::unlock_fair(guard);
+        assert!(m.try_lock().is_none(), "unlock_fair let the lock be stolen");
+        assert!(m.is_locked());
+        checked.store(true, Ordering::Relaxed);
+    });
+    assert_eq!(*m.lock(), 1);
+}
+
+/// `bump` with a waiter queued lets it run before re-taking the lock;
+/// without one it keeps the lock.
+#[test]
+fn ticket_bump_yields_to_a_waiter() {
+    let m = TicketMutex::new(0u32);
+    let mut guard = m.lock();
+    MutexGuard::bump(&mut guard);
+    *guard += 1;
+    thread::scope(|s| {
+        s.spawn(|| assert!(m.try_lock().is_none(), "bump released the lock"))
+            .join()
+            .unwrap();
+    });
+    assert_eq!(*guard, 1);
+
+    thread::scope(|s| {
+        s.spawn(|| {
+            let mut guard = m.lock();
+            assert_eq!(*guard, 1);
+            *guard = 10;
+        });
+        // SAFETY: only reads a snapshot of the lock state.
+        let raw = unsafe { m.raw() };
+        wait_until("the waiter to queue", || raw.is_contended());
+        MutexGuard::bump(&mut guard);
+        // The waiter ran in between, and we hold the lock again.
+        assert_eq!(*guard, 10);
+        assert!(m.is_locked());
+        *guard += 1;
+        drop(guard);
+    });
+    assert_eq!(*m.lock(), 11);
+}
+
+#[test]
+fn irq_ticket_unlock_fair_and_bump() {
+    let m = IrqTicketMutex::new(0u32);
+    let mut guard = m.lock();
+    *guard += 1;
+    MutexGuard::bump(&mut guard);
+    assert_eq!(*guard, 1);
+    assert!(m.is_locked());
+    // Still "interrupts off" after the bump.
+    let probe = CsProbe::start();
+    probe.assert_blocked();
+    MutexGuard::unlock_fair(guard);
+    probe.assert_gets_through();
+    assert!(!m.is_locked());
+    assert_eq!(*m.try_lock().expect("released"), 1);
+}
+
+// ---- IRQ saving -------------------------------------------------------------------
+
+/// A thread that enters a critical section, which on this host is what an
+/// interrupt handler on another "CPU" would need while interrupts are off
+/// here: the std implementation is one global lock.
+struct CsProbe {
+    entered: mpsc::Receiver<()>,
+    thread: Option<thread::JoinHandle<()>>,
+}
+
+impl CsProbe {
+    fn start() -> Self {
+        let (tx, entered) = mpsc::channel();
+        let thread = thread::spawn(move || critical_section::with(|_| tx.send(()).unwrap()));
+        Self {
+            entered,
+            thread: Some(thread),
+        }
+    }
+
+    /// The probe cannot enter (for a while, at least).
+    fn assert_blocked(&self) {
+        assert_eq!(
+            self.entered.recv_timeout(Duration::from_millis(100)),
+            Err(mpsc::RecvTimeoutError::Timeout),
+            "entered a critical section while interrupts were off"
+        );
+    }
+
+    /// The probe enters.
+    fn assert_gets_through(mut self) {
+        assert_eq!(
+            self.entered.recv_timeout(PATIENCE),
+            Ok(()),
+            "interrupts were not restored"
+        );
+        self.thread.take().unwrap().join().unwrap();
+    }
+}
+
+#[test]
+fn irq_state_save_and_restore() {
+    CsProbe::start().assert_gets_through();
+    let outer = IrqState::save();
+    let probe = CsProbe::start();
+    probe.assert_blocked();
+    let inner = IrqState::save();
+    assert_eq!(format!("{inner:?}"), "IrqState");
+    drop(inner);
+    // Restoring the nested save keeps them off.
+    probe.assert_blocked();
+    drop(outer);
+    probe.assert_gets_through();
+}
+
+#[test]
+fn irq_mutexes_disable_interrupts_while_held() {
+    let a = IrqTicketMutex::new(0u32);
+    let b = IrqTtasMutex::new(0u32);
+    for which in 0..2 {
+        let probe;
+        if which == 0 {
+            let mut guard = a.lock();
+            probe = CsProbe::start();
+            probe.assert_blocked();
+            *guard += 1;
+        } else {
+            let mut guard = b.try_lock().unwrap();
+            probe = CsProbe::start();
+            probe.assert_blocked();
+            *guard += 1;
+        }
+        probe.assert_gets_through();
+    }
+    assert_eq!((*a.lock(), *b.lock()), (1, 1));
+}
+
+#[test]
+fn irq_mutexes_nest() {
+    let a = IrqTicketMutex::new(0u32);
+    let b = IrqTtasMutex::new(0u32);
+    let mut ga = a.lock();
+    let mut gb = b.lock();
+    let probe = CsProbe::start();
+    *ga += 1;
+    *gb += 1;
+    probe.assert_blocked();
+    // Inner first, as required: interrupts stay off until the outer drops.
+    drop(gb);
+    assert!(!b.is_locked());
+    probe.assert_blocked();
+    drop(ga);
+    probe.assert_gets_through();
+    assert!(!a.is_locked());
+    assert_eq!((*a.lock(), *b.lock()), (1, 1));
+}
+
+/// Threads take two IRQ-saving locks nested (always in the same order) and
+/// update both protected values; also check exclusion on each.
+#[test]
+fn irq_mutexes_nest_threaded() {
+    let a = IrqTicketMutex::new(0u64);
+    let b = IrqTtasMutex::new(0u64);
+    let (in_a, in_b) = (AtomicBool::new(false), AtomicBool::new(false));
+    let total = AtomicUsize::new(0);
+    let t0 = Instant::now();
+    thread::scope(|s| {
+        for _ in 0..THREADS {
+            s.spawn(|| {
+                let mut budget = Budget::new(t0, TOTAL_OPS / THREADS / 4);
+                while budget.next() {
+                    let mut ga = a.lock();
+                    assert!(!in_a.swap(true, Ordering::Relaxed));
+                    let mut gb = b.lock();
+                    assert!(!in_b.swap(true, Ordering::Relaxed));
+                    assert_eq!(*ga, *gb);
+                    *ga += 1;
+                    *gb += 1;
+                    in_b.store(false, Ordering::Relaxed);
+                    drop(gb);
+                    in_a.store(false, Ordering::Relaxed);
+                    drop(ga);
+                }
+                total.fetch_add(budget.done, Ordering::Relaxed);
+            });
+        }
+    });
+    let total = total.load(Ordering::Relaxed) as u64;
+    assert_eq!((*a.lock(), *b.lock()), (total, total));
+    CsProbe::start().assert_gets_through();
+}
