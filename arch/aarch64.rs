@@ -68,6 +68,10 @@ cas!(cas_acquire, "casa");
 #[cfg(target_feature = "lse")]
 cas!(cas_release, "casl");
 
+/// The `cas` step compares against the caller's `seen`.
+#[cfg(target_feature = "lse")]
+pub(crate) const STEP_LOADS_WORD: bool = false;
+
 /// One lockless lockref attempt with `cas`. Same contract as the portable
 /// step in `generic.rs`.
 #[cfg(target_feature = "lse")]
@@ -84,7 +88,7 @@ pub(crate) fn lockref_attempt(
         return Attempt::Locked;
     }
     let count = count_of(old);
-    if count < rule.lo || count > rule.hi {
+    if !rule.admits(count) {
         return Attempt::Refused(count);
     }
     let new = old.wrapping_add(count_delta(rule.delta));
@@ -128,7 +132,7 @@ macro_rules! llsc {
         /// `ptr` must be valid for atomic access and 8-byte aligned (the
         /// exclusive instructions fault otherwise).
         #[inline(always)]
-        unsafe fn $name(ptr: *mut u64, lo: i64, hi: i64, add: u64) -> (u64, u64) {
+        unsafe fn $name(ptr: *mut u64, lo: i64, span: u64, add: u64) -> (u64, u64) {
             debug_assert!(ptr.is_aligned());
             let status: u64;
             let old: u64;
@@ -146,12 +150,12 @@ macro_rules! llsc {
                     "and  {t2}, {old}, #0xffff",
                     "cmp  {t1}, {t2}",
                     "b.ne 2f",
-                    // Count (bits 32..64, signed) within [lo, hi]?
+                    // Count (bits 32..64, signed) within [lo, lo + span]?
+                    // One unsigned compare of count - lo against span.
                     "asr  {t1}, {old}, #32",
-                    "cmp  {t1}, {lo}",
-                    "b.lt 3f",
-                    "cmp  {t1}, {hi}",
-                    "b.gt 3f",
+                    "sub  {t1}, {t1}, {lo}",
+                    "cmp  {t1}, {span}",
+                    "b.hi 3f",
                     "add  {t1}, {old}, {add}",
                     concat!($st, " {st:w}, {t1}, [{ptr}]"),
                     // st = 0 (DONE) on success, 1 (LOST) on failure.
@@ -172,7 +176,7 @@ macro_rules! llsc {
                     t2 = out(reg) _,
                     ptr = in(reg) ptr,
                     lo = in(reg) lo,
-                    hi = in(reg) hi,
+                    span = in(reg) span,
                     add = in(reg) add,
                     options(nostack),
                 );
@@ -189,6 +193,11 @@ llsc!(llsc_acquire, "ldaxr", "stxr");
 #[cfg(not(target_feature = "lse"))]
 llsc!(llsc_release, "ldxr", "stlxr");
 
+/// The LL/SC step loads the word with its exclusive load: the caller need
+/// not load it first.
+#[cfg(not(target_feature = "lse"))]
+pub(crate) const STEP_LOADS_WORD: bool = true;
+
 /// One lockless lockref attempt with an LL/SC pair. Same contract as the
 /// portable step in `generic.rs`; `seen` is only refreshed (the exclusive
 /// load reads the word afresh every time).
@@ -202,18 +211,16 @@ pub(crate) fn lockref_attempt(
 ) -> Attempt {
     use super::{count_delta, count_of};
     let ptr = word.as_ptr();
-    let (lo, hi, add) = (
-        i64::from(rule.lo),
-        i64::from(rule.hi),
-        count_delta(rule.delta),
-    );
+    let lo = i64::from(rule.lo);
+    let span = (i64::from(rule.hi) - lo) as u64;
+    let add = count_delta(rule.delta);
     // SAFETY: `ptr` points into a live `AtomicU64`, which is 8-byte aligned
     // and only ever accessed atomically.
     let (st, old) = unsafe {
         match order {
-            Ordering::Relaxed => llsc_relaxed(ptr, lo, hi, add),
-            Ordering::Acquire => llsc_acquire(ptr, lo, hi, add),
-            Ordering::Release => llsc_release(ptr, lo, hi, add),
+            Ordering::Relaxed => llsc_relaxed(ptr, lo, span, add),
+            Ordering::Acquire => llsc_acquire(ptr, lo, span, add),
+            Ordering::Release => llsc_release(ptr, lo, span, add),
             _ => unreachable!("lockref steps are Relaxed, Acquire or Release"),
         }
     };
@@ -224,6 +231,24 @@ pub(crate) fn lockref_attempt(
         status::LOCKED => Attempt::Locked,
         _ => Attempt::Refused(count_of(old)),
     }
+}
+
+// ---- per-CPU local add ---------------------------------------------------
+
+/// Adds `amount` to this CPU's slot with LSE `stadd`: one atomic
+/// instruction that returns nothing, so it needs no exclusive pair and no
+/// retry loop. (Without LSE the portable interrupts-off load/store is used.)
+#[cfg(target_feature = "lse")]
+#[inline(always)]
+pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
+    let ptr = slot.as_ptr();
+    debug_assert!(ptr.is_aligned());
+    // SAFETY: `ptr` points into a live, 4-byte aligned `AtomicI32`; the
+    // instruction reads and writes only it. `nostack`; `stadd` leaves NZCV
+    // alone (`preserves_flags`).
+    unsafe {
+        core::arch::asm!("stadd {amount:w}, [{ptr}]", ptr = in(reg) ptr, amount = in(reg) amount, options(nostack, preserves_flags))
+    };
 }
 
 // ---- interrupts ----------------------------------------------------------

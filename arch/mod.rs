@@ -22,6 +22,14 @@
 //!     fault, loom, Miri): the `critical-section` implementation the final
 //!     binary provides.
 //!
+//! * **per-CPU local add** — add to this CPU's slot of a per-CPU counter,
+//!   atomic with respect to interrupts on this CPU (only this CPU writes the
+//!   slot, so no cross-CPU atomicity is needed):
+//!   - x86_64: a plain `add` to memory, one instruction, no `lock` prefix;
+//!   - aarch64 with LSE: `stadd`;
+//!   - everything else: interrupts off around a load and a store (loom and
+//!     Miri: the load and store alone, they model no interrupts).
+//!
 //! The portable module is compiled under `cfg(test)` on every arch, so the
 //! fallback is exercised by the unit tests on x86_64 and aarch64 too.
 
@@ -37,6 +45,14 @@ pub(crate) struct Rule {
     pub(crate) lo: i32,
     pub(crate) hi: i32,
     pub(crate) delta: i32,
+}
+
+impl Rule {
+    /// Whether `count` is in `lo..=hi`, as one unsigned comparison.
+    #[inline(always)]
+    pub(crate) const fn admits(self, count: i32) -> bool {
+        (count.wrapping_sub(self.lo) as u32) <= (self.hi.wrapping_sub(self.lo) as u32)
+    }
 }
 
 /// The outcome of one lockless attempt.
@@ -75,7 +91,7 @@ pub(crate) const fn count_delta(delta: i32) -> u64 {
 // run its lockref step on every arch (dead code where a native path exists).
 pub(crate) mod generic;
 
-#[cfg(all(target_arch = "x86_64", target_os = "none", not(any(loom, miri))))]
+#[cfg(all(target_arch = "x86_64", not(any(loom, miri))))]
 mod x86_64;
 
 #[cfg(all(target_arch = "aarch64", not(any(loom, miri))))]
@@ -84,18 +100,35 @@ mod aarch64;
 // ---- lockref step -------------------------------------------------------
 
 #[cfg(all(target_arch = "aarch64", not(any(loom, miri))))]
-pub(crate) use aarch64::lockref_attempt;
+pub(crate) use aarch64::{STEP_LOADS_WORD, lockref_attempt};
 
 #[cfg(all(
     target_has_atomic = "64",
     any(loom, miri, not(target_arch = "aarch64"))
 ))]
-pub(crate) use generic::lockref_attempt;
+pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt};
 
 // ---- local interrupt control -------------------------------------------
 
 #[cfg(all(target_arch = "x86_64", target_os = "none", not(any(loom, miri))))]
 pub(crate) use x86_64::{IrqFlags, irq_restore, irq_save};
+
+// ---- per-CPU local add -----------------------------------------------------
+
+#[cfg(all(target_arch = "x86_64", not(any(loom, miri))))]
+pub(crate) use x86_64::local_add;
+
+#[cfg(all(target_arch = "aarch64", target_feature = "lse", not(any(loom, miri))))]
+pub(crate) use aarch64::local_add;
+
+#[cfg(not(all(
+    any(
+        target_arch = "x86_64",
+        all(target_arch = "aarch64", target_feature = "lse")
+    ),
+    not(any(loom, miri))
+)))]
+pub(crate) use generic::local_add;
 
 #[cfg(all(target_arch = "aarch64", target_os = "none", not(any(loom, miri))))]
 pub(crate) use aarch64::{IrqFlags, irq_restore, irq_save};

@@ -5,6 +5,15 @@
 //!   updated without the lock while it is free ([`LockRef`]).
 //! * [`spinlock`]: a fair ticket lock, a TTAS lock and IRQ-saving variants,
 //!   all usable through [`lock_api`].
+//! * [`percpu`]: [`PerCpu<T>`](percpu::PerCpu), one cache-padded slot per
+//!   CPU, and [`percpu_counter`]: counters whose updates stay on this CPU's
+//!   line.
+//! * [`percpu_rwlock`]: a reader-writer lock whose readers touch only
+//!   their own CPU's count; [`brlock`]: per-CPU spinlocks.
+//! * [`rcu`]: read-copy-update with quiescent-state-based grace periods,
+//!   polled cookies and [`rcu::RcuSync`].
+//! * [`kernel`]: the hooks a kernel provides once ([`set_kernel!`]): CPU id,
+//!   CPU count, preemption control.
 //!
 //! Everything is usable from `static`s (`const fn new`) and needs no
 //! allocator. Names follow Linux; the C names are doc aliases, so searching
@@ -21,19 +30,32 @@
 //! # Features
 //!
 //! * `defmt`: `defmt::Format` for the public types.
+//! * `test-hooks`: kernel hooks for host tests in which threads play CPUs
+//!   ([`kernel::host`]); pulls in `std`, never for kernels.
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 
-#[cfg(any(test, loom))]
+#[cfg(any(test, loom, feature = "test-hooks"))]
 extern crate std;
 
 #[path = "../arch/mod.rs"]
 mod arch;
 mod sync;
 
+pub mod brlock;
+pub mod kernel;
 pub mod lockref;
+pub mod percpu;
+pub mod percpu_counter;
+pub mod percpu_rwlock;
+pub mod rcu;
 pub mod spinlock;
 
 pub use lock_api;
 pub use lockref::{LockRef, LockRefGuard};
+
+/// The README's examples, compiled and run as doc tests.
+#[cfg(doctest)]
+#[doc = include_str!("../README.md")]
+pub struct ReadmeDoctests;

@@ -162,10 +162,15 @@ impl LockRef {
     /// Returns `Attempt::Lost` when the tries ran out.
     #[inline(always)]
     fn lockless(&self, rule: Rule, order: Ordering) -> Attempt {
-        let mut seen = self.word.load(Ordering::Relaxed);
-        for _ in 0..CMPXCHG_LOOP_TRIES {
+        // An LL/SC step loads the word itself; the others start from a load.
+        let mut seen = if arch::STEP_LOADS_WORD {
+            0
+        } else {
+            self.word.load(Ordering::Relaxed)
+        };
+        for lost in 0..CMPXCHG_LOOP_TRIES {
             match arch::lockref_attempt(&self.word, &mut seen, rule, order) {
-                Attempt::Lost => contention_relax(),
+                Attempt::Lost => contention_relax(lost),
                 done => return done,
             }
         }
@@ -299,12 +304,23 @@ impl LockRef {
     }
 }
 
-/// What a lockless step does after losing a race: nothing. A lost
-/// compare-exchange means another CPU made progress, and retrying at once
-/// measured best here (see the README's benchmark notes).
+/// What a lockless step does after losing a race (`lost` counts the losses
+/// of this operation so far). Chosen by measurement, see the README.
 #[cfg(target_has_atomic = "64")]
 #[inline(always)]
-fn contention_relax() {}
+fn contention_relax(lost: u32) {
+    #[cfg(ksync_test_backoff = "pause")]
+    {
+        let _ = lost;
+        spin_loop();
+    }
+    #[cfg(ksync_test_backoff = "exp")]
+    for _ in 0..1u32 << lost.min(4) {
+        spin_loop();
+    }
+    #[cfg(not(any(ksync_test_backoff = "pause", ksync_test_backoff = "exp")))]
+    let _ = lost;
+}
 
 // ---- the operations ---------------------------------------------------------
 
@@ -325,16 +341,21 @@ impl LockRef {
         match self.lockless(rule, Ordering::Relaxed) {
             Attempt::Done(_) => {}
             Attempt::Refused(count) => refused_get(count),
-            Attempt::Locked | Attempt::Lost => {
-                let mut guard = self.lock();
-                match guard.count() {
-                    count @ (MAX | i32::MIN..0) => {
-                        drop(guard);
-                        refused_get(count);
-                    }
-                    count => guard.set_count(count + 1),
-                }
+            Attempt::Locked | Attempt::Lost => self.get_locked(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    fn get_locked(&self) {
+        let mut guard = self.lock();
+        match guard.count() {
+            count @ (MAX | i32::MIN..0) => {
+                drop(guard);
+                refused_get(count);
             }
+            count => guard.set_count(count + 1),
         }
     }
 
@@ -369,20 +390,25 @@ impl LockRef {
                 true
             }
             Attempt::Refused(_) => false,
-            Attempt::Locked | Attempt::Lost => {
-                let mut guard = self.lock();
-                match guard.count() {
-                    MAX => {
-                        drop(guard);
-                        saturated();
-                        true
-                    }
-                    count if count < lo => false,
-                    count => {
-                        guard.set_count(count + 1);
-                        true
-                    }
-                }
+            Attempt::Locked | Attempt::Lost => self.get_if_at_least_locked(lo),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    #[track_caller]
+    fn get_if_at_least_locked(&self, lo: i32) -> bool {
+        let mut guard = self.lock();
+        match guard.count() {
+            MAX => {
+                drop(guard);
+                saturated();
+                true
+            }
+            count if count < lo => false,
+            count => {
+                guard.set_count(count + 1);
+                true
             }
         }
     }
@@ -439,19 +465,20 @@ impl LockRef {
         };
         match self.lockless(rule, Ordering::Release) {
             Attempt::Done(_) | Attempt::Refused(MAX) => None,
-            Attempt::Refused(_) | Attempt::Locked | Attempt::Lost => {
-                let mut guard = self.lock();
-                match guard.count() {
-                    count @ ..=1 => {
-                        let _ = count;
-                        Some(guard)
-                    }
-                    MAX => None,
-                    count => {
-                        guard.set_count(count - 1);
-                        None
-                    }
-                }
+            Attempt::Refused(_) | Attempt::Locked | Attempt::Lost => self.put_or_lock_locked(),
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn put_or_lock_locked(&self) -> Option<LockRefGuard<'_>> {
+        let mut guard = self.lock();
+        match guard.count() {
+            ..=1 => Some(guard),
+            MAX => None,
+            count => {
+                guard.set_count(count - 1);
+                None
             }
         }
     }

@@ -80,10 +80,20 @@ pub struct RawTicketLock<R = Spin> {
     relax: PhantomData<R>,
 }
 
+impl RawTicketLock {
+    const_fn! {
+        /// A new, unlocked ticket lock that spins with [`Spin`].
+        pub fn new() -> Self {
+            Self::with_relax()
+        }
+    }
+}
+
 impl<R> RawTicketLock<R> {
     const_fn! {
-        /// A new, unlocked ticket lock.
-        pub fn new() -> Self {
+        /// A new, unlocked ticket lock with the relax strategy `R` (name
+        /// it: `RawTicketLock::<Loop>::with_relax()`).
+        pub fn with_relax() -> Self {
             Self { owner: AtomicU16::new(0), next: AtomicU16::new(0), relax: PhantomData }
         }
     }
@@ -160,7 +170,7 @@ impl<R: RelaxStrategy> RawTicketLock<R> {
 
 impl<R> Default for RawTicketLock<R> {
     fn default() -> Self {
-        Self::new()
+        Self::with_relax()
     }
 }
 
@@ -184,10 +194,19 @@ pub struct RawTtasLock<R = Spin> {
     relax: PhantomData<R>,
 }
 
+impl RawTtasLock {
+    const_fn! {
+        /// A new, unlocked TTAS lock that spins with [`Spin`].
+        pub fn new() -> Self {
+            Self::with_relax()
+        }
+    }
+}
+
 impl<R> RawTtasLock<R> {
     const_fn! {
-        /// A new, unlocked TTAS lock.
-        pub fn new() -> Self {
+        /// A new, unlocked TTAS lock with the relax strategy `R`.
+        pub fn with_relax() -> Self {
             Self { locked: AtomicBool::new(false), relax: PhantomData }
         }
     }
@@ -245,7 +264,7 @@ impl<R: RelaxStrategy> RawTtasLock<R> {
 
 impl<R> Default for RawTtasLock<R> {
     fn default() -> Self {
-        Self::new()
+        Self::with_relax()
     }
 }
 
@@ -337,7 +356,7 @@ impl<L> RawIrqSave<L> {
 #[cfg(not(loom))]
 unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTicketLock<R> {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::new();
+    const INIT: Self = Self::with_relax();
     type Guard = lock_api::GuardSend;
 
     #[inline]
@@ -389,7 +408,7 @@ unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawTicketLock<R> {
 #[cfg(not(loom))]
 unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTtasLock<R> {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::new();
+    const INIT: Self = Self::with_relax();
     type Guard = lock_api::GuardSend;
 
     #[inline]

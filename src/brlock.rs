@@ -1,0 +1,259 @@
+//! brlock: one spinlock per CPU (Linux's lglock, the "big reader" lock).
+//!
+//! A local operation takes only this CPU's lock — uncontended, on its own
+//! cache line — and a global operation takes every CPU's lock, in CPU
+//! order. Locals scale perfectly; globals are expensive. It fits data that
+//! is split per CPU and only occasionally needs a consistent view of all
+//! of it (Linux used it for the VFS's per-CPU file lists).
+//!
+//! Each CPU's lock protects that CPU's `T`: a local guard gives `&mut` to
+//! it, the global guard to all of them.
+//!
+//! ```
+//! use ksync::brlock::BrLock;
+//!
+//! static OPEN_FILES: BrLock<u32> = BrLock::new();
+//!
+//! *OPEN_FILES.local_lock() += 1; // this CPU only
+//! let total: u32 = OPEN_FILES.global_lock().iter_mut().map(|n| *n).sum();
+//! assert_eq!(total, 1);
+//! ```
+//!
+//! Locks taken with the `_irqsave` variants mask local interrupts first;
+//! use them when interrupt handlers take the lock too.
+
+use core::fmt;
+use core::ops::{Deref, DerefMut};
+
+use crate::kernel::{self, PreemptGuard};
+use crate::percpu::{ConstInit, PerCpu};
+use crate::spinlock::{IrqState, RawTicketLock};
+use crate::sync::UnsafeCell;
+
+struct Slot<T> {
+    lock: RawTicketLock,
+    data: UnsafeCell<T>,
+}
+
+#[cfg(not(loom))]
+impl<T: ConstInit> ConstInit for Slot<T> {
+    const INIT: Self = Slot {
+        lock: RawTicketLock::new(),
+        data: UnsafeCell::new(T::INIT),
+    };
+}
+
+/// Per-CPU spinlocks, each guarding its CPU's `T`.
+#[doc(alias("lglock", "br_lock"))]
+pub struct BrLock<T = ()> {
+    slots: PerCpu<Slot<T>>,
+}
+
+// SAFETY: each `T` is reached only through its slot's lock (one holder at a
+// time, possibly on another CPU, so `T: Send`).
+unsafe impl<T: Send> Sync for BrLock<T> {}
+// SAFETY: moving the lock moves the `T`s.
+unsafe impl<T: Send> Send for BrLock<T> {}
+
+impl<T: ConstInit> BrLock<T> {
+    /// Every CPU's `T` starts as `T::INIT`. `const`, for `static`s.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        Self {
+            slots: PerCpu::new(),
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl<T: ConstInit> Default for BrLock<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> BrLock<T> {
+    /// CPU `i`'s `T` starts as `init(i)`.
+    pub fn from_fn(mut init: impl FnMut(usize) -> T) -> Self {
+        Self {
+            slots: PerCpu::from_fn(|i| Slot {
+                lock: RawTicketLock::new(),
+                data: UnsafeCell::new(init(i)),
+            }),
+        }
+    }
+
+    /// Takes this CPU's lock (preemption disabled until the guard drops).
+    #[doc(alias = "lg_local_lock")]
+    pub fn local_lock(&self) -> LocalGuard<'_, T> {
+        let preempt = kernel::preempt_disable();
+        let cpu = kernel::cpu_id();
+        self.lock_slot(cpu, preempt, None)
+    }
+
+    /// [`local_lock`](Self::local_lock) with local interrupts masked
+    /// before spinning and restored after unlocking.
+    pub fn local_lock_irqsave(&self) -> LocalGuard<'_, T> {
+        let irq = IrqState::save();
+        let preempt = kernel::preempt_disable();
+        let cpu = kernel::cpu_id();
+        self.lock_slot(cpu, preempt, Some(irq))
+    }
+
+    /// Takes CPU `cpu`'s lock.
+    ///
+    /// # Panics
+    /// If `cpu` is at or past the number of possible CPUs (the message
+    /// names the id and the limit).
+    #[doc(alias = "lg_local_lock_cpu")]
+    #[track_caller]
+    pub fn cpu_lock(&self, cpu: usize) -> LocalGuard<'_, T> {
+        let nr = kernel::nr_cpus();
+        if cpu >= nr {
+            kernel::cpu_out_of_range(cpu, nr, "nr_cpus");
+        }
+        self.lock_slot(cpu, kernel::preempt_disable(), None)
+    }
+
+    fn lock_slot(
+        &self,
+        cpu: usize,
+        preempt: PreemptGuard,
+        irq: Option<IrqState>,
+    ) -> LocalGuard<'_, T> {
+        let slot = self.slots.cpu(cpu);
+        slot.lock.lock();
+        LocalGuard {
+            slot,
+            cpu,
+            _preempt: preempt,
+            _irq: irq,
+        }
+    }
+
+    /// Takes every CPU's lock, in CPU order (so global lockers cannot
+    /// deadlock with each other).
+    #[doc(alias = "lg_global_lock")]
+    pub fn global_lock(&self) -> GlobalGuard<'_, T> {
+        self.lock_all(kernel::preempt_disable(), None)
+    }
+
+    /// [`global_lock`](Self::global_lock) with local interrupts masked
+    /// before spinning and restored after unlocking.
+    pub fn global_lock_irqsave(&self) -> GlobalGuard<'_, T> {
+        let irq = IrqState::save();
+        self.lock_all(kernel::preempt_disable(), Some(irq))
+    }
+
+    fn lock_all(&self, preempt: PreemptGuard, irq: Option<IrqState>) -> GlobalGuard<'_, T> {
+        for slot in self.slots.iter() {
+            slot.lock.lock();
+        }
+        GlobalGuard {
+            lock: self,
+            _preempt: preempt,
+            _irq: irq,
+        }
+    }
+
+    /// Exclusive access to every CPU's `T` (no locking needed).
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
+        // SAFETY: `&mut self`: nobody else can reach the data.
+        self.slots
+            .iter_mut()
+            .map(|slot| slot.data.with_mut(|data| unsafe { &mut *data }))
+    }
+}
+
+impl<T> fmt::Debug for BrLock<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("BrLock").finish_non_exhaustive()
+    }
+}
+
+/// One CPU's lock of a [`BrLock`], held. `!Send`.
+#[must_use = "dropping the guard unlocks at once"]
+pub struct LocalGuard<'a, T> {
+    slot: &'a Slot<T>,
+    cpu: usize,
+    // Dropped after `Drop::drop` unlocks: preemption, then interrupts.
+    _preempt: PreemptGuard,
+    _irq: Option<IrqState>,
+}
+
+impl<T> LocalGuard<'_, T> {
+    /// The CPU whose lock this is.
+    pub fn cpu(&self) -> usize {
+        self.cpu
+    }
+}
+
+impl<T> Deref for LocalGuard<'_, T> {
+    type Target = T;
+    fn deref(&self) -> &T {
+        // SAFETY: the slot's lock is held by this guard.
+        self.slot.data.with(|data| unsafe { &*data })
+    }
+}
+
+impl<T> DerefMut for LocalGuard<'_, T> {
+    fn deref_mut(&mut self) -> &mut T {
+        // SAFETY: the slot's lock is held by this guard, which is borrowed
+        // mutably.
+        self.slot.data.with_mut(|data| unsafe { &mut *data })
+    }
+}
+
+impl<T> Drop for LocalGuard<'_, T> {
+    fn drop(&mut self) {
+        // SAFETY: the guard holds the slot's lock.
+        unsafe { self.slot.lock.unlock() }
+    }
+}
+
+/// Every CPU's lock of a [`BrLock`], held. `!Send`.
+#[must_use = "dropping the guard unlocks at once"]
+pub struct GlobalGuard<'a, T> {
+    lock: &'a BrLock<T>,
+    _preempt: PreemptGuard,
+    _irq: Option<IrqState>,
+}
+
+impl<T> GlobalGuard<'_, T> {
+    /// CPU `cpu`'s `T`.
+    ///
+    /// # Panics
+    /// If `cpu` is at or past the number of possible CPUs.
+    #[track_caller]
+    pub fn cpu_mut(&mut self, cpu: usize) -> &mut T {
+        let nr = kernel::nr_cpus();
+        if cpu >= nr {
+            kernel::cpu_out_of_range(cpu, nr, "nr_cpus");
+        }
+        // SAFETY: every slot's lock is held by this guard, borrowed mutably.
+        self.lock
+            .slots
+            .cpu(cpu)
+            .data
+            .with_mut(|data| unsafe { &mut *data })
+    }
+
+    /// Every possible CPU's `T`, in CPU order.
+    pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
+        // SAFETY: every slot's lock is held by this guard, borrowed mutably
+        // for the iterator's life; each slot is yielded once.
+        self.lock
+            .slots
+            .iter()
+            .map(|slot| slot.data.with_mut(|data| unsafe { &mut *data }))
+    }
+}
+
+impl<T> Drop for GlobalGuard<'_, T> {
+    fn drop(&mut self) {
+        for slot in self.lock.slots.iter() {
+            // SAFETY: `lock_all` took every one of these locks.
+            unsafe { slot.lock.unlock() }
+        }
+    }
+}

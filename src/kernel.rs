@@ -1,0 +1,253 @@
+//! Kernel hooks: what ksync needs to be told by the kernel it runs in.
+//!
+//! Per-CPU data needs the current CPU's id, the number of possible CPUs, and
+//! a way to stay on this CPU while using its slot (preemption off). The
+//! kernel provides them once, in the final binary, by implementing
+//! [`Kernel`] and naming the type in [`set_kernel!`](crate::set_kernel):
+//!
+//! ```ignore
+//! struct MyKernel;
+//!
+//! // SAFETY: `cpu_id` reads this CPU's index from a per-CPU register set at
+//! // boot; it is below `nr_cpus`, and this kernel never migrates a context
+//! // while preemption is disabled.
+//! unsafe impl ksync::kernel::Kernel for MyKernel {
+//!     fn cpu_id() -> usize { my_kernel::this_cpu_index() }
+//!     fn nr_cpus() -> usize { my_kernel::possible_cpus() }
+//!     fn preempt_disable() { my_kernel::preempt_count_inc() }
+//!     fn preempt_enable() { my_kernel::preempt_count_dec() }
+//! }
+//!
+//! ksync::set_kernel!(MyKernel);
+//! ```
+//!
+//! The QEMU test kernels under `qemu/` are the worked example.
+//!
+//! # Why link-time hooks
+//!
+//! The hooks are `extern "Rust"` functions that [`set_kernel!`] defines, as
+//! the `critical-section` crate does for its implementation:
+//!
+//! * the per-CPU types stay plain `static`s with `const fn new`, with no type
+//!   parameter naming the kernel threaded through every lock and counter
+//!   (a `PerCpuCounter<MyKernel>` would leak the kernel's name into every
+//!   library that uses one);
+//! * a call is a direct call, which link-time optimisation can inline;
+//! * a kernel that forgets the hooks gets a link error naming the missing
+//!   symbol (`_ksync_set_kernel_v1_cpu_id`: "call `ksync::set_kernel!`"),
+//!   and one that provides them twice gets a duplicate-symbol error.
+//!
+//! # Interrupts are not a hook
+//!
+//! Local interrupt save/restore keeps its architecture default everywhere
+//! (see [`IrqState`](crate::spinlock::IrqState)): on x86_64 and aarch64
+//! bare metal there is one right way at ring 0 / EL1, and on every other
+//! target it already goes through the `critical-section` implementation the
+//! binary provides, which is a link-time hook of its own. That also keeps
+//! the IRQ-saving spinlocks usable without `set_kernel!`.
+//!
+//! # Host tests
+//!
+//! The `test-hooks` feature (for tests only: it pulls in `std`) provides an
+//! implementation in which every thread is a CPU: see [`host`](crate::kernel::host).
+
+/// The largest number of CPUs ksync's per-CPU data supports: every
+/// [`PerCpu`](crate::percpu::PerCpu) has this many slots.
+///
+/// Set it at build time with the `KSYNC_MAX_CPUS` environment variable
+/// (for example in the final binary's `.cargo/config.toml`:
+/// `[env] KSYNC_MAX_CPUS = "256"`); the default is 64. Each slot is a cache
+/// line (128 bytes on x86_64 and aarch64), so a `PerCpu<AtomicU64>` takes
+/// 8 KiB at the default.
+pub const MAX_CPUS: usize = match option_env!("KSYNC_MAX_CPUS") {
+    Some(text) => parse_max_cpus(text),
+    None => 64,
+};
+
+const fn parse_max_cpus(text: &str) -> usize {
+    let bytes = text.as_bytes();
+    let mut value = 0usize;
+    let mut i = 0;
+    assert!(!bytes.is_empty(), "KSYNC_MAX_CPUS is empty");
+    while i < bytes.len() {
+        let digit = bytes[i];
+        assert!(
+            digit.is_ascii_digit(),
+            "KSYNC_MAX_CPUS must be a decimal number"
+        );
+        value = value * 10 + (digit - b'0') as usize;
+        assert!(value <= 1 << 16, "KSYNC_MAX_CPUS is above 65536");
+        i += 1;
+    }
+    assert!(value > 0, "KSYNC_MAX_CPUS must be at least 1");
+    value
+}
+
+/// What a kernel tells ksync. Implement it once and name the type in
+/// [`set_kernel!`](crate::set_kernel).
+///
+/// # Safety
+///
+/// * [`cpu_id`](Kernel::cpu_id) returns the id of the CPU the caller runs
+///   on, below [`nr_cpus`](Kernel::nr_cpus); no two contexts that can run
+///   at the same time on different CPUs get the same id.
+/// * Between [`preempt_disable`](Kernel::preempt_disable) and the matching
+///   [`preempt_enable`](Kernel::preempt_enable), the calling context stays
+///   on its CPU and no other thread context runs on that CPU (interrupt
+///   handlers may). Calls nest.
+/// * [`nr_cpus`](Kernel::nr_cpus) returns the same value every time, at
+///   most [`MAX_CPUS`].
+///
+/// ksync's per-CPU data relies on these for memory safety.
+pub unsafe trait Kernel {
+    /// The current CPU's id, in `0..nr_cpus()`.
+    #[doc(alias = "smp_processor_id")]
+    fn cpu_id() -> usize;
+
+    /// The number of possible CPUs (every id is below it), at most
+    /// [`MAX_CPUS`].
+    #[doc(alias = "nr_cpu_ids")]
+    fn nr_cpus() -> usize;
+
+    /// Keeps the caller on this CPU until the matching
+    /// [`preempt_enable`](Kernel::preempt_enable). Calls nest. The default
+    /// does nothing, which is right for kernels that never preempt kernel
+    /// code.
+    fn preempt_disable() {}
+
+    /// Ends one [`preempt_disable`](Kernel::preempt_disable).
+    fn preempt_enable() {}
+}
+
+/// Provides ksync's kernel hooks from a type implementing
+/// [`kernel::Kernel`](crate::kernel::Kernel). Call it once, in the final
+/// binary (the kernel). Missing, the link fails on
+/// `_ksync_set_kernel_v1_*` symbols; called twice, on duplicate symbols.
+///
+/// ```ignore
+/// ksync::set_kernel!(MyKernel);
+/// ```
+#[macro_export]
+macro_rules! set_kernel {
+    ($kernel:ty) => {
+        const _: () = {
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_cpu_id() -> usize {
+                <$kernel as $crate::kernel::Kernel>::cpu_id()
+            }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_nr_cpus() -> usize {
+                <$kernel as $crate::kernel::Kernel>::nr_cpus()
+            }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_preempt_disable() {
+                <$kernel as $crate::kernel::Kernel>::preempt_disable()
+            }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_preempt_enable() {
+                <$kernel as $crate::kernel::Kernel>::preempt_enable()
+            }
+        };
+    };
+}
+
+unsafe extern "Rust" {
+    // SAFETY (of declaring them `safe`): `set_kernel!` is the only
+    // intended definition, and it defines them with exactly these
+    // signatures, forwarding to a `Kernel` impl whose contract makes them
+    // safe to call.
+    safe fn _ksync_set_kernel_v1_cpu_id() -> usize;
+    safe fn _ksync_set_kernel_v1_nr_cpus() -> usize;
+    safe fn _ksync_set_kernel_v1_preempt_disable();
+    safe fn _ksync_set_kernel_v1_preempt_enable();
+}
+
+/// The current CPU's id (the kernel's [`Kernel::cpu_id`]). Only stable while
+/// preemption is disabled.
+///
+/// # Panics
+/// If the kernel returns an id at or past [`nr_cpus`] or [`MAX_CPUS`]: the
+/// message names the id and the limit.
+#[doc(alias = "raw_smp_processor_id")]
+#[inline]
+pub fn cpu_id() -> usize {
+    let id = _ksync_set_kernel_v1_cpu_id();
+    check_cpu(id);
+    id
+}
+
+/// The number of possible CPUs (the kernel's [`Kernel::nr_cpus`], capped
+/// at [`MAX_CPUS`]).
+///
+/// # Panics
+/// If the kernel reports more than [`MAX_CPUS`] or zero.
+#[doc(alias = "nr_cpu_ids")]
+#[inline]
+pub fn nr_cpus() -> usize {
+    let n = _ksync_set_kernel_v1_nr_cpus();
+    if n == 0 || n > MAX_CPUS {
+        nr_cpus_out_of_range(n);
+    }
+    n
+}
+
+/// Panics unless `id` is a possible CPU id.
+#[inline]
+#[track_caller]
+pub(crate) fn check_cpu(id: usize) {
+    if id >= MAX_CPUS {
+        cpu_out_of_range(id, MAX_CPUS, "MAX_CPUS");
+    }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+pub(crate) fn cpu_out_of_range(id: usize, limit: usize, what: &str) -> ! {
+    panic!(
+        "ksync: CPU id {id} is out of range: the limit is {limit} ({what}); raise KSYNC_MAX_CPUS"
+    )
+}
+
+#[cold]
+#[inline(never)]
+fn nr_cpus_out_of_range(n: usize) -> ! {
+    panic!(
+        "ksync: the kernel reports {n} possible CPUs; ksync supports 1 to {MAX_CPUS} (KSYNC_MAX_CPUS)"
+    )
+}
+
+/// Disables preemption until the returned guard drops: the caller stays on
+/// this CPU. `!Send`.
+#[inline]
+pub fn preempt_disable() -> PreemptGuard {
+    _ksync_set_kernel_v1_preempt_disable();
+    PreemptGuard {
+        not_send: core::marker::PhantomData,
+    }
+}
+
+/// Preemption disabled (see [`preempt_disable`]); enabled again on drop.
+#[must_use = "dropping the guard enables preemption at once"]
+#[derive(Debug)]
+pub struct PreemptGuard {
+    not_send: core::marker::PhantomData<*mut ()>,
+}
+
+impl PreemptGuard {
+    /// The current CPU's id, stable for the guard's life.
+    #[inline]
+    pub fn cpu_id(&self) -> usize {
+        cpu_id()
+    }
+}
+
+impl Drop for PreemptGuard {
+    #[inline]
+    fn drop(&mut self) {
+        _ksync_set_kernel_v1_preempt_enable();
+    }
+}
+
+#[cfg(feature = "test-hooks")]
+pub mod host;

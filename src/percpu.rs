@@ -1,0 +1,209 @@
+//! Per-CPU data: one cache-padded slot per possible CPU.
+//!
+//! A value that every CPU updates scales only if each CPU updates its own
+//! copy, on its own cache line, and the copies are combined when someone
+//! needs the total. [`PerCpu<T>`] is that layout: [`MAX_CPUS`] slots, each
+//! [`CachePadded`] so that neighbours never share a line (128 bytes on
+//! x86_64 and aarch64, where the adjacent-line prefetcher pairs lines).
+//!
+//! * [`PerCpu::get`] returns this CPU's slot behind a guard that keeps
+//!   preemption disabled, so the caller cannot migrate while it uses the
+//!   slot; the guard is `!Send`.
+//! * [`PerCpu::cpu`] reads another CPU's slot, [`PerCpu::iter`] all of them
+//!   (for sums).
+//!
+//! Slots are shared: interrupt handlers on this CPU and readers on other
+//! CPUs may look at them at any time, so the guard hands out `&T` and `T`
+//! does its own synchronization (atomics, or the arch-local operations of
+//! [`PerCpuCounter`](crate::percpu_counter::PerCpuCounter)).
+//!
+//! The number of slots is [`MAX_CPUS`], set at build time with
+//! `KSYNC_MAX_CPUS` (see [`kernel`](crate::kernel)); the CPU ids come from
+//! the kernel hooks.
+//!
+//! ```
+//! use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+//! use ksync::percpu::PerCpu;
+//!
+//! static PACKETS: PerCpu<AtomicU64> = PerCpu::new();
+//!
+//! PACKETS.get().fetch_add(1, Relaxed); // this CPU's line only
+//! let total: u64 = PACKETS.iter().map(|n| n.load(Relaxed)).sum();
+//! assert_eq!(total, 1);
+//! ```
+
+use core::fmt;
+use core::ops::Deref;
+
+pub use crossbeam_utils::CachePadded;
+
+use crate::kernel::{self, MAX_CPUS, PreemptGuard};
+
+/// Types with a constant initial value, so that a [`PerCpu`] of them can be
+/// built in a `static` ([`PerCpu::new`] is `const`).
+///
+/// Implemented for the integer atomics and `bool`/integer `Cell`-free
+/// primitives; implement it for your own types whose initial value is a
+/// constant expression.
+pub trait ConstInit {
+    /// The initial value of every slot.
+    const INIT: Self;
+}
+
+macro_rules! const_init {
+    ($($ty:ty = $init:expr),* $(,)?) => {
+        $(impl ConstInit for $ty { const INIT: Self = $init; })*
+    };
+}
+
+#[cfg(not(loom))]
+mod impls {
+    use super::ConstInit;
+    use crate::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize};
+    const_init!(
+        AtomicBool = AtomicBool::new(false),
+        AtomicI32 = AtomicI32::new(0),
+        AtomicU32 = AtomicU32::new(0),
+        AtomicUsize = AtomicUsize::new(0),
+    );
+    #[cfg(target_has_atomic = "64")]
+    const_init!(
+        crate::sync::AtomicI64 = crate::sync::AtomicI64::new(0),
+        crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0),
+    );
+}
+
+const_init!(
+    bool = false,
+    u8 = 0,
+    u16 = 0,
+    u32 = 0,
+    u64 = 0,
+    usize = 0,
+    i8 = 0,
+    i16 = 0,
+    i32 = 0,
+    i64 = 0,
+    isize = 0,
+    () = (),
+);
+
+impl<T: ConstInit> ConstInit for CachePadded<T> {
+    const INIT: Self = CachePadded::new(T::INIT);
+}
+
+/// One cache-padded `T` per possible CPU.
+#[doc(alias = "DEFINE_PER_CPU")]
+pub struct PerCpu<T> {
+    slots: [CachePadded<T>; MAX_CPUS],
+}
+
+impl<T: ConstInit> PerCpu<T> {
+    /// Every slot holds `T::INIT`. `const`, for `static`s.
+    pub const fn new() -> Self {
+        Self {
+            slots: [const { CachePadded::new(T::INIT) }; MAX_CPUS],
+        }
+    }
+}
+
+impl<T: ConstInit> Default for PerCpu<T> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T> PerCpu<T> {
+    /// Slot `i` holds `init(i)`.
+    pub fn from_fn(mut init: impl FnMut(usize) -> T) -> Self {
+        Self {
+            slots: core::array::from_fn(|i| CachePadded::new(init(i))),
+        }
+    }
+
+    /// This CPU's slot, with preemption disabled until the guard drops.
+    ///
+    /// # Panics
+    /// If the kernel's CPU id is at or past [`MAX_CPUS`] (the message names
+    /// both).
+    #[doc(alias("this_cpu_ptr", "get_cpu_var", "get_cpu_ptr"))]
+    #[inline]
+    pub fn get(&self) -> PerCpuRef<'_, T> {
+        let preempt = kernel::preempt_disable();
+        let cpu = kernel::cpu_id();
+        // `cpu_id` has checked `cpu < MAX_CPUS`.
+        PerCpuRef {
+            slot: &self.slots[cpu],
+            cpu,
+            _preempt: preempt,
+        }
+    }
+
+    /// CPU `cpu`'s slot.
+    ///
+    /// # Panics
+    /// If `cpu` is at or past [`MAX_CPUS`]: the message names the id and
+    /// the limit.
+    #[doc(alias("per_cpu", "per_cpu_ptr"))]
+    #[inline]
+    #[track_caller]
+    pub fn cpu(&self, cpu: usize) -> &T {
+        match self.slots.get(cpu) {
+            Some(slot) => slot,
+            None => kernel::cpu_out_of_range(cpu, MAX_CPUS, "MAX_CPUS"),
+        }
+    }
+
+    /// The slots of the possible CPUs (`0..nr_cpus()`), in id order.
+    #[doc(alias = "for_each_possible_cpu")]
+    #[inline]
+    pub fn iter(&self) -> impl ExactSizeIterator<Item = &T> + '_ {
+        self.slots[..kernel::nr_cpus()].iter().map(|slot| &**slot)
+    }
+
+    /// Exclusive access to every slot (no other CPU can see them).
+    #[inline]
+    pub fn iter_mut(&mut self) -> impl ExactSizeIterator<Item = &mut T> + '_ {
+        self.slots.iter_mut().map(|slot| &mut **slot)
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for PerCpu<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_list().entries(self.iter()).finish()
+    }
+}
+
+/// This CPU's slot of a [`PerCpu`], with preemption disabled. `!Send`: it
+/// belongs to the CPU it was taken on.
+#[must_use = "the guard keeps preemption disabled while it lives"]
+pub struct PerCpuRef<'a, T> {
+    slot: &'a T,
+    cpu: usize,
+    _preempt: PreemptGuard,
+}
+
+impl<T> PerCpuRef<'_, T> {
+    /// The CPU whose slot this is (the current CPU).
+    #[inline]
+    pub fn cpu(&self) -> usize {
+        self.cpu
+    }
+}
+
+impl<T> Deref for PerCpuRef<'_, T> {
+    type Target = T;
+    #[inline]
+    fn deref(&self) -> &T {
+        self.slot
+    }
+}
+
+impl<T: fmt::Debug> fmt::Debug for PerCpuRef<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerCpuRef")
+            .field("cpu", &self.cpu)
+            .field("slot", self.slot)
+            .finish()
+    }
+}

@@ -1,0 +1,344 @@
+//! Per-CPU counters: a count that every CPU updates on its own cache line,
+//! folded into a shared total only every `batch` units.
+//!
+//! Linux's `lib/percpu_counter.c`. A shared `fetch_add` costs a cache-line
+//! transfer per update once two CPUs update it; here an update touches only
+//! this CPU's slot — without a `lock`-prefixed or exclusive-pair
+//! instruction where the architecture allows (x86_64: one `add` to memory;
+//! aarch64 with LSE: `stadd`; elsewhere interrupts off around a load and a
+//! store) — and moves the slot's value into the shared total under a lock
+//! only when the slot reaches `batch` in absolute value.
+//!
+//! # Reading
+//!
+//! * [`read`](PerCpuCounter::read): the shared total alone, one load. It
+//!   misses what sits in the slots: **its error is below
+//!   `batch * nr_cpus()`** in absolute value (each slot holds less than
+//!   `batch`; an interrupt handler adding on a CPU between that CPU's check
+//!   and its add can push one slot up to twice that).
+//! * [`sum`](PerCpuCounter::sum): exact, O(`nr_cpus`), under the fold lock
+//!   (exact as of one instant when no update runs concurrently; concurrent
+//!   updates are either in or out).
+//! * [`compare`](PerCpuCounter::compare): uses `read` when the error bound
+//!   already decides, and `sum` only when it does not.
+//!
+//! # Bad input
+//!
+//! The total is an `i64`. A fold that would overflow it saturates at
+//! `i64::MAX` or `i64::MIN` and is reported: a panic in builds with debug
+//! assertions, and [`overflows`] in every build.
+//!
+//! ```
+//! use ksync::percpu_counter::PerCpuCounter;
+//!
+//! static FREE_BLOCKS: PerCpuCounter = PerCpuCounter::new();
+//!
+//! FREE_BLOCKS.add(1000);
+//! FREE_BLOCKS.dec();
+//! assert_eq!(FREE_BLOCKS.sum(), 999);
+//! assert!((FREE_BLOCKS.read() - 999).abs() < FREE_BLOCKS.error_bound());
+//! assert_eq!(FREE_BLOCKS.compare(500), core::cmp::Ordering::Greater);
+//! ```
+
+use core::cmp::Ordering as Cmp;
+use core::fmt;
+
+use crate::arch;
+use crate::kernel;
+use crate::percpu::PerCpu;
+use crate::spinlock::{IrqState, RawTicketLock};
+use crate::sync::{AtomicI32, Ordering, StatCounter};
+
+#[cfg(target_has_atomic = "64")]
+use crate::sync::AtomicI64;
+#[cfg(not(target_has_atomic = "64"))]
+use crate::sync::UnsafeCell;
+
+/// The largest batch: keeps `2 * batch` (a slot pushed past the batch by an
+/// interrupt) inside an `i32`.
+pub const MAX_BATCH: i32 = 1 << 29;
+
+/// A counter with a per-CPU part and a shared total.
+#[doc(alias = "percpu_counter")]
+pub struct PerCpuCounter {
+    /// Serialises folds into `total` with `sum` and `set`.
+    lock: RawTicketLock,
+    /// The folded part. Written only under `lock`.
+    #[cfg(target_has_atomic = "64")]
+    total: AtomicI64,
+    #[cfg(not(target_has_atomic = "64"))]
+    total: UnsafeCell<i64>,
+    /// 0: the default, `max(32, 2 * nr_cpus())`.
+    batch: i32,
+    /// Each CPU's unfolded part; |slot| < batch (see the module docs).
+    slots: PerCpu<AtomicI32>,
+}
+
+// SAFETY (only needed without 64-bit atomics, where `total` is an
+// `UnsafeCell`): `total` is read and written only with `lock` held.
+#[cfg(not(target_has_atomic = "64"))]
+unsafe impl Sync for PerCpuCounter {}
+
+static OVERFLOWS: StatCounter = StatCounter::new(0);
+static DEFAULT_BATCH: StatCounter = StatCounter::new(0);
+
+/// How many folds saturated a counter's total at `i64::MAX`/`i64::MIN`, in
+/// all counters (release builds do not panic on it: watch this instead).
+pub fn overflows() -> usize {
+    OVERFLOWS.load(Ordering::Relaxed)
+}
+
+/// Linux's default batch: `max(32, 2 * nr_cpus())`.
+#[doc(alias = "percpu_counter_batch")]
+pub fn default_batch() -> i32 {
+    match DEFAULT_BATCH.load(Ordering::Relaxed) {
+        0 => {
+            let batch = (2 * kernel::nr_cpus()).clamp(32, MAX_BATCH as usize);
+            DEFAULT_BATCH.store(batch, Ordering::Relaxed);
+            batch as i32
+        }
+        batch => batch as i32,
+    }
+}
+
+impl PerCpuCounter {
+    /// A counter at zero with the default batch (see [`default_batch`]).
+    #[cfg(not(loom))]
+    #[doc(alias = "percpu_counter_init")]
+    pub const fn new() -> Self {
+        Self::with_batch(0)
+    }
+
+    /// A counter at zero that folds every `batch` units (0: the default).
+    ///
+    /// # Panics
+    /// If `batch` is negative or above [`MAX_BATCH`].
+    #[cfg(not(loom))]
+    pub const fn with_batch(batch: i32) -> Self {
+        assert!(
+            batch >= 0 && batch <= MAX_BATCH,
+            "percpu_counter: batch out of 0..=MAX_BATCH"
+        );
+        Self {
+            lock: RawTicketLock::new(),
+            #[cfg(target_has_atomic = "64")]
+            total: AtomicI64::new(0),
+            #[cfg(not(target_has_atomic = "64"))]
+            total: UnsafeCell::new(0),
+            batch,
+            slots: PerCpu::new(),
+        }
+    }
+
+    /// A counter at zero that folds every `batch` units (loom builds).
+    #[cfg(loom)]
+    pub fn with_batch(batch: i32) -> Self {
+        assert!(
+            batch >= 0 && batch <= MAX_BATCH,
+            "percpu_counter: batch out of 0..=MAX_BATCH"
+        );
+        Self {
+            lock: RawTicketLock::new(),
+            total: AtomicI64::new(0),
+            batch,
+            slots: PerCpu::from_fn(|_| AtomicI32::new(0)),
+        }
+    }
+
+    /// The batch this counter folds at.
+    #[inline]
+    pub fn batch(&self) -> i32 {
+        if self.batch != 0 {
+            self.batch
+        } else {
+            default_batch()
+        }
+    }
+
+    /// The bound on [`read`](Self::read)'s error: `batch * nr_cpus()`.
+    pub fn error_bound(&self) -> i64 {
+        i64::from(self.batch()) * kernel::nr_cpus() as i64
+    }
+
+    /// Adds `amount`: to this CPU's slot, or, when the slot would reach
+    /// `batch` in absolute value, folds the slot and `amount` into the
+    /// total under the lock.
+    #[doc(alias("percpu_counter_add", "percpu_counter_add_batch"))]
+    #[inline]
+    pub fn add(&self, amount: i64) {
+        let batch = self.batch();
+        let slot = self.slots.get();
+        let local = i64::from(slot.load(Ordering::Relaxed)) + amount;
+        if local.abs() < i64::from(batch) {
+            // |amount| < 2 * batch <= i32::MAX: fits.
+            arch::local_add(&slot, amount as i32);
+        } else {
+            self.fold(&slot, amount);
+        }
+    }
+
+    /// Moves this CPU's slot plus `amount` into the total.
+    #[cold]
+    #[inline(never)]
+    fn fold(&self, slot: &AtomicI32, amount: i64) {
+        // Interrupts off: a handler on this CPU must neither deadlock on
+        // the lock nor change the slot between our load and store.
+        let _irq = IrqState::save();
+        self.lock.lock();
+        let local = slot.load(Ordering::Relaxed);
+        // SAFETY: the lock is held.
+        let total = unsafe { self.total_locked() };
+        let exact = i128::from(total) + i128::from(local) + i128::from(amount);
+        let new = exact.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+        // SAFETY: the lock is held.
+        unsafe { self.set_total_locked(new) };
+        slot.store(0, Ordering::Relaxed);
+        // SAFETY: locked just above.
+        unsafe { self.lock.unlock() };
+        if i128::from(new) != exact {
+            report_overflow();
+        }
+    }
+
+    /// Adds one.
+    #[doc(alias = "percpu_counter_inc")]
+    #[inline]
+    pub fn inc(&self) {
+        self.add(1)
+    }
+
+    /// Subtracts one.
+    #[doc(alias = "percpu_counter_dec")]
+    #[inline]
+    pub fn dec(&self) {
+        self.add(-1)
+    }
+
+    /// Sets the counter to `value`: the total becomes `value` and every slot
+    /// zero. Updates running at the same time may be lost, as in Linux.
+    #[doc(alias = "percpu_counter_set")]
+    pub fn set(&self, value: i64) {
+        let _irq = IrqState::save();
+        self.lock.lock();
+        for slot in self.slots.iter() {
+            slot.store(0, Ordering::Relaxed);
+        }
+        // SAFETY: the lock is held (locked above, unlocked below).
+        unsafe {
+            self.set_total_locked(value);
+            self.lock.unlock();
+        }
+    }
+
+    /// The total without the per-CPU parts: one load, off by less than
+    /// [`error_bound`](Self::error_bound).
+    #[doc(alias = "percpu_counter_read")]
+    #[inline]
+    pub fn read(&self) -> i64 {
+        #[cfg(target_has_atomic = "64")]
+        {
+            self.total.load(Ordering::Relaxed)
+        }
+        #[cfg(not(target_has_atomic = "64"))]
+        {
+            // No 64-bit atomic load: read under the lock.
+            let _irq = IrqState::save();
+            self.lock.lock();
+            // SAFETY: the lock is held (locked above, unlocked below).
+            unsafe {
+                let total = self.total_locked();
+                self.lock.unlock();
+                total
+            }
+        }
+    }
+
+    /// [`read`](Self::read), but never below zero (for counts that are
+    /// positive in truth but can read negative while slots lag).
+    #[doc(alias = "percpu_counter_read_positive")]
+    #[inline]
+    pub fn read_positive(&self) -> i64 {
+        self.read().max(0)
+    }
+
+    /// The exact value: the total plus every CPU's slot, under the lock.
+    #[doc(alias = "percpu_counter_sum")]
+    pub fn sum(&self) -> i64 {
+        let _irq = IrqState::save();
+        self.lock.lock();
+        // SAFETY: the lock is held.
+        let total = unsafe { self.total_locked() };
+        let sum = self.slots.iter().fold(total, |sum, slot| {
+            sum.saturating_add(i64::from(slot.load(Ordering::Relaxed)))
+        });
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        sum
+    }
+
+    /// [`sum`](Self::sum), but never below zero.
+    #[doc(alias = "percpu_counter_sum_positive")]
+    pub fn sum_positive(&self) -> i64 {
+        self.sum().max(0)
+    }
+
+    /// Compares the counter with `rhs`: from [`read`](Self::read) when it is
+    /// further from `rhs` than the error bound, else from the exact
+    /// [`sum`](Self::sum).
+    #[doc(alias("percpu_counter_compare", "__percpu_counter_compare"))]
+    pub fn compare(&self, rhs: i64) -> Cmp {
+        let approx = self.read();
+        if (i128::from(approx) - i128::from(rhs)).abs() > i128::from(self.error_bound()) {
+            approx.cmp(&rhs)
+        } else {
+            self.sum().cmp(&rhs)
+        }
+    }
+
+    /// # Safety
+    /// The lock is held.
+    unsafe fn total_locked(&self) -> i64 {
+        #[cfg(target_has_atomic = "64")]
+        {
+            self.total.load(Ordering::Relaxed)
+        }
+        #[cfg(not(target_has_atomic = "64"))]
+        // SAFETY: the lock is held, so nobody writes `total`.
+        self.total.with(|total| unsafe { *total })
+    }
+
+    /// # Safety
+    /// The lock is held.
+    unsafe fn set_total_locked(&self, value: i64) {
+        #[cfg(target_has_atomic = "64")]
+        self.total.store(value, Ordering::Relaxed);
+        #[cfg(not(target_has_atomic = "64"))]
+        // SAFETY: the lock is held, so nobody else reads or writes `total`.
+        self.total.with_mut(|total| unsafe { *total = value });
+    }
+}
+
+#[cfg(not(loom))]
+impl Default for PerCpuCounter {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for PerCpuCounter {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PerCpuCounter")
+            .field("read", &self.read())
+            .field("batch", &self.batch())
+            .finish_non_exhaustive()
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn report_overflow() {
+    OVERFLOWS.fetch_add(1, Ordering::Relaxed);
+    if cfg!(debug_assertions) {
+        panic!("percpu_counter: the total overflowed i64 and saturated");
+    }
+}

@@ -1,0 +1,437 @@
+//! A scalable reader-writer lock: readers touch only their own CPU's count.
+//!
+//! Linux's `percpu_rw_semaphore`, grown from the 2007 `rw_mutex` proposal.
+//! A classic rwlock keeps one reader count, so every reader writes the same
+//! cache line and readers on different CPUs serialise on it even though
+//! they never block each other. Here each CPU counts its own readers in its
+//! own [`PerCpu`] slot; a writer sets `block`, then waits until the sum of
+//! all slots drops to zero. Readers pay for that in the writer's favour:
+//! read-mostly data is where this lock belongs.
+//!
+//! # Flavours
+//!
+//! The type parameter `F` picks how readers learn that a writer is coming:
+//!
+//! * [`Fenced`] (the 2007 design, needs nothing else): a reader increments
+//!   its CPU's count, issues one full fence and checks `block`; a writer
+//!   sets `block`, issues one full fence and sums the counts. One fence per
+//!   reader lock and one release fence per unlock.
+//! * Gated (comes with RCU's `rcu_sync`): while no writer is around,
+//!   readers skip the fence and the `block` check entirely; a writer first
+//!   closes a gate, which costs one grace period (amortised over
+//!   back-to-back writers), after which readers take the fenced path.
+//!
+//! # The barrier pairing
+//!
+//! ```text
+//!   reader lock                        writer lock
+//!   -----------                        -----------
+//!   this_cpu count += 1                block: 0 -> 1 (CAS; excludes writers)
+//!   fence(SeqCst)          /* A */     fence(SeqCst)             /* D */
+//!   if block == 0: enter               wait until sum(counts) == 0
+//!   else: count -= 1, wait, retry      fence(Acquire)            /* C */
+//!
+//!   reader unlock                      writer unlock
+//!   -------------                      -------------
+//!   fence(Release)         /* B */     block := 0 (Release)
+//!   this_cpu count -= 1
+//! ```
+//!
+//! * **A pairs with D** (store buffering: each side stores, fences, loads
+//!   the other's variable): either the reader sees `block` set and backs
+//!   out, or the writer's sum sees the reader's increment and waits. Both
+//!   missing each other is impossible.
+//! * **B pairs with C**: a writer whose sum saw a reader's decrement also
+//!   sees everything that reader did inside its section (release fence
+//!   before the decrement, acquire fence after the load that read it).
+//! * The reader's `block == 0` load is Acquire and the writer's unlock store
+//!   Release, so a reader entering after a writer sees its writes.
+//!
+//! # Rules
+//!
+//! * Do not take a read lock recursively on one CPU while a writer may
+//!   come: the writer waits for the outer reader, the inner one waits for
+//!   the writer (as with `percpu_rw_semaphore`).
+//! * A reader may be preempted and migrate: counts are per CPU but only
+//!   their sum matters (a slot may go negative).
+//! * If readers run in interrupt handlers, writers must disable local
+//!   interrupts around the write section, or a handler reading on the
+//!   writer's CPU spins forever.
+//!
+//! ```
+//! use ksync::percpu_rwlock::PercpuRwLock;
+//!
+//! static ROUTES: PercpuRwLock<[u32; 4]> = PercpuRwLock::new([0; 4]);
+//!
+//! let hop = ROUTES.read()[2]; // this CPU's count, one fence
+//! ROUTES.write()[2] = hop + 1; // excludes readers and other writers
+//! assert_eq!(ROUTES.read()[2], 1);
+//! ```
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use crate::arch;
+use crate::percpu::PerCpu;
+use crate::rcu::RcuSync;
+use crate::sync::{AtomicBool, AtomicI32, Ordering, fence, relax};
+pub use spin::relax::{RelaxStrategy, Spin};
+
+mod sealed {
+    pub trait Sealed {}
+}
+
+/// How readers learn that a writer is coming: [`Fenced`] (or, with RCU, the
+/// gated flavour). Sealed.
+pub trait Flavour: sealed::Sealed {
+    /// Whether the reader fast path may skip the fence now (the writer gate
+    /// is open). `Fenced`: never.
+    #[doc(hidden)]
+    fn reader_fast(&self) -> bool;
+    /// Called by a writer before it sets `block`.
+    #[doc(hidden)]
+    fn writer_enter(&self);
+    /// Called by a writer after it cleared `block`.
+    #[doc(hidden)]
+    fn writer_exit(&self);
+    /// Called by a reader that took the slow path and got in.
+    #[doc(hidden)]
+    fn reader_slow(&self) {}
+    /// The flavour's initial state.
+    #[doc(hidden)]
+    #[cfg(not(loom))]
+    const INIT: Self;
+}
+
+/// The flavour that needs no RCU: one full fence per reader lock.
+#[derive(Debug, Default, Clone, Copy)]
+pub struct Fenced;
+
+impl sealed::Sealed for Fenced {}
+
+impl Flavour for Fenced {
+    #[cfg(not(loom))]
+    const INIT: Self = Fenced;
+    #[inline(always)]
+    fn reader_fast(&self) -> bool {
+        false
+    }
+    #[inline(always)]
+    fn writer_enter(&self) {}
+    #[inline(always)]
+    fn writer_exit(&self) {}
+}
+
+/// The flavour whose readers skip the fence while no writer is around: an
+/// [`RcuSync`] gate. A writer pays one RCU grace period to close it (none
+/// if writers follow each other while it is closed), and the gate reopens a
+/// grace period after the last writer leaves.
+///
+/// Needs a kernel that reports RCU quiescent states ([`crate::rcu`]), and
+/// readers on CPUs that RCU watches (online, not idle).
+#[derive(Debug)]
+pub struct Gated {
+    gate: RcuSync,
+}
+
+impl sealed::Sealed for Gated {}
+
+impl Flavour for Gated {
+    #[cfg(not(loom))]
+    const INIT: Self = Gated {
+        gate: RcuSync::new(),
+    };
+    #[inline(always)]
+    fn reader_fast(&self) -> bool {
+        self.gate.is_idle()
+    }
+    #[inline]
+    fn writer_enter(&self) {
+        self.gate.enter();
+    }
+    #[inline]
+    fn writer_exit(&self) {
+        self.gate.exit();
+    }
+    #[inline]
+    fn reader_slow(&self) {
+        // Reopen the gate once the last writer's grace period is over.
+        self.gate.poll_idle();
+    }
+}
+
+/// A [`lock_api::RwLock`] over a [`RawPercpuRwLock`] of the [`Fenced`]
+/// flavour.
+pub type PercpuRwLock<T> = lock_api::RwLock<RawPercpuRwLock<Fenced>, T>;
+
+/// A [`lock_api::RwLock`] over a [`RawPercpuRwLock`] of the [`Gated`]
+/// flavour.
+pub type GatedPercpuRwLock<T> = lock_api::RwLock<RawPercpuRwLock<Gated>, T>;
+
+/// The raw scalable reader-writer lock (see the [module docs](self)).
+#[doc(alias = "percpu_rw_semaphore")]
+pub struct RawPercpuRwLock<F = Fenced, R = Spin> {
+    /// Readers per CPU (incremented on lock, decremented on unlock, maybe
+    /// on another CPU: only the sum is meaningful).
+    readers: PerCpu<AtomicI32>,
+    /// Set by a writer from before it waits for readers until it unlocks.
+    block: AtomicBool,
+    flavour: F,
+    relax: PhantomData<R>,
+}
+
+impl RawPercpuRwLock<Fenced> {
+    /// A new, unlocked lock of the [`Fenced`] flavour. `const`, for
+    /// `static`s.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        Self::with_flavour()
+    }
+}
+
+impl RawPercpuRwLock<Gated> {
+    /// A new, unlocked lock of the [`Gated`] flavour. `const`, for
+    /// `static`s.
+    #[cfg(not(loom))]
+    pub const fn gated() -> Self {
+        Self::with_flavour()
+    }
+}
+
+impl<F: Flavour, R> RawPercpuRwLock<F, R> {
+    /// A new, unlocked lock of any flavour and relax strategy (name them:
+    /// `RawPercpuRwLock::<Gated, Loop>::with_flavour()`).
+    #[cfg(not(loom))]
+    pub const fn with_flavour() -> Self {
+        Self {
+            readers: PerCpu::new(),
+            block: AtomicBool::new(false),
+            flavour: F::INIT,
+            relax: PhantomData,
+        }
+    }
+}
+
+#[cfg(loom)]
+impl RawPercpuRwLock<Fenced> {
+    /// A new, unlocked lock (loom builds).
+    pub fn new() -> Self {
+        Self {
+            readers: PerCpu::from_fn(|_| AtomicI32::new(0)),
+            block: AtomicBool::new(false),
+            flavour: Fenced,
+            relax: PhantomData,
+        }
+    }
+}
+
+#[cfg(not(loom))]
+impl<F: Flavour, R> Default for RawPercpuRwLock<F, R> {
+    fn default() -> Self {
+        Self::with_flavour()
+    }
+}
+
+impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
+    /// Tries to take a read lock without waiting. Fails while a writer holds
+    /// or waits for the lock.
+    #[doc(alias = "percpu_down_read_trylock")]
+    #[inline]
+    pub fn try_read(&self) -> bool {
+        // Preemption off from the gate check to the increment: no
+        // quiescent state may separate them (gated flavour).
+        let slot = self.readers.get();
+        if self.flavour.reader_fast() {
+            arch::local_add(&slot, 1);
+            return true;
+        }
+        arch::local_add(&slot, 1);
+        // A pairs with D (see the module docs).
+        fence(Ordering::SeqCst);
+        // Acquire pairs with the Release in `unlock_write`.
+        if !self.block.load(Ordering::Acquire) {
+            self.flavour.reader_slow();
+            return true;
+        }
+        arch::local_add(&slot, -1);
+        false
+    }
+
+    /// Takes a read lock, spinning while a writer holds or waits for it.
+    #[doc(alias = "percpu_down_read")]
+    #[inline]
+    pub fn read(&self) {
+        while !self.try_read() {
+            while self.block.load(Ordering::Relaxed) {
+                relax::<R>();
+            }
+        }
+    }
+
+    /// Releases a read lock.
+    ///
+    /// # Safety
+    /// The caller holds a read lock taken with [`read`](Self::read) or
+    /// [`try_read`](Self::try_read).
+    #[doc(alias = "percpu_up_read")]
+    #[inline]
+    pub unsafe fn unlock_read(&self) {
+        let slot = self.readers.get();
+        if !self.flavour.reader_fast() {
+            // B pairs with C: the read section happens-before a writer that
+            // sees this decrement.
+            fence(Ordering::Release);
+        }
+        arch::local_add(&slot, -1);
+    }
+
+    /// Takes the write lock: closes the gate, excludes other writers, then
+    /// waits for the readers to drain.
+    #[doc(alias = "percpu_down_write")]
+    pub fn write(&self) {
+        self.flavour.writer_enter();
+        // Acquire pairs with the previous writer's Release in
+        // `unlock_write`. A compare-exchange rather than a swap: a waiting
+        // writer does not write the line while another holds it.
+        while !self.try_block() {
+            while self.block.load(Ordering::Relaxed) {
+                relax::<R>();
+            }
+        }
+        // D pairs with A.
+        fence(Ordering::SeqCst);
+        while self.readers_active() {
+            relax::<R>();
+        }
+        // C pairs with B.
+        fence(Ordering::Acquire);
+    }
+
+    /// Tries to take the write lock without waiting: fails if another writer
+    /// holds it or any reader is inside.
+    pub fn try_write(&self) -> bool {
+        if self.block.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.flavour.writer_enter();
+        if !self.try_block() {
+            self.flavour.writer_exit();
+            return false;
+        }
+        // D pairs with A.
+        fence(Ordering::SeqCst);
+        if self.readers_active() {
+            self.block.store(false, Ordering::Release);
+            self.flavour.writer_exit();
+            return false;
+        }
+        // C pairs with B.
+        fence(Ordering::Acquire);
+        true
+    }
+
+    /// Releases the write lock.
+    ///
+    /// # Safety
+    /// The caller holds the write lock.
+    #[doc(alias = "percpu_up_write")]
+    pub unsafe fn unlock_write(&self) {
+        // Release pairs with readers' Acquire load of `block` and the next
+        // writer's Acquire swap.
+        self.block.store(false, Ordering::Release);
+        self.flavour.writer_exit();
+    }
+
+    /// Sets `block` if it was clear (the writer-writer exclusion).
+    #[inline]
+    fn try_block(&self) -> bool {
+        self.block
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+    }
+
+    /// Whether any reader is inside (or between its increment and backing
+    /// out): the per-CPU counts do not sum to zero.
+    fn readers_active(&self) -> bool {
+        self.readers
+            .iter()
+            .fold(0i32, |sum, n| sum.wrapping_add(n.load(Ordering::Relaxed)))
+            != 0
+    }
+
+    /// Whether a writer holds or waits for the lock: a snapshot.
+    #[inline]
+    pub fn is_write_locked(&self) -> bool {
+        self.block.load(Ordering::Relaxed)
+    }
+
+    /// Whether anyone holds the lock: a snapshot.
+    pub fn is_locked(&self) -> bool {
+        self.is_write_locked() || self.readers_active()
+    }
+}
+
+impl<F, R> fmt::Debug for RawPercpuRwLock<F, R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawPercpuRwLock")
+            .field("block", &self.block.load(Ordering::Relaxed))
+            .finish_non_exhaustive()
+    }
+}
+
+// SAFETY: `write` returns only with `block` set by this writer's swap (so
+// writers exclude each other) and after seeing no readers (A/D: readers
+// arriving later see `block` and back out); `read` returns only after
+// seeing `block` clear after its increment. Acquire/Release as in the
+// module docs. Guards carry no state (forgetting one leaves the lock held).
+#[cfg(not(loom))]
+unsafe impl<F: Flavour, R: RelaxStrategy> lock_api::RawRwLock for RawPercpuRwLock<F, R> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self::with_flavour();
+    type SharedGuard = lock_api::GuardNoSend;
+    type ExclusiveGuard = lock_api::GuardNoSend;
+
+    #[inline]
+    fn lock_shared(&self) -> Self::SharedGuard {
+        self.read();
+        lock_api::GuardNoSend::default()
+    }
+
+    #[inline]
+    fn try_lock_shared(&self) -> Option<Self::SharedGuard> {
+        self.try_read().then(lock_api::GuardNoSend::default)
+    }
+
+    #[inline]
+    unsafe fn unlock_shared(&self, _: Self::SharedGuard) {
+        // SAFETY: the guard proves a read lock is held.
+        unsafe { self.unlock_read() }
+    }
+
+    #[inline]
+    fn lock_exclusive(&self) -> Self::ExclusiveGuard {
+        self.write();
+        lock_api::GuardNoSend::default()
+    }
+
+    #[inline]
+    fn try_lock_exclusive(&self) -> Option<Self::ExclusiveGuard> {
+        self.try_write().then(lock_api::GuardNoSend::default)
+    }
+
+    #[inline]
+    unsafe fn unlock_exclusive(&self, _: Self::ExclusiveGuard) {
+        // SAFETY: the guard proves the write lock is held.
+        unsafe { self.unlock_write() }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        RawPercpuRwLock::is_locked(self)
+    }
+
+    #[inline]
+    fn is_locked_exclusive(&self) -> bool {
+        self.is_write_locked()
+    }
+}

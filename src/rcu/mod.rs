@@ -1,0 +1,589 @@
+//! RCU: read-copy-update with quiescent-state-based grace periods (QSBR).
+//!
+//! Readers of RCU-protected data take no lock, write nothing shared and
+//! issue no fence: [`read_lock`] compiles to nothing in release builds.
+//! Writers publish a new version with a single pointer store and wait for a
+//! **grace period** — until every CPU has passed a *quiescent state*, a
+//! point where it is not inside a read-side critical section — before they
+//! free the old version. Any reader that could still see the old version
+//! started before the grace period, so it has finished by then.
+//!
+//! # What the kernel must do
+//!
+//! This is the QSBR flavour for non-preemptible read sections: read
+//! sections never block, sleep or get preempted, and the kernel tells RCU
+//! about quiescent states at its natural points:
+//!
+//! | kernel event | call |
+//! |---|---|
+//! | CPU comes up (on that CPU, before its first reader) | [`cpu_online`] |
+//! | context switch, return to user mode, a long loop's iteration | [`quiescent_state`] |
+//! | idle loop entry / exit | [`idle_enter`] / [`idle_exit`] |
+//! | CPU goes down (on that CPU, after its last reader) | [`cpu_offline`] |
+//!
+//! CPUs start offline: a CPU that never called [`cpu_online`], an offline
+//! one and an idle one are in an *extended quiescent state* and never hold
+//! up a grace period. Reporting a quiescent state inside a read section is
+//! a bug: debug builds count read-section nesting per CPU and panic.
+//!
+//! # The grace-period sequence
+//!
+//! `gp_seq` is a word-sized counter (wrap-safe comparisons) whose low two bits are the state (0: idle,
+//! 1: a grace period in progress); starting a grace period adds one,
+//! ending it rounds up to the next multiple of four. A cookie from
+//! [`get_state`] is the first `gp_seq` value that proves a full grace
+//! period has elapsed since the call: `(gp_seq + 7) & !3`.
+//!
+//! # Barriers
+//!
+//! * A grace period starts by setting every CPU's bit in the pending mask,
+//!   publishing `gp_seq` (Release) and issuing a full fence (**G1**); then
+//!   it clears the bits of CPUs in an extended quiescent state, read after
+//!   G1. A CPU leaving that state increments its `watching` counter and
+//!   issues a full fence (**E1**) before its first reader. G1 pairs with E1:
+//!   either the grace period sees the CPU watching and waits for it, or the
+//!   CPU's readers see everything the updater did before the grace period
+//!   started.
+//! * A CPU reporting a quiescent state issues a full fence (**Q1**) before
+//!   clearing its bit: its earlier read sections happen-before the end of
+//!   the grace period. Entering an extended quiescent state does the same,
+//!   then reports, so the fence orders the CPU's last readers first.
+//! * The grace period ends (Release store of the new `gp_seq`) only after
+//!   the last bit was cleared (AcqRel counter); waiters read `gp_seq` with
+//!   Acquire and issue a full fence (**W1**) before they free anything.
+
+mod sync;
+
+pub use self::sync::RcuSync;
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use crate::kernel::{self, MAX_CPUS};
+use crate::percpu::PerCpu;
+use crate::spinlock::{IrqState, RawTicketLock};
+use crate::sync::{AtomicUsize, Ordering, fence, spin_loop};
+
+/// Bits per word of the pending-CPU mask.
+const BITS: usize = usize::BITS as usize;
+
+/// A grace-period cookie from [`get_state`] or [`start_poll`]: pass it to
+/// [`poll`] or [`cond_synchronize`].
+#[derive(Clone, Copy, PartialEq, Eq, Hash)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+pub struct Cookie(usize);
+
+impl Cookie {
+    /// A cookie that is always complete ([`poll`] returns `true` at once).
+    #[doc(alias = "get_completed_synchronize_rcu")]
+    pub const COMPLETED: Cookie = Cookie(1);
+}
+
+impl fmt::Debug for Cookie {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "Cookie({:#x})", self.0)
+    }
+}
+
+const STATE_MASK: usize = 3;
+const WORDS: usize = MAX_CPUS.div_ceil(BITS);
+
+/// Per-CPU RCU state.
+struct CpuState {
+    /// Odd: the CPU is online and not idle (RCU is watching it); even: an
+    /// extended quiescent state (offline, idle, never started).
+    watching: AtomicUsize,
+    /// Read-section nesting (maintained in debug builds only).
+    nesting: AtomicUsize,
+}
+
+#[cfg(not(loom))]
+impl crate::percpu::ConstInit for CpuState {
+    const INIT: Self = CpuState {
+        watching: AtomicUsize::new(0),
+        nesting: AtomicUsize::new(0),
+    };
+}
+
+/// The grace-period engine (one per kernel, like Linux's `rcu_state`).
+struct Engine {
+    gp_seq: AtomicUsize,
+    /// The highest cookie someone waits for: a grace period must run until
+    /// `gp_seq` reaches it.
+    requested: AtomicUsize,
+    /// CPUs that still owe the current grace period a quiescent state.
+    pending: [AtomicUsize; WORDS],
+    /// Number of bits set in `pending`.
+    pending_count: AtomicUsize,
+    /// Serialises starting and ending grace periods.
+    lock: RawTicketLock,
+    cpus: PerCpu<CpuState>,
+}
+
+#[cfg(not(loom))]
+static ENGINE: Engine = Engine {
+    gp_seq: AtomicUsize::new(0),
+    requested: AtomicUsize::new(0),
+    pending: [const { AtomicUsize::new(0) }; WORDS],
+    pending_count: AtomicUsize::new(0),
+    lock: RawTicketLock::new(),
+    cpus: PerCpu::new(),
+};
+
+// loom: one engine per model execution.
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref ENGINE: Engine = Engine {
+        gp_seq: AtomicUsize::new(0),
+        requested: AtomicUsize::new(0),
+        pending: core::array::from_fn(|_| AtomicUsize::new(0)),
+        pending_count: AtomicUsize::new(0),
+        lock: RawTicketLock::new(),
+        cpus: PerCpu::from_fn(|_| CpuState { watching: AtomicUsize::new(0), nesting: AtomicUsize::new(0) }),
+    };
+}
+
+#[inline]
+fn engine() -> &'static Engine {
+    &ENGINE
+}
+
+/// `a >= b` on the wrapping sequence.
+#[inline]
+fn seq_ge(a: usize, b: usize) -> bool {
+    a.wrapping_sub(b) as isize >= 0
+}
+
+impl Engine {
+    /// Starts a grace period if none is running and one is requested.
+    /// Called with `lock` held; returns whether it started one.
+    fn start_locked(&self) -> bool {
+        let seq = self.gp_seq.load(Ordering::Relaxed);
+        if seq & STATE_MASK != 0 || seq_ge(seq, self.requested.load(Ordering::Relaxed)) {
+            return false;
+        }
+        let nr = kernel::nr_cpus();
+        for (w, word) in self.pending.iter().enumerate() {
+            let bits = nr.saturating_sub(w * BITS).min(BITS);
+            let mask = if bits == BITS {
+                usize::MAX
+            } else {
+                (1 << bits) - 1
+            };
+            word.store(mask, Ordering::Relaxed);
+        }
+        self.pending_count.store(nr, Ordering::Relaxed);
+        // Release: the mask is visible to whoever sees the new state.
+        self.gp_seq.store(seq + 1, Ordering::Release);
+        true
+    }
+
+    /// After a start: clears the bits of CPUs in an extended quiescent
+    /// state. Runs without `lock` (ending the grace period takes it).
+    fn scan_idle(&self) {
+        // G1 pairs with E1 (module docs).
+        fence(Ordering::SeqCst);
+        for (cpu, state) in self.cpus.iter().enumerate() {
+            if state.watching.load(Ordering::Relaxed) & 1 == 0 {
+                self.clear(cpu);
+            }
+        }
+    }
+
+    /// Clears `cpu`'s pending bit; the CPU that clears the last one ends the
+    /// grace period.
+    fn clear(&self, cpu: usize) {
+        let bit = 1 << (cpu % BITS);
+        let old = self.pending[cpu / BITS].fetch_and(!bit, Ordering::AcqRel);
+        if old & bit != 0 && self.pending_count.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.end();
+        }
+    }
+
+    /// Ends the current grace period and starts the next if requested.
+    fn end(&self) {
+        let _irq = IrqState::save();
+        self.lock.lock();
+        let seq = self.gp_seq.load(Ordering::Relaxed);
+        debug_assert_eq!(
+            seq & STATE_MASK,
+            1,
+            "rcu: ending a grace period that is not running"
+        );
+        // Release: the quiescent states (Q1, AcqRel on the counter)
+        // happen-before a waiter that sees the new value.
+        self.gp_seq.store((seq | STATE_MASK) + 1, Ordering::Release);
+        let started = self.start_locked();
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        if started {
+            self.scan_idle();
+        }
+    }
+
+    /// Asks for a grace period that completes `cookie`, starting one now if
+    /// none runs.
+    fn request(&self, cookie: usize) {
+        if seq_ge(self.requested.load(Ordering::Relaxed), cookie)
+            && self.gp_seq.load(Ordering::Relaxed) & STATE_MASK != 0
+        {
+            return;
+        }
+        let _irq = IrqState::save();
+        self.lock.lock();
+        if !seq_ge(self.requested.load(Ordering::Relaxed), cookie) {
+            self.requested.store(cookie, Ordering::Relaxed);
+        }
+        let started = self.start_locked();
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        if started {
+            self.scan_idle();
+        }
+    }
+
+    /// This CPU passed a quiescent state.
+    fn report(&self, cpu: usize) {
+        let seq = self.gp_seq.load(Ordering::Acquire);
+        if seq & STATE_MASK == 0 {
+            return;
+        }
+        let bit = 1 << (cpu % BITS);
+        if self.pending[cpu / BITS].load(Ordering::Relaxed) & bit == 0 {
+            return;
+        }
+        // Q1: this CPU's read sections before this point happen-before the
+        // end of the grace period.
+        fence(Ordering::SeqCst);
+        self.clear(cpu);
+    }
+}
+
+// ---- kernel-facing calls ----------------------------------------------------
+
+/// Reports a quiescent state for this CPU: it is not inside a read-side
+/// critical section. Call it at context switches, returns to user mode and
+/// in long-running kernel loops. Cheap when no grace period waits for this
+/// CPU (two loads).
+///
+/// # Panics
+/// In debug builds, inside a read-side critical section.
+#[doc(alias("rcu_qs", "rcu_note_context_switch", "cond_resched_rcu_qs"))]
+#[inline]
+#[track_caller]
+pub fn quiescent_state() {
+    let cpu = kernel::cpu_id();
+    check_not_reading(cpu);
+    engine().report(cpu);
+}
+
+/// This CPU comes online: from now on grace periods wait for it. Call it on
+/// the CPU, before its first read section.
+#[doc(alias = "rcutree_online_cpu")]
+pub fn cpu_online() {
+    let cpu = kernel::cpu_id();
+    let state = engine().cpus.cpu(cpu);
+    if state.watching.load(Ordering::Relaxed) & 1 == 0 {
+        state.watching.fetch_add(1, Ordering::Relaxed);
+        // E1 pairs with G1.
+        fence(Ordering::SeqCst);
+    }
+}
+
+/// This CPU goes offline: grace periods stop waiting for it. Call it on the
+/// CPU, after its last read section.
+///
+/// # Panics
+/// In debug builds, inside a read-side critical section.
+#[doc(alias = "rcutree_report_cpu_dead")]
+#[track_caller]
+pub fn cpu_offline() {
+    eqs_enter();
+}
+
+/// This CPU enters its idle loop: an extended quiescent state, so an idle
+/// CPU never holds up a grace period.
+///
+/// # Panics
+/// In debug builds, inside a read-side critical section.
+#[doc(alias = "rcu_idle_enter")]
+#[track_caller]
+pub fn idle_enter() {
+    eqs_enter();
+}
+
+/// This CPU leaves its idle loop: grace periods wait for it again. Call it
+/// before the first read section after idle.
+#[doc(alias = "rcu_idle_exit")]
+pub fn idle_exit() {
+    cpu_online();
+}
+
+#[track_caller]
+fn eqs_enter() {
+    let cpu = kernel::cpu_id();
+    check_not_reading(cpu);
+    eqs_enter_cpu(cpu);
+}
+
+/// `cpu` enters an extended quiescent state; it is the calling CPU, or one
+/// that runs nothing any more (a host test thread that exited).
+pub(crate) fn eqs_enter_cpu(cpu: usize) {
+    let e = engine();
+    let state = e.cpus.cpu(cpu);
+    if state.watching.load(Ordering::Relaxed) & 1 == 1 {
+        // Q1 (orders this CPU's read sections first), then leave.
+        fence(Ordering::SeqCst);
+        state.watching.fetch_add(1, Ordering::Relaxed);
+        // Pairs with G1: a grace period that started before this point
+        // and saw us watching gets our report below.
+        fence(Ordering::SeqCst);
+    }
+    e.report(cpu);
+}
+
+// ---- readers ----------------------------------------------------------------
+
+/// A read-side critical section: RCU-protected data read under it stays
+/// valid until it drops. `!Send`. Free in release builds.
+#[must_use = "the read section ends when the guard drops"]
+pub struct ReadGuard {
+    #[cfg(debug_assertions)]
+    cpu: usize,
+    not_send: PhantomData<*mut ()>,
+}
+
+/// Enters a read-side critical section. Nests. Must not block or report a
+/// quiescent state until the guard drops.
+#[doc(alias = "rcu_read_lock")]
+#[inline]
+pub fn read_lock() -> ReadGuard {
+    #[cfg(debug_assertions)]
+    {
+        let cpu = kernel::cpu_id();
+        engine()
+            .cpus
+            .cpu(cpu)
+            .nesting
+            .fetch_add(1, Ordering::Relaxed);
+        ReadGuard {
+            cpu,
+            not_send: PhantomData,
+        }
+    }
+    #[cfg(not(debug_assertions))]
+    ReadGuard {
+        not_send: PhantomData,
+    }
+}
+
+impl Drop for ReadGuard {
+    #[doc(alias = "rcu_read_unlock")]
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(debug_assertions)]
+        engine()
+            .cpus
+            .cpu(self.cpu)
+            .nesting
+            .fetch_sub(1, Ordering::Relaxed);
+    }
+}
+
+impl fmt::Debug for ReadGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ReadGuard")
+    }
+}
+
+#[inline]
+#[track_caller]
+fn check_not_reading(cpu: usize) {
+    #[cfg(debug_assertions)]
+    if engine().cpus.cpu(cpu).nesting.load(Ordering::Relaxed) != 0 {
+        panic!("rcu: quiescent state reported inside a read-side critical section (CPU {cpu})");
+    }
+    let _ = cpu;
+}
+
+/// Whether this CPU is inside a read-side critical section (debug builds;
+/// always `false` in release builds, which do not track it).
+#[doc(alias = "rcu_read_lock_held")]
+pub fn read_lock_held() -> bool {
+    cfg!(debug_assertions)
+        && engine()
+            .cpus
+            .cpu(kernel::cpu_id())
+            .nesting
+            .load(Ordering::Relaxed)
+            != 0
+}
+
+// ---- writers ----------------------------------------------------------------
+
+/// A cookie for the state now: [`poll`] on it returns `true` once a full
+/// grace period has elapsed since this call. Starts nothing.
+#[doc(alias = "get_state_synchronize_rcu")]
+#[inline]
+pub fn get_state() -> Cookie {
+    // Orders the caller's earlier updates before the snapshot (Linux's
+    // smp_mb() in get_state_synchronize_rcu).
+    fence(Ordering::SeqCst);
+    let seq = engine().gp_seq.load(Ordering::Acquire);
+    Cookie((seq + 7) & !STATE_MASK)
+}
+
+/// [`get_state`], and makes sure a grace period that completes the cookie
+/// will run.
+#[doc(alias = "start_poll_synchronize_rcu")]
+pub fn start_poll() -> Cookie {
+    let cookie = get_state();
+    engine().request(cookie.0);
+    cookie
+}
+
+/// Whether a full grace period has elapsed since `cookie` was taken. When
+/// `true`, the caller may free what it unpublished before taking it, as
+/// after [`synchronize`].
+#[doc(alias = "poll_state_synchronize_rcu")]
+#[inline]
+pub fn poll(cookie: Cookie) -> bool {
+    if cookie == Cookie::COMPLETED {
+        return true;
+    }
+    let done = seq_ge(engine().gp_seq.load(Ordering::Acquire), cookie.0);
+    if done {
+        // W1: the readers' accesses happen-before the caller's free.
+        fence(Ordering::SeqCst);
+    }
+    done
+}
+
+/// Waits until [`poll`]`(cookie)` holds, starting a grace period if needed.
+#[doc(alias = "cond_synchronize_rcu")]
+#[track_caller]
+pub fn cond_synchronize(cookie: Cookie) {
+    if !poll(cookie) {
+        engine().request(cookie.0);
+        wait_for(cookie);
+    }
+}
+
+/// Waits for a full grace period: every read section that started before
+/// the call has finished when it returns. The calling CPU reports its own
+/// quiescent states while it waits, so it must not be inside a read
+/// section.
+///
+/// # Panics
+/// In debug builds, inside a read-side critical section.
+#[doc(alias = "synchronize_rcu")]
+#[track_caller]
+pub fn synchronize() {
+    let cookie = start_poll();
+    wait_for(cookie);
+}
+
+#[track_caller]
+fn wait_for(cookie: Cookie) {
+    while !poll(cookie) {
+        quiescent_state();
+        spin_loop();
+    }
+}
+
+/// The current grace-period sequence number (for statistics and tests).
+pub fn gp_seq() -> usize {
+    engine().gp_seq.load(Ordering::Relaxed)
+}
+
+// ---- the protected pointer --------------------------------------------------
+
+/// A pointer that readers follow under [`read_lock`] and writers replace
+/// with [`publish`](RcuPtr::publish), freeing the old target only after a
+/// grace period.
+///
+/// A reference obtained through [`read`](RcuPtr::read) borrows the read
+/// guard, so it cannot outlive the read section.
+///
+/// ```
+/// use ksync::rcu::{self, RcuPtr};
+///
+/// static CONFIG: RcuPtr<u32> = RcuPtr::null();
+///
+/// let old = CONFIG.publish(Box::into_raw(Box::new(7)));
+/// assert!(old.is_null());
+/// {
+///     let guard = rcu::read_lock();
+///     assert_eq!(CONFIG.read(&guard), Some(&7));
+/// }
+/// let old = CONFIG.publish(Box::into_raw(Box::new(8)));
+/// rcu::synchronize(); // no reader can still see `old`
+/// // SAFETY: unpublished and a grace period has passed.
+/// drop(unsafe { Box::from_raw(old) });
+/// # rcu::synchronize();
+/// # drop(unsafe { Box::from_raw(CONFIG.publish(core::ptr::null_mut())) });
+/// ```
+#[doc(alias = "__rcu")]
+pub struct RcuPtr<T> {
+    ptr: crate::sync::AtomicPtr<T>,
+}
+
+// SAFETY: readers on any CPU get `&T` (so `T: Sync`), and the writer hands
+// ownership of targets between CPUs (so `T: Send`).
+unsafe impl<T: Send + Sync> Sync for RcuPtr<T> {}
+// SAFETY: as above.
+unsafe impl<T: Send + Sync> Send for RcuPtr<T> {}
+
+impl<T> RcuPtr<T> {
+    crate::sync::const_fn! {
+        /// A null pointer.
+        pub fn null() -> Self {
+            Self { ptr: crate::sync::AtomicPtr::new(core::ptr::null_mut()) }
+        }
+    }
+
+    /// The current target, valid for the read section of `guard`.
+    ///
+    /// Acquire: pairs with the Release in [`publish`](Self::publish), so
+    /// the target's initialization is visible.
+    #[doc(alias = "rcu_dereference")]
+    #[inline]
+    pub fn read<'g>(&self, _guard: &'g ReadGuard) -> Option<&'g T> {
+        let ptr = self.ptr.load(Ordering::Acquire);
+        // SAFETY: a published target stays valid until a grace period after
+        // it is unpublished (the writer's contract in `publish`), and the
+        // returned borrow cannot outlive the read section of `_guard`.
+        unsafe { ptr.as_ref() }
+    }
+
+    /// Replaces the target with `new` (null allowed) and returns the old
+    /// one, which readers may still see: free it only after a grace period
+    /// ([`synchronize`], a completed cookie, ...).
+    ///
+    /// `new` must be valid for shared access from any CPU until it is
+    /// unpublished and a grace period has passed; writers serialise among
+    /// themselves (a lock).
+    #[doc(alias = "rcu_assign_pointer")]
+    #[inline]
+    pub fn publish(&self, new: *mut T) -> *mut T {
+        // Release pairs with the Acquire in `read`; Acquire makes the old
+        // target's contents ours to drop.
+        self.ptr.swap(new, Ordering::AcqRel)
+    }
+
+    /// The current target, for the writer side (no read section needed:
+    /// the caller holds the writers' lock).
+    #[doc(alias = "rcu_dereference_protected")]
+    #[inline]
+    pub fn load(&self) -> *mut T {
+        self.ptr.load(Ordering::Acquire)
+    }
+}
+
+impl<T> fmt::Debug for RcuPtr<T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("RcuPtr")
+            .field(&self.ptr.load(Ordering::Relaxed))
+            .finish()
+    }
+}

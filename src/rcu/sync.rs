@@ -1,0 +1,186 @@
+//! `rcu_sync`: a gate that tells readers whether a writer is around, at
+//! the cost of one grace period for the first writer and none for writers
+//! that arrive while it is entered.
+//!
+//! Readers check [`RcuSync::is_idle`] (one load); while it is idle they may
+//! skip their synchronization with writers entirely, as the gated
+//! [`PercpuRwLock`](crate::percpu_rwlock) readers do. A writer calls
+//! [`enter`](RcuSync::enter), which closes the gate and waits one grace
+//! period, so that every reader that saw the gate idle has finished; then
+//! every new reader takes its slow path. [`exit`](RcuSync::exit) reopens
+//! the gate only after a further grace period (so that a reader taking the
+//! fast path again starts after the writer's critical section is visible
+//! everywhere), and does not wait for it.
+//!
+//! # States
+//!
+//! | state | meaning | next |
+//! |---|---|---|
+//! | `IDLE` | no writer: readers take the fast path | `enter` → `ENTER` |
+//! | `ENTER` | the first writer waits for its grace period; later writers wait for it | grace period → `PASSED` |
+//! | `PASSED` | writers hold the gate; readers take the slow path | last `exit` → `EXIT` |
+//! | `EXIT` | the last writer left; a grace period must pass before `IDLE` | grace period → `IDLE`; `enter` → `PASSED` at once |
+//! | `REPLAY` | (Linux: a writer came and went during `EXIT`) | not needed here, see below |
+//!
+//! Linux runs the `EXIT` → `IDLE` step from an RCU callback and needs
+//! `REPLAY` when a writer comes and goes while that callback is queued.
+//! Here `exit` takes a polled grace-period [`Cookie`] instead, and the step
+//! happens lazily, when anyone calls [`poll_idle`](RcuSync::poll_idle) (the
+//! gated lock's slow readers and its writers do) after the cookie
+//! completes: a later `exit` simply takes a fresher cookie, which is what
+//! `REPLAY` achieves. A writer arriving in `EXIT` needs no grace period at
+//! all: the gate has not been idle since the previous writer's.
+
+use core::fmt;
+
+use super::{Cookie, poll, start_poll, synchronize};
+use crate::spinlock::{IrqState, RawTicketLock};
+use crate::sync::{AtomicU32, AtomicUsize, Ordering, spin_loop};
+
+const IDLE: u32 = 0;
+const ENTER: u32 = 1;
+const PASSED: u32 = 2;
+const EXIT: u32 = 3;
+
+/// A reader/writer gate backed by RCU grace periods (Linux's
+/// `struct rcu_sync`).
+#[doc(alias = "rcu_sync")]
+pub struct RcuSync {
+    state: AtomicU32,
+    /// Writers inside (between `enter` and `exit`). Under `lock`.
+    writers: AtomicU32,
+    /// In `EXIT`: the grace period after which the gate may be idle.
+    exit_cookie: AtomicUsize,
+    lock: RawTicketLock,
+}
+
+impl RcuSync {
+    crate::sync::const_fn! {
+        /// An idle gate.
+        #[doc(alias = "rcu_sync_init")]
+        pub fn new() -> Self {
+            Self {
+                state: AtomicU32::new(IDLE),
+                writers: AtomicU32::new(0),
+                exit_cookie: AtomicUsize::new(0),
+                lock: RawTicketLock::new(),
+            }
+        }
+    }
+
+    /// Whether no writer is around, so a reader may take its fast path.
+    /// Call it inside an RCU read section (for QSBR: between two quiescent
+    /// states), which the fast path must also be inside.
+    #[doc(alias = "rcu_sync_is_idle")]
+    #[inline]
+    pub fn is_idle(&self) -> bool {
+        // Relaxed: the grace period in `enter` orders readers that saw
+        // IDLE before the writer; readers that see anything else take a
+        // slow path with its own barriers.
+        self.state.load(Ordering::Relaxed) == IDLE
+    }
+
+    /// Closes the gate: returns once every reader that saw it idle has
+    /// finished. The first writer waits one grace period; writers arriving
+    /// while it is closed wait for that one or none.
+    ///
+    /// Must not be called inside an RCU read section (it may wait for a
+    /// grace period).
+    #[doc(alias = "rcu_sync_enter")]
+    #[track_caller]
+    pub fn enter(&self) {
+        let was = {
+            let _irq = IrqState::save();
+            self.lock.lock();
+            let was = self.state.load(Ordering::Relaxed);
+            match was {
+                IDLE => self.state.store(ENTER, Ordering::Relaxed),
+                // Never idle since the last writer's grace period.
+                EXIT => self.state.store(PASSED, Ordering::Relaxed),
+                _ => {}
+            }
+            self.writers.fetch_add(1, Ordering::Relaxed);
+            // SAFETY: locked above.
+            unsafe { self.lock.unlock() };
+            was
+        };
+        match was {
+            IDLE => {
+                synchronize();
+                // Release: pairs with the Acquire below in writers that
+                // waited for this grace period.
+                self.state.store(PASSED, Ordering::Release);
+            }
+            ENTER => {
+                while self.state.load(Ordering::Acquire) == ENTER {
+                    spin_loop();
+                }
+            }
+            _ => {}
+        }
+    }
+
+    /// Reopens the gate once a grace period has passed (without waiting
+    /// for it). Pairs with one [`enter`](Self::enter).
+    #[doc(alias = "rcu_sync_exit")]
+    pub fn exit(&self) {
+        let _irq = IrqState::save();
+        self.lock.lock();
+        let left = self.writers.fetch_sub(1, Ordering::Relaxed) - 1;
+        debug_assert!(left != u32::MAX, "rcu_sync: exit without enter");
+        if left == 0 {
+            self.exit_cookie
+                .store(cookie_bits(start_poll()), Ordering::Relaxed);
+            self.state.store(EXIT, Ordering::Relaxed);
+        }
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+    }
+
+    /// Completes a pending reopening: if the last writer left and a grace
+    /// period has passed since, the gate becomes idle. Cheap when there is
+    /// nothing to do. Returns whether the gate is idle.
+    pub fn poll_idle(&self) -> bool {
+        match self.state.load(Ordering::Relaxed) {
+            IDLE => true,
+            EXIT if poll(Cookie(self.exit_cookie.load(Ordering::Relaxed))) => {
+                let _irq = IrqState::save();
+                self.lock.lock();
+                let idle = self.state.load(Ordering::Relaxed) == EXIT
+                    && poll(Cookie(self.exit_cookie.load(Ordering::Relaxed)));
+                if idle {
+                    self.state.store(IDLE, Ordering::Relaxed);
+                }
+                // SAFETY: locked above.
+                unsafe { self.lock.unlock() };
+                idle
+            }
+            _ => false,
+        }
+    }
+}
+
+fn cookie_bits(cookie: Cookie) -> usize {
+    cookie.0
+}
+
+#[cfg(not(loom))]
+impl Default for RcuSync {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl fmt::Debug for RcuSync {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let state = match self.state.load(Ordering::Relaxed) {
+            IDLE => "IDLE",
+            ENTER => "ENTER",
+            PASSED => "PASSED",
+            _ => "EXIT",
+        };
+        f.debug_struct("RcuSync")
+            .field("state", &state)
+            .finish_non_exhaustive()
+    }
+}
