@@ -458,7 +458,7 @@ fn main() {
     println!("Clock: {CLOCK}, {tpn:.3} ticks/ns.");
     for (&c, &(n, t)) in THINK_CYCLES.iter().zip(&think).skip(1) {
         println!(
-            "Think ~{c} cycles: {n} iterations of a dependent shift-xor-multiply chain (no \
+            "Think ~{c} cycles (clock ticks): {n} iterations of a dependent shift-xor-multiply chain (no \
              spin_loop), calibrated once on core 0 with {CLOCK}: {t:.0} ticks = {:.1} ns per call.",
             t / tpn
         );

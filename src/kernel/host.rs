@@ -45,6 +45,7 @@ impl Drop for ThreadCpu {
             // grace periods, and the next thread with this id starts
             // offline.
             crate::rcu::eqs_enter_cpu(id);
+            let _ = CPU_ID.try_with(|c| c.set(usize::MAX));
             let mut used = lock_in_use();
             used[id] = false;
         }
@@ -53,8 +54,13 @@ impl Drop for ThreadCpu {
 
 // Under loom, model threads are coroutines on one OS thread: use loom's
 // thread locals so each model thread is its own CPU.
+//
+// Outside loom the id sits in a destructor-less thread-local (a plain TLS
+// load on the hot path, `usize::MAX` until claimed); the one with the
+// destructor that frees the id is touched only when the id is claimed.
 #[cfg(not(loom))]
 std::thread_local! {
+    static CPU_ID: Cell<usize> = const { Cell::new(usize::MAX) };
     static THIS_CPU: ThreadCpu = const { ThreadCpu(Cell::new(None)) };
 }
 #[cfg(loom)]
@@ -97,6 +103,23 @@ fn claim() -> usize {
 // SAFETY: every live thread has its own id below MAX_CPUS (== nr_cpus) and
 // keeps it until it exits; a thread is its own CPU, so it never migrates.
 unsafe impl Kernel for HostKernel {
+    #[cfg(not(loom))]
+    #[inline]
+    fn cpu_id() -> usize {
+        let id = CPU_ID.with(Cell::get);
+        if id != usize::MAX {
+            return id;
+        }
+        let id = THIS_CPU.with(|cpu| {
+            let id = claim();
+            cpu.0.set(Some(id));
+            id
+        });
+        CPU_ID.with(|c| c.set(id));
+        id
+    }
+
+    #[cfg(loom)]
     fn cpu_id() -> usize {
         THIS_CPU.with(|cpu| match cpu.0.get() {
             Some(id) => id,

@@ -350,10 +350,18 @@ fn test(kvm: bool, host_only: bool) -> ExitCode {
         tally_tests(&mut t, name, ok, &text);
     }
 
-    // loom models.
-    let mut loom = cargo(&["test", "--release", "--test", "loom"]);
+    // loom models (a 4-CPU build keeps the per-CPU models small).
+    let mut loom = cargo(&[
+        "test",
+        "--release",
+        "--test",
+        "loom",
+        "--test",
+        "loom_percpu",
+    ]);
     loom.env("RUSTFLAGS", "--cfg loom")
         .env("LOOM_MAX_PREEMPTIONS", "2")
+        .env("KSYNC_MAX_CPUS", "4")
         .env("CARGO_TARGET_DIR", root().join("target/loom"));
     let (ok, text) = run_logged("loom models", &mut loom);
     tally_tests(&mut t, "loom models", ok, &text);
