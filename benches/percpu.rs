@@ -103,7 +103,9 @@ fn run_rw(
                         if which == Lock::Gated {
                             rcu::quiescent_state();
                         }
-                        if t == 0 && writer.is_some() {
+                        if t == 0
+                            && let Some(period) = writer
+                        {
                             let now = Instant::now();
                             if now >= next_write {
                                 let start = Instant::now();
@@ -115,7 +117,7 @@ fn run_rw(
                                     Lock::Std => *locks.std.write().unwrap() += 1,
                                 }
                                 lat.push(start.elapsed().as_nanos() as u64);
-                                next_write = now + writer.unwrap();
+                                next_write = now + period;
                             }
                         }
                     }

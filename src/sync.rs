@@ -67,6 +67,7 @@ pub(crate) fn spin_loop() {
 /// [`RelaxStrategy`](spin::relax::RelaxStrategy). Under loom it yields to the
 /// model scheduler instead.
 #[inline(always)]
+#[cfg_attr(loom, allow(clippy::extra_unused_type_parameters))]
 pub(crate) fn relax<R: spin::relax::RelaxStrategy>() {
     #[cfg(not(loom))]
     R::relax();
