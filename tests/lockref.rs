@@ -6,6 +6,9 @@
 // Under loom the crate is built for the models in `tests/loom.rs` only.
 #![cfg(not(loom))]
 
+mod common;
+use common::{Budget, TIME_BUDGET};
+
 use std::panic::{AssertUnwindSafe, catch_unwind};
 use std::sync::Barrier;
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
@@ -27,16 +30,6 @@ const TOTAL_OPS: usize = if cfg!(debug_assertions) {
     4_000_000
 };
 
-/// Wall-clock budget of each threaded test. Threads playing CPUs spin in
-/// the lockref's ticket lock, and on a loaded 2-core machine a preempted
-/// waiter stalls everyone behind it (a convoy: a few hundred acquisitions
-/// per second at worst), so the threaded tests stop early rather than run
-/// for minutes. They still check everything they did.
-const TIME_BUDGET: Duration = Duration::from_millis(1500);
-
-/// Operations each thread does regardless of the budget.
-const MIN_OPS: usize = 16;
-
 /// Whether reported misuse (saturation, `get` on dead) panics.
 const PANICS: bool = cfg!(debug_assertions);
 
@@ -54,36 +47,6 @@ impl Rng {
         self.0 ^= self.0 >> 7;
         self.0 ^= self.0 << 17;
         self.0 % n
-    }
-}
-
-/// Per-thread iteration budget: `max` iterations, stopping early once the
-/// shared deadline has passed (but never before `MIN_OPS`).
-struct Budget {
-    deadline: Instant,
-    max: usize,
-    done: usize,
-}
-
-impl Budget {
-    fn new(start: Instant, max: usize) -> Self {
-        Self {
-            deadline: start + TIME_BUDGET,
-            max,
-            done: 0,
-        }
-    }
-
-    fn next(&mut self) -> bool {
-        if self.done >= self.max
-            || (self.done >= MIN_OPS
-                && self.done.is_multiple_of(8)
-                && Instant::now() >= self.deadline)
-        {
-            return false;
-        }
-        self.done += 1;
-        true
     }
 }
 

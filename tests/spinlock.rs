@@ -7,6 +7,9 @@
 // Under loom the crate is built for the models in `tests/loom.rs` only.
 #![cfg(not(loom))]
 
+mod common;
+use common::Budget;
+
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Barrier, Mutex, mpsc};
 use std::thread;
@@ -28,48 +31,9 @@ const TOTAL_OPS: usize = if cfg!(debug_assertions) {
     1_000_000
 };
 
-/// Wall-clock budget of each threaded test. Spinning waiters on a loaded
-/// 2-core machine convoy behind a preempted holder (the ticket lock also
-/// behind a preempted next-in-line waiter), so the threaded tests stop early
-/// rather than run for minutes; they still check everything they did.
-const TIME_BUDGET: Duration = Duration::from_millis(1500);
-
-/// Iterations each thread does regardless of the budget.
-const MIN_OPS: usize = 16;
-
 /// How long to wait for something that must happen before calling it a
 /// hang.
 const PATIENCE: Duration = Duration::from_secs(20);
-
-/// Per-thread iteration budget: `max` iterations, stopping early once the
-/// shared deadline has passed (but never before `MIN_OPS`).
-struct Budget {
-    deadline: Instant,
-    max: usize,
-    done: usize,
-}
-
-impl Budget {
-    fn new(start: Instant, max: usize) -> Self {
-        Self {
-            deadline: start + TIME_BUDGET,
-            max,
-            done: 0,
-        }
-    }
-
-    fn next(&mut self) -> bool {
-        if self.done >= self.max
-            || (self.done >= MIN_OPS
-                && self.done.is_multiple_of(8)
-                && Instant::now() >= self.deadline)
-        {
-            return false;
-        }
-        self.done += 1;
-        true
-    }
-}
 
 /// Spins (yielding) until `cond` holds; panics after [`PATIENCE`].
 fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
