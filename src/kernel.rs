@@ -25,7 +25,7 @@
 //!
 //! # Why link-time hooks
 //!
-//! The hooks are `extern "Rust"` functions that [`set_kernel!`] defines, as
+//! The hooks are `extern "Rust"` functions that [`set_kernel!`](crate::set_kernel) defines, as
 //! the `critical-section` crate does for its implementation:
 //!
 //! * the per-CPU types stay plain `static`s with `const fn new`, with no type
@@ -49,7 +49,7 @@
 //! # Host tests
 //!
 //! The `test-hooks` feature (for tests only: it pulls in `std`) provides an
-//! implementation in which every thread is a CPU: see [`host`](crate::kernel::host).
+//! implementation in which every thread is a CPU: see `kernel::host`.
 
 /// The largest number of CPUs ksync's per-CPU data supports: every
 /// [`PerCpu`](crate::percpu::PerCpu) has this many slots.

@@ -31,7 +31,7 @@
 //!
 //! * `defmt`: `defmt::Format` for the public types.
 //! * `test-hooks`: kernel hooks for host tests in which threads play CPUs
-//!   ([`kernel::host`]); pulls in `std`, never for kernels.
+//!   (`kernel::host`); pulls in `std`, never for kernels.
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]

@@ -18,7 +18,7 @@
 //! [`PerCpuCounter`](crate::percpu_counter::PerCpuCounter)).
 //!
 //! The number of slots is [`MAX_CPUS`], set at build time with
-//! `KSYNC_MAX_CPUS` (see [`kernel`](crate::kernel)); the CPU ids come from
+//! `KSYNC_MAX_CPUS` (see [`kernel`]); the CPU ids come from
 //! the kernel hooks.
 //!
 //! ```
