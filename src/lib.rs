@@ -12,6 +12,8 @@
 //!   their own CPU's count; [`brlock`]: per-CPU spinlocks.
 //! * [`rcu`]: read-copy-update with quiescent-state-based grace periods,
 //!   polled cookies and [`rcu::RcuSync`].
+//! * [`seqlock`]: sequence counters and seqlocks whose readers copy the
+//!   data with atomic loads and retry, free of undefined behaviour.
 //! * [`kernel`]: the hooks a kernel provides once ([`set_kernel!`]): CPU id,
 //!   CPU count, preemption control.
 //!
@@ -50,6 +52,7 @@ pub mod percpu;
 pub mod percpu_counter;
 pub mod percpu_rwlock;
 pub mod rcu;
+pub mod seqlock;
 pub mod spinlock;
 
 pub use lock_api;

@@ -26,6 +26,9 @@
 //! up a grace period. Reporting a quiescent state inside a read section is
 //! a bug: debug builds count read-section nesting per CPU and panic.
 //!
+//! For read sections that may sleep or migrate, [`srcu`] provides SRCU
+//! domains on per-CPU counters, independent of this engine.
+//!
 //! # The grace-period sequence
 //!
 //! `gp_seq` is a word-sized counter (wrap-safe comparisons) whose low two bits are the state (0: idle,
@@ -52,8 +55,10 @@
 //!   the last bit was cleared (AcqRel counter); waiters read `gp_seq` with
 //!   Acquire and issue a full fence (**W1**) before they free anything.
 
+pub mod srcu;
 mod sync;
 
+pub use self::srcu::{Srcu, SrcuGuard};
 pub use self::sync::RcuSync;
 
 use core::fmt;

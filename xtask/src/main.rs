@@ -366,6 +366,36 @@ fn test(kvm: bool, host_only: bool) -> ExitCode {
     let (ok, text) = run_logged("loom models", &mut loom);
     tally_tests(&mut t, "loom models", ok, &text);
 
+    // Miri on the code that copies racy data (seqlock) and the SRCU
+    // counters: nightly's Miri, installed if missing.
+    let miri_setup = Command::new("rustup")
+        .args([
+            "component",
+            "add",
+            "miri",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ])
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .map(|s| s.success())
+        .unwrap_or(false);
+    if miri_setup {
+        let mut miri = cargo(&[
+            "+nightly", "miri", "test", "--test", "seqlock", "--test", "srcu",
+        ]);
+        miri.env("CARGO_TARGET_DIR", root().join("target/miri"));
+        let (ok, text) = run_logged("miri (seqlock)", &mut miri);
+        tally_tests(&mut t, "miri", ok, &text);
+    } else {
+        t.check(
+            "miri: rustup component add miri rust-src --toolchain nightly",
+            false,
+        );
+    }
+
     // The same host suite on aarch64 under qemu-user: LL/SC build on the
     // default CPU and on a CPU without LSE, and the LSE build.
     for (name, cpu, flags, dir) in [
