@@ -55,13 +55,15 @@ pub(crate) fn lockref_attempt(
 #[inline]
 pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
     use crate::sync::Ordering::Relaxed;
+    // The arch's interrupt control (DAIF on aarch64 bare metal), not
+    // necessarily this module's critical-section one.
     #[cfg(not(any(loom, miri)))]
-    let flags = irq_save();
+    let flags = super::irq_save();
     slot.store(slot.load(Relaxed).wrapping_add(amount), Relaxed);
     #[cfg(not(any(loom, miri)))]
     // SAFETY: the state saved just above, on this CPU, in nesting order.
     unsafe {
-        irq_restore(flags)
+        super::irq_restore(flags)
     };
 }
 

@@ -13,9 +13,9 @@
 //!
 //! * [`read`](PerCpuCounter::read): the shared total alone, one load. It
 //!   misses what sits in the slots: **its error is below
-//!   `batch * nr_cpus()`** in absolute value (each slot holds less than
-//!   `batch`; an interrupt handler adding on a CPU between that CPU's check
-//!   and its add can push one slot up to twice that).
+//!   `2 * batch * nr_cpus()`** in absolute value. A slot holds less than
+//!   `batch` after any add; an interrupt handler that adds on a CPU between
+//!   that CPU's check and its add can leave up to twice that.
 //! * [`sum`](PerCpuCounter::sum): exact, O(`nr_cpus`), under the fold lock
 //!   (exact as of one instant when no update runs concurrently; concurrent
 //!   updates are either in or out).
@@ -155,9 +155,10 @@ impl PerCpuCounter {
         }
     }
 
-    /// The bound on [`read`](Self::read)'s error: `batch * nr_cpus()`.
+    /// The bound on [`read`](Self::read)'s error: `2 * batch * nr_cpus()`
+    /// (see the module docs for the factor 2).
     pub fn error_bound(&self) -> i64 {
-        i64::from(self.batch()) * kernel::nr_cpus() as i64
+        2 * i64::from(self.batch()) * kernel::nr_cpus() as i64
     }
 
     /// Adds `amount`: to this CPU's slot, or, when the slot would reach

@@ -170,3 +170,32 @@ fn gated_rwlock_excludes() {
     });
     assert_eq!(lock.read().0, writes.load(SeqCst));
 }
+
+/// Writers that close an idle `RcuSync` gate at the same time: the ones
+/// that find it closing wait for the first one's grace period, which needs
+/// their own quiescent states (regression: they used to spin without
+/// reporting one, and the first writer's grace period never ended).
+#[test]
+fn concurrent_gate_entries_do_not_deadlock() {
+    let gate = rcu::RcuSync::new();
+    let barrier = std::sync::Barrier::new(3);
+    thread::scope(|s| {
+        for _ in 0..3 {
+            s.spawn(|| {
+                rcu::cpu_online();
+                for _ in 0..20 {
+                    barrier.wait();
+                    gate.enter();
+                    assert!(!gate.is_idle());
+                    gate.exit();
+                    barrier.wait();
+                    while !gate.poll_idle() {
+                        rcu::quiescent_state();
+                    }
+                }
+                rcu::cpu_offline();
+            });
+        }
+    });
+    assert!(gate.is_idle());
+}

@@ -112,7 +112,11 @@ impl RcuSync {
                 self.state.store(PASSED, Ordering::Release);
             }
             ENTER => {
+                // The first writer waits for a grace period, which needs
+                // this CPU's quiescent state too: report it while waiting
+                // (as `synchronize` does), or the two wait for each other.
                 while self.state.load(Ordering::Acquire) == ENTER {
+                    super::quiescent_state();
                     spin_loop();
                 }
             }
