@@ -8,7 +8,8 @@
 //! * `arch/`: boot code and linker script, traps, interrupt controller and
 //!   timer, UART, fw_cfg access, the way out of QEMU;
 //! * `kernel/`: the small test-kernel library: console, CPUs, barrier, time,
-//!   interrupt accounting, the suite runner, the panic handler;
+//!   interrupt accounting, the suite runner, the panic handler, and ksync's
+//!   kernel hooks with the RCU quiescent-state points (`kernel::hooks`);
 //! * `suites/`: the torture suites, their controls and the benchmark.
 //!
 //! The boot CPU brings the platform up, reads the arguments, starts the other
@@ -22,13 +23,14 @@ mod arch;
 mod kernel;
 mod suites;
 
-use kernel::{args, cpu, irq, runner, time};
+use kernel::{args, cpu, hooks, irq, runner, time};
 
 /// How long the boot CPU waits for the others to report in.
 const CPU_ARRIVAL_TIMEOUT_MS: u64 = 5_000;
 
 /// The first Rust code on every CPU, called by the arch boot code on the
-/// CPU's own stack with its index (0 for the boot CPU).
+/// CPU's own stack with its index (0 for the boot CPU). `cpu::mark_online`
+/// is where each CPU tells RCU it is up.
 extern "C" fn kernel_entry(cpu: usize) -> ! {
     arch::init_cpu(cpu);
     if cpu == 0 {
@@ -42,6 +44,7 @@ extern "C" fn kernel_entry(cpu: usize) -> ! {
 
 fn boot_cpu() -> ! {
     arch::init_platform();
+    cpu::init_possible();
     arch::init_local_interrupts();
     cpu::mark_online();
     println!(
@@ -63,9 +66,7 @@ fn boot_cpu() -> ! {
 
     let expected = arch::start_secondaries();
     let deadline = time::now() + time::ms_to_ticks(CPU_ARRIVAL_TIMEOUT_MS);
-    while cpu::online() < expected && time::now() < deadline {
-        core::hint::spin_loop();
-    }
+    hooks::idle_wait(|| cpu::online() >= expected || time::now() >= deadline);
     let online = cpu::online();
     println!("KSYNC-CPUS online={online} expected={expected}");
     if online < expected {

@@ -821,7 +821,7 @@ pub fn demo() -> Result<(), String> {
     let mut errors = Vec::new();
     for config in &configs {
         let kernel = kernels.get(config.build)?;
-        // The demo runs tests (3 x about 1 s) and the benchmark: generous.
+        // The demo runs the tests (8 x about 1 s) and the benchmark: generous.
         let run = run_qemu(config, kernel, "demo", RUN_SLACK * 2, "demo")?;
         print!("{}", demo_table(config, &run));
         if let Some(trouble) = run.trouble(config) {

@@ -1,6 +1,9 @@
-//! A sense-reversing spin barrier for a known number of CPUs.
+//! A sense-reversing spin barrier for a known number of CPUs. Waiting CPUs
+//! are idle for RCU (`kernel::hooks::idle_wait`).
 
 use core::sync::atomic::{AtomicUsize, Ordering};
+
+use super::hooks;
 
 /// All CPUs that call [`wait`](Barrier::wait) with the same `n` leave it only
 /// once `n` of them have arrived; it can be reused at once.
@@ -35,9 +38,9 @@ impl Barrier {
             // with their Acquire loads of `generation`.
             self.generation.fetch_add(1, Ordering::Release);
         } else {
-            while self.generation.load(Ordering::Acquire) == generation {
-                core::hint::spin_loop();
-            }
+            // A waiting CPU is idle: RCU must not wait for it (see
+            // `kernel::hooks`).
+            hooks::idle_wait(|| self.generation.load(Ordering::Acquire) != generation);
         }
     }
 }

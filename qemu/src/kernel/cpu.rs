@@ -5,14 +5,15 @@
 //! in order of arrival), and the arch code keeps it in a register every CPU
 //! has for itself: the GS base on x86_64, `TPIDR_EL1` on aarch64, the same
 //! registers Linux uses for its per-CPU offset. [`current`] reads it back.
-//! This is the "CPU id" hook ksync's per-CPU structures will ask a kernel
-//! for.
+//! It is what this kernel gives ksync as its CPU id, and [`possible`] what
+//! it gives as the CPU count (`kernel::hooks`).
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use ksync::spinlock::IrqState;
 
+use super::{fw_cfg, hooks};
 use crate::arch;
 
 /// The most CPUs this kernel brings up; any further ones are left parked.
@@ -25,11 +26,40 @@ pub fn current() -> usize {
     arch::cpu_index()
 }
 
+/// The possible CPUs (0 until the boot CPU has counted them).
+static POSSIBLE: AtomicUsize = AtomicUsize::new(0);
+
+/// Boot CPU, before it starts the others: fixes the number of possible CPUs
+/// from the firmware (QEMU's `-smp`, read from fw_cfg), at most
+/// [`MAX_CPUS`]. Every CPU index is below it from then on.
+pub fn init_possible() {
+    let mut nb_cpus = [0; 2];
+    fw_cfg::read(fw_cfg::NB_CPUS, &mut nb_cpus);
+    let cpus = usize::from(u16::from_le_bytes(nb_cpus)).clamp(1, MAX_CPUS);
+    // Relaxed: set before the other CPUs start (starting them orders it).
+    POSSIBLE.store(cpus, Ordering::Relaxed);
+}
+
+/// How many CPUs this machine can have (`nr_cpu_ids`): fixed at boot by
+/// [`init_possible`], the count ksync's per-CPU data covers.
+///
+/// # Panics
+/// Before [`init_possible`].
+#[inline]
+pub fn possible() -> usize {
+    match POSSIBLE.load(Ordering::Relaxed) {
+        0 => panic!("the CPU count was asked for before the boot CPU counted the CPUs"),
+        n => n,
+    }
+}
+
 /// CPUs that have come up, the boot CPU included.
 static ONLINE: AtomicUsize = AtomicUsize::new(0);
 
-/// Records that this CPU is up and running.
+/// Records that this CPU is up and running, and tells RCU (from now on
+/// grace periods wait for it).
 pub fn mark_online() {
+    hooks::cpu_up();
     // Release pairs with the Acquire in `online`: whoever counts this CPU
     // also sees its initialisation.
     ONLINE.fetch_add(1, Ordering::Release);

@@ -11,17 +11,19 @@
 //! on for good once a CPU is ready, and off around the runner's barriers.
 
 use super::cpu::{self, Counters};
+use super::hooks;
 use super::runner;
 use crate::arch;
 
 /// Timer interrupts taken, per CPU.
 pub static TICKS: Counters = Counters::new();
 
-/// Called by the arch code on every timer interrupt, interrupts off.
+/// Called by the arch code on every timer interrupt, interrupts off. If the
+/// CPU was idle, RCU watches it while the handler runs (`hooks::interrupt`).
 pub fn timer_tick() {
     let cpu = cpu::current();
     TICKS.add(cpu, 1);
-    runner::on_tick(cpu);
+    hooks::interrupt(|| runner::on_tick(cpu));
 }
 
 /// Enables interrupts on this CPU.

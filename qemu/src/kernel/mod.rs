@@ -2,7 +2,9 @@
 //! no more. Architecture-specific pieces live in `crate::arch`.
 //!
 //! * [`console`]: the serial console behind an `IrqTicketMutex`, `println!`;
-//! * [`cpu`]: CPU indices, per-CPU counters and per-CPU data;
+//! * [`cpu`]: CPU indices, the CPU count, per-CPU counters and per-CPU data;
+//! * [`hooks`]: ksync's kernel hooks (`set_kernel!`) and where this kernel
+//!   reports RCU quiescent states;
 //! * [`barrier`]: a spin barrier;
 //! * [`time`]: the CPU's free-running counter;
 //! * [`irq`]: timer interrupt accounting;
@@ -15,6 +17,7 @@ pub mod barrier;
 pub mod console;
 pub mod cpu;
 pub mod fw_cfg;
+pub mod hooks;
 pub mod irq;
 pub mod runner;
 pub mod time;

@@ -15,6 +15,11 @@
 //!    every CPU took timer interrupts during the suite, and prints the
 //!    `KSYNC-RESULT` line. A barrier later, everyone re-enables interrupts.
 //!
+//! RCU: `Ctx::should_stop` reports a quiescent state (the point between two
+//! operations), and CPUs waiting at the barriers are idle (`kernel::hooks`),
+//! so a suite whose `run` waits for grace periods never waits for a CPU
+//! that already finished.
+//!
 //! A watchdog in the timer interrupt fails the run when a suite overstays its
 //! budget by [`WATCHDOG_GRACE_MS`] (a deadlock, or a CPU that stopped), as
 //! long as some CPU still takes interrupts; the runner's QEMU timeout covers
@@ -30,7 +35,7 @@ use ksync::spinlock::IrqTicketMutex;
 
 use super::barrier::Barrier;
 use super::cpu::{Counters, MAX_CPUS};
-use super::{irq, time};
+use super::{hooks, irq, time};
 use crate::arch;
 use crate::println;
 use crate::suites::{self, Kind, Suite};
@@ -92,8 +97,13 @@ impl Ctx {
     }
 
     /// Whether the budget is spent or some CPU flagged a failure.
+    ///
+    /// Suites call it between two operations, so it is also this kernel's
+    /// `cond_resched()`: it reports an RCU quiescent state (`kernel::hooks`).
+    /// Never call it inside an RCU read section (debug builds panic).
     #[inline]
     pub fn should_stop(&self) -> bool {
+        ksync::rcu::quiescent_state();
         // Relaxed: a flag and a deadline, no data hangs on them.
         if STOP.load(Ordering::Relaxed) {
             return true;
@@ -135,12 +145,10 @@ pub fn release(cpus: usize) {
 /// Every CPU: runs the plan. The boot CPU ends the machine when done; the
 /// others park.
 pub fn run(cpu: usize) -> ! {
-    while !RELEASED.load(Ordering::Acquire) {
-        core::hint::spin_loop();
-    }
+    hooks::idle_wait(|| RELEASED.load(Ordering::Acquire));
     let cpus = CPUS.load(Ordering::Relaxed);
     if cpu >= cpus {
-        arch::park();
+        hooks::halt();
     }
     arch::timer_start();
     irq::enable();
@@ -177,7 +185,7 @@ pub fn run(cpu: usize) -> ! {
         arch::exit(failed == 0);
     }
     irq::disable();
-    arch::park()
+    hooks::halt()
 }
 
 fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {

@@ -13,14 +13,26 @@
 //! picks new suites up from the `list` output: nothing to change there.
 
 pub mod bench;
+pub mod brlock;
 pub mod lockref;
+pub mod percpu_counter;
+pub mod rcu;
+pub mod rwlock;
 pub mod spinlock;
 
 pub use crate::kernel::runner::Ctx;
 
 /// Every suite the kernel knows, file by file, in the order `tests` and
 /// `controls` run them.
-static REGISTRY: &[&[&dyn Suite]] = &[lockref::SUITES, spinlock::SUITES, bench::SUITES];
+static REGISTRY: &[&[&dyn Suite]] = &[
+    lockref::SUITES,
+    spinlock::SUITES,
+    percpu_counter::SUITES,
+    rwlock::SUITES,
+    brlock::SUITES,
+    rcu::SUITES,
+    bench::SUITES,
+];
 
 /// Every registered suite, in order.
 pub fn all() -> impl Iterator<Item = &'static dyn Suite> {

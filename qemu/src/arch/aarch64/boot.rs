@@ -10,8 +10,8 @@ use smccc::Hvc;
 use smccc::psci::{self, error::Error as PsciError};
 
 use super::gic;
+use crate::kernel;
 use crate::kernel::cpu::{self, MAX_CPUS};
-use crate::kernel::{self, fw_cfg};
 
 /// Stack bytes per CPU.
 pub const STACK_SIZE: usize = 64 * 1024;
@@ -45,9 +45,7 @@ unsafe extern "C" {
 /// QEMU was started with (`-smp`, from fw_cfg), so that a CPU PSCI refused
 /// to start counts as missing.
 pub fn start_secondaries() -> usize {
-    let mut nb_cpus = [0; 2];
-    fw_cfg::read(fw_cfg::NB_CPUS, &mut nb_cpus);
-    let expected = usize::from(u16::from_le_bytes(nb_cpus)).clamp(1, MAX_CPUS);
+    let expected = cpu::possible();
     let me = MPIDR_EL1.get() & 0xff_00ff_ffff; // Aff3..Aff0
     let mut cpus = 1;
     // QEMU's virt numbers CPUs 0, 1, 2, ... in Aff0 (up to 8 with GICv2).

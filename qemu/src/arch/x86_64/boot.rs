@@ -11,15 +11,16 @@
 //! Example"; a second STARTUP to a CPU that already started is ignored).
 //! Each AP takes the next CPU index with a `lock xadd` on [`NEXT_CPU`], picks
 //! its stack by index, and calls the Rust entry; APs beyond
-//! [`MAX_CPUS`](crate::kernel::cpu::MAX_CPUS) park with interrupts off.
-//! How many CPUs there are comes from fw_cfg (`FW_CFG_NB_CPUS`).
+//! [`MAX_CPUS`] park with interrupts off.
+//! How many CPUs there are comes from fw_cfg (`FW_CFG_NB_CPUS`), read by
+//! the boot CPU into [`cpu::possible`].
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::AtomicU32;
 
 use super::apic;
-use crate::kernel::cpu::MAX_CPUS;
-use crate::kernel::{fw_cfg, time};
+use crate::kernel::cpu::{self, MAX_CPUS};
+use crate::kernel::time;
 
 /// Stack bytes per CPU.
 pub const STACK_SIZE: usize = 64 * 1024;
@@ -61,9 +62,7 @@ unsafe extern "C" {
 /// Starts every other CPU; returns how many CPUs the kernel should see in
 /// all (the boot CPU included).
 pub fn start_secondaries() -> usize {
-    let mut nb_cpus = [0; 2];
-    fw_cfg::read(fw_cfg::NB_CPUS, &mut nb_cpus);
-    let cpus = usize::from(u16::from_le_bytes(nb_cpus)).clamp(1, MAX_CPUS);
+    let cpus = cpu::possible();
     if cpus == 1 {
         return 1;
     }

@@ -1,0 +1,549 @@
+//! Scalable reader-writer lock torture: readers on every CPU, in thread
+//! context and from the timer interrupt, and a writer now and then, on
+//! ksync's [`PercpuRwLock`] (fenced readers) and [`GatedPercpuRwLock`]
+//! (readers skip the fence while an RCU gate is open).
+//!
+//! In `rwlock` every CPU writes now and then; in `rwlock-gated` only CPU 0
+//! does, because of a deadlock in ksync with concurrent gated writers (see
+//! [`GATED_WRITER_CPUS`]).
+//!
+//! # Checks
+//!
+//! * A writer swaps its id into `writer` on entry (expects 0) and back out
+//!   on exit (expects its own): two writers inside show up.
+//! * Readers count themselves in `readers` while inside; a writer must find
+//!   0 on entry and all along while it holds on after its update, and a
+//!   reader must find no writer inside, on entry and on exit.
+//! * Now and then two CPUs meet for a *probe* (as in the lockref suite):
+//!   one announces it is ready, a writer takes the write lock and tells it
+//!   so, and the first calls `try_read()`, which must be refused. This
+//!   check needs no lucky timing: the others need a reader and a writer
+//!   running at the same instant, which four vCPUs on a loaded two-core
+//!   host rarely provide (and a writer of the broken lock only gets in
+//!   when no reader runs).
+//! * The protected data is three words with an invariant (`b == !a`,
+//!   `c == a * K`) that a writer breaks for a while (it writes them one by
+//!   one with work in between): a reader must always see it hold. The
+//!   writers also bump a version non-atomically, so at the end it must
+//!   equal the number of writes and the words must hold the last version.
+//!
+//! # Interrupt context
+//!
+//! The timer handler reads too, so writers hold the write lock with local
+//! interrupts disabled (`IrqState::save()` before `write()`): a handler
+//! reading on the writer's CPU would otherwise spin on the writer it
+//! interrupted. Handlers use `try_read()` and skip when a writer is around:
+//! a handler that interrupted a thread-context reader on its CPU must not
+//! wait for a writer that waits for that reader (the lock's "no recursive
+//! readers" rule).
+//!
+//! The gated flavour needs CPUs that report RCU quiescent states: a writer
+//! closing the gate waits for a grace period, which every other CPU ends at
+//! its next `should_stop` (or by being idle at a barrier), see
+//! `kernel::hooks`.
+//!
+//! # The control
+//!
+//! [`NoBlockRwLock`] is a per-CPU-count rw lock whose writer is the real
+//! algorithm but whose reader path is the gated fast path used always: it
+//! increments its CPU's count and enters, never issuing the fence or
+//! checking `block`. Readers walk in on writers.
+
+use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering, fence};
+
+use ksync::lock_api::{self, GuardNoSend, RawRwLock};
+use ksync::percpu::PerCpu;
+use ksync::percpu_rwlock::{GatedPercpuRwLock, PercpuRwLock, RawPercpuRwLock};
+use ksync::spinlock::IrqState;
+
+use super::{Ctx, Kind, Rng, Suite, Summary, busy_work};
+use crate::kernel::cpu::Counters;
+use crate::kernel::time;
+use crate::println;
+
+/// Work between the writes of the three words, and inside a read section.
+const CS_WORK: u32 = 16;
+/// How often a writer re-checks for readers after its update, before it
+/// lets go (with a little work between checks).
+const WRITE_HOLD_CHECKS: u32 = 16;
+/// One probe per this many thread-context operations (when none runs).
+const PROBE_ONE_IN: u64 = 256;
+/// How long a CPU ready for a probe waits for a writer to serve it, in
+/// microseconds of guest time.
+const PROBE_WAIT_US: u64 = 200;
+// The probe word: 0 when idle, else a CPU index + 1 in the low bits and the
+// state above: READY(prober), CLAIMED(server), LOCKED(server), ANSWERED.
+const PROBE_READY: usize = 1 << 16;
+const PROBE_CLAIMED: usize = 2 << 16;
+const PROBE_LOCKED: usize = 3 << 16;
+const PROBE_ANSWERED: usize = 4 << 16;
+const PROBE_STATE: usize = 7 << 16;
+const PROBE_CPU: usize = 0xffff;
+/// Read attempts per timer interrupt.
+const IRQ_READS: u32 = 2;
+/// The invariant's multiplier.
+const K: u64 = 0x9E37_79B9_7F4A_7C15;
+
+/// The protected data: three words that must agree.
+pub struct Data {
+    a: AtomicU64,
+    b: AtomicU64,
+    c: AtomicU64,
+}
+
+impl Data {
+    const fn new() -> Self {
+        Self {
+            a: AtomicU64::new(0),
+            b: AtomicU64::new(!0),
+            c: AtomicU64::new(0),
+        }
+    }
+
+    // Relaxed throughout: the lock orders a working reader and writer; a
+    // broken lock shows in the values, with no undefined behaviour since
+    // every word is an atomic.
+
+    fn write(&self, v: u64) {
+        self.a.store(v, Ordering::Relaxed);
+        busy_work(CS_WORK);
+        self.b.store(!v, Ordering::Relaxed);
+        busy_work(CS_WORK);
+        self.c.store(v.wrapping_mul(K), Ordering::Relaxed);
+    }
+
+    /// The value if the three words agree.
+    fn read(&self) -> Option<u64> {
+        let a = self.a.load(Ordering::Relaxed);
+        busy_work(CS_WORK / 2);
+        let b = self.b.load(Ordering::Relaxed);
+        busy_work(CS_WORK / 2);
+        let c = self.c.load(Ordering::Relaxed);
+        (b == !a && c == a.wrapping_mul(K)).then_some(a)
+    }
+}
+
+/// The control: readers that never look for a writer.
+pub struct NoBlockRwLock {
+    readers: PerCpu<AtomicI32>,
+    block: AtomicBool,
+}
+
+impl NoBlockRwLock {
+    fn readers_active(&self) -> bool {
+        self.readers
+            .iter()
+            .fold(0i32, |sum, n| sum.wrapping_add(n.load(Ordering::Relaxed)))
+            != 0
+    }
+}
+
+// SAFETY: deliberately NOT upheld: readers enter while a writer holds the
+// lock. It only guards `Data`, whose words are atomics, in the control
+// suite: the missing exclusion shows up in the checks, not as undefined
+// behaviour. Writers are the real algorithm (they exclude each other).
+unsafe impl RawRwLock for NoBlockRwLock {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self {
+        readers: PerCpu::new(),
+        block: AtomicBool::new(false),
+    };
+    type SharedGuard = GuardNoSend;
+    type ExclusiveGuard = GuardNoSend;
+
+    fn lock_shared(&self) -> GuardNoSend {
+        // The bug: the gated fast path, gate or no gate. No fence, no look
+        // at `block`.
+        self.readers.get().fetch_add(1, Ordering::Relaxed);
+        GuardNoSend::default()
+    }
+
+    fn try_lock_shared(&self) -> Option<GuardNoSend> {
+        Some(self.lock_shared())
+    }
+
+    unsafe fn unlock_shared(&self, _guard: GuardNoSend) {
+        self.readers.get().fetch_sub(1, Ordering::Release);
+    }
+
+    fn lock_exclusive(&self) -> GuardNoSend {
+        // The real writer: exclude writers, fence, wait for the readers.
+        while self
+            .block
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            core::hint::spin_loop();
+        }
+        fence(Ordering::SeqCst);
+        while self.readers_active() {
+            core::hint::spin_loop();
+        }
+        fence(Ordering::Acquire);
+        GuardNoSend::default()
+    }
+
+    fn try_lock_exclusive(&self) -> Option<GuardNoSend> {
+        self.block
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .ok()?;
+        fence(Ordering::SeqCst);
+        if self.readers_active() {
+            self.block.store(false, Ordering::Release);
+            return None;
+        }
+        fence(Ordering::Acquire);
+        Some(GuardNoSend::default())
+    }
+
+    unsafe fn unlock_exclusive(&self, _guard: GuardNoSend) {
+        self.block.store(false, Ordering::Release);
+    }
+
+    fn is_locked(&self) -> bool {
+        self.block.load(Ordering::Relaxed) || self.readers_active()
+    }
+
+    fn is_locked_exclusive(&self) -> bool {
+        self.block.load(Ordering::Relaxed)
+    }
+}
+
+/// The suite, over any raw rw lock.
+pub struct RwTorture<R: RawRwLock + 'static> {
+    name: &'static str,
+    kind: Kind,
+    /// One write per this many thread-context operations, on average...
+    write_one_in: u64,
+    /// ... on CPUs `0..writer_cpus`.
+    writer_cpus: usize,
+    lock: lock_api::RwLock<R, Data>,
+    /// 0, or the id of the writer inside.
+    writer: AtomicUsize,
+    /// Readers inside.
+    readers: AtomicUsize,
+    /// Bumped non-atomically by every writer.
+    version: AtomicU64,
+    /// `ksync::rcu::gp_seq()` at the start (statistics).
+    gp_start: AtomicUsize,
+    /// The probe word (see `probe`).
+    probe: AtomicUsize,
+    probes: Counters,
+    reads: Counters,
+    writes: Counters,
+    irq_reads: Counters,
+    irq_busy: Counters,
+}
+
+/// This file's suites.
+pub static SUITES: &[&dyn Suite] = &[&FENCED, &GATED, &CONTROL];
+
+/// The fenced flavour: writers on every CPU.
+pub static FENCED: RwTorture<RawPercpuRwLock> = RwTorture::new(
+    "rwlock",
+    Kind::Test,
+    64,
+    usize::MAX,
+    PercpuRwLock::new(Data::new()),
+);
+/// The gated flavour: fewer writes, so that the gate spends time open, and
+/// only from CPU 0 (see [`GATED_WRITER_CPUS`]).
+pub static GATED: RwTorture<RawPercpuRwLock<ksync::percpu_rwlock::Gated>> = RwTorture::new(
+    "rwlock-gated",
+    Kind::Test,
+    64,
+    GATED_WRITER_CPUS,
+    GatedPercpuRwLock::new(Data::new()),
+);
+/// The control: readers ignore writers.
+pub static CONTROL: RwTorture<NoBlockRwLock> = RwTorture::new(
+    "rwlock-noblock",
+    Kind::Control,
+    64,
+    usize::MAX,
+    lock_api::RwLock::new(Data::new()),
+);
+
+/// CPUs that write in `rwlock-gated`: one, for now. With writers on several
+/// CPUs it deadlocks in ksync: a second writer that arrives while the
+/// first closes the gate (`RcuSync::enter`, state `ENTER`) spins until the
+/// first writer's grace period ends without reporting a quiescent state,
+/// and that grace period waits for the spinning CPU's quiescent state.
+/// Set it to `usize::MAX` once `RcuSync::enter` reports quiescent states
+/// while it waits (as `rcu::synchronize` does).
+const GATED_WRITER_CPUS: usize = 1;
+
+/// A context's id in `writer`: never 0.
+fn who(cpu: usize) -> usize {
+    cpu + 1
+}
+
+impl<R: RawRwLock> RwTorture<R> {
+    const fn new(
+        name: &'static str,
+        kind: Kind,
+        write_one_in: u64,
+        writer_cpus: usize,
+        lock: lock_api::RwLock<R, Data>,
+    ) -> Self {
+        Self {
+            name,
+            kind,
+            write_one_in,
+            writer_cpus,
+            lock,
+            writer: AtomicUsize::new(0),
+            readers: AtomicUsize::new(0),
+            version: AtomicU64::new(0),
+            gp_start: AtomicUsize::new(0),
+            probe: AtomicUsize::new(0),
+            probes: Counters::new(),
+            reads: Counters::new(),
+            writes: Counters::new(),
+            irq_reads: Counters::new(),
+            irq_busy: Counters::new(),
+        }
+    }
+
+    /// Inside a read lock: count in, check, count out.
+    fn read_section(&self, ctx: &Ctx, data: &Data) {
+        // Relaxed: a working lock orders these (a writer acquires what a
+        // reader released); with a broken one, the RMWs on `readers` and the
+        // data words still show overlaps.
+        self.readers.fetch_add(1, Ordering::Relaxed);
+        if self.writer.load(Ordering::Relaxed) != 0 {
+            ctx.fail("a reader found a writer inside (on entry)");
+        }
+        if data.read().is_none() {
+            ctx.fail("a reader saw the protected words disagree (a writer was inside)");
+        }
+        if self.writer.load(Ordering::Relaxed) != 0 {
+            ctx.fail("a reader found a writer inside (on exit)");
+        }
+        self.readers.fetch_sub(1, Ordering::Relaxed);
+    }
+
+    /// Takes the write lock with interrupts off and updates the data.
+    fn write(&self, ctx: &Ctx) {
+        let me = who(ctx.cpu);
+        let _irq = IrqState::save();
+        let data = self.lock.write();
+        if self.writer.swap(me, Ordering::Relaxed) != 0 {
+            ctx.fail("two writers inside (found another on entry)");
+        }
+        if self.readers.load(Ordering::Relaxed) != 0 {
+            ctx.fail("a writer found readers inside (on entry)");
+        }
+        let version = self.version.load(Ordering::Relaxed) + 1;
+        data.write(version);
+        self.version.store(version, Ordering::Relaxed);
+        // Hold on for a while: a reader that walks in (a broken lock) shows
+        // in `readers` meanwhile, and sees `writer` set.
+        for _ in 0..WRITE_HOLD_CHECKS {
+            if self.readers.load(Ordering::Relaxed) != 0 {
+                ctx.fail("a writer found readers inside (before unlocking)");
+                break;
+            }
+            busy_work(CS_WORK / 2);
+        }
+        if self.writer.swap(0, Ordering::Relaxed) != me {
+            ctx.fail("two writers inside (found another on exit)");
+        }
+    }
+}
+
+impl<R: RawRwLock> RwTorture<R> {
+    /// The prober (thread context, no read lock held): announces it is
+    /// ready, waits a little for a writer to take the write lock for it,
+    /// then tries a read lock, which must be refused.
+    fn probe(&self, ctx: &Ctx) {
+        let me = ctx.cpu + 1;
+        if self
+            .probe
+            .compare_exchange(0, me | PROBE_READY, Ordering::Relaxed, Ordering::Relaxed)
+            .is_err()
+        {
+            return;
+        }
+        let deadline = time::now() + time::hz() / 1_000_000 * PROBE_WAIT_US;
+        let mut spins = 0u32;
+        loop {
+            // Acquire pairs with the Release in `serve_probe`: we see the
+            // write lock taken.
+            if self.probe.load(Ordering::Acquire) & PROBE_STATE == PROBE_LOCKED {
+                break;
+            }
+            spins = spins.wrapping_add(1);
+            // Read the clock rarely (slow under TCG). Once a writer has
+            // claimed the probe, it is on its way: no giving up.
+            if spins.is_multiple_of(64)
+                && time::now() > deadline
+                && self
+                    .probe
+                    .compare_exchange(me | PROBE_READY, 0, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return; // nobody came
+            }
+            // Waiting, outside any read section: a quiescent state. A gated
+            // writer closing its gate for us waits for one from this CPU.
+            ksync::rcu::quiescent_state();
+            core::hint::spin_loop();
+        }
+        if let Some(data) = self.lock.try_read() {
+            ctx.fail("try_read() got in while another CPU held the write lock");
+            drop(data);
+        }
+        // Release pairs with the writer's Acquire.
+        self.probe.store(me | PROBE_ANSWERED, Ordering::Release);
+        self.probes.add(ctx.cpu, 1);
+    }
+
+    /// Writers, every iteration: if another CPU is ready for a probe, claim
+    /// it, take the write lock (interrupts off), tell the prober and wait
+    /// for its answer. Unlike the overlaps the other checks look for, this
+    /// needs no two vCPUs running at the same instant, which a loaded host
+    /// running four vCPUs on two cores rarely provides.
+    fn serve_probe(&self, ctx: &Ctx) {
+        let ready = self.probe.load(Ordering::Relaxed);
+        if ready & PROBE_STATE != PROBE_READY || ready & PROBE_CPU == ctx.cpu + 1 {
+            return;
+        }
+        let me = ctx.cpu + 1;
+        let _irq = IrqState::save();
+        if self
+            .probe
+            .compare_exchange(
+                ready,
+                me | PROBE_CLAIMED,
+                Ordering::Relaxed,
+                Ordering::Relaxed,
+            )
+            .is_err()
+        {
+            return; // the prober gave up, or another writer serves it
+        }
+        let data = self.lock.write();
+        // Release pairs with the prober's Acquire.
+        self.probe.store(me | PROBE_LOCKED, Ordering::Release);
+        // Acquire pairs with the prober's Release answer.
+        while self.probe.load(Ordering::Acquire) & PROBE_STATE != PROBE_ANSWERED {
+            core::hint::spin_loop();
+        }
+        drop(data);
+        self.probe.store(0, Ordering::Relaxed);
+    }
+}
+
+impl<R: RawRwLock + Sync> Suite for RwTorture<R> {
+    fn name(&self) -> &'static str {
+        self.name
+    }
+
+    fn kind(&self) -> Kind {
+        self.kind
+    }
+
+    fn budget_ms(&self) -> u64 {
+        1000
+    }
+
+    fn setup(&self, _cpus: usize) {
+        let _irq = IrqState::save();
+        self.lock.write().write(0);
+        self.writer.store(0, Ordering::Relaxed);
+        self.readers.store(0, Ordering::Relaxed);
+        self.probe.store(0, Ordering::Relaxed);
+        self.version.store(0, Ordering::Relaxed);
+        self.gp_start.store(ksync::rcu::gp_seq(), Ordering::Relaxed);
+        for counters in [
+            &self.probes,
+            &self.reads,
+            &self.writes,
+            &self.irq_reads,
+            &self.irq_busy,
+        ] {
+            counters.reset();
+        }
+    }
+
+    fn run(&self, ctx: &Ctx) {
+        let mut rng = Rng::new(ctx.cpu as u64 + 23);
+        let (mut reads, mut writes) = (0, 0);
+        let writer = ctx.cpu < self.writer_cpus;
+        while !ctx.should_stop() {
+            if writer {
+                self.serve_probe(ctx);
+            }
+            if rng.below(PROBE_ONE_IN) == 0 {
+                self.probe(ctx);
+            } else if writer && rng.below(self.write_one_in) == 0 {
+                self.write(ctx);
+                writes += 1;
+            } else {
+                let data = self.lock.read();
+                self.read_section(ctx, &data);
+                drop(data);
+                reads += 1;
+            }
+            busy_work(rng.below(16) as u32);
+        }
+        self.reads.add(ctx.cpu, reads);
+        self.writes.add(ctx.cpu, writes);
+    }
+
+    fn irq(&self, ctx: &Ctx) {
+        for _ in 0..IRQ_READS {
+            match self.lock.try_read() {
+                Some(data) => {
+                    self.read_section(ctx, &data);
+                    self.irq_reads.add(ctx.cpu, 1);
+                }
+                None => self.irq_busy.add(ctx.cpu, 1),
+            }
+        }
+    }
+
+    fn finish(&self, cpus: usize) -> Summary {
+        let writes = self.writes.sum(cpus);
+        let version = self.version.load(Ordering::Relaxed);
+        let value = {
+            let _irq = IrqState::save();
+            self.lock.read().read()
+        };
+        let failure = if version != writes {
+            Some("lost updates: the version does not match the writes")
+        } else if value != Some(version) {
+            Some("the protected words do not hold the last version")
+        } else {
+            None
+        };
+        for cpu in 0..cpus {
+            println!(
+                "  {} cpu{cpu}: reads={} writes={} probes={} irq_reads={} irq_busy={}",
+                self.name,
+                self.reads.get(cpu),
+                self.writes.get(cpu),
+                self.probes.get(cpu),
+                self.irq_reads.get(cpu),
+                self.irq_busy.get(cpu)
+            );
+        }
+        let gps = (ksync::rcu::gp_seq() >> 2) - (self.gp_start.load(Ordering::Relaxed) >> 2);
+        println!(
+            "  {}: {} reads ({} in interrupts, {} refused there), {writes} writes, version {version}, {} probes, {gps} RCU grace periods",
+            self.name,
+            self.reads.sum(cpus) + self.irq_reads.sum(cpus),
+            self.irq_reads.sum(cpus),
+            self.irq_busy.sum(cpus),
+            self.probes.sum(cpus)
+        );
+        let (cpu_min, cpu_max) = self.reads.min_max(cpus);
+        Summary {
+            ops: self.reads.sum(cpus) + self.irq_reads.sum(cpus) + writes,
+            cpu_min,
+            cpu_max,
+            failure,
+        }
+    }
+}
