@@ -358,6 +358,10 @@ fn test(kvm: bool, host_only: bool) -> ExitCode {
         "loom",
         "--test",
         "loom_percpu",
+        "--test",
+        "loom_seqlock",
+        "--test",
+        "srcu",
     ]);
     loom.env("RUSTFLAGS", "--cfg loom")
         .env("LOOM_MAX_PREEMPTIONS", "2")
@@ -366,8 +370,8 @@ fn test(kvm: bool, host_only: bool) -> ExitCode {
     let (ok, text) = run_logged("loom models", &mut loom);
     tally_tests(&mut t, "loom models", ok, &text);
 
-    // Miri on the code that copies racy data (seqlock) and the SRCU
-    // counters: nightly's Miri, installed if missing.
+    // Miri on the code that copies racy data (seqlock): nightly's Miri,
+    // installed if missing.
     let miri_setup = Command::new("rustup")
         .args([
             "component",
@@ -383,10 +387,17 @@ fn test(kvm: bool, host_only: bool) -> ExitCode {
         .map(|s| s.success())
         .unwrap_or(false);
     if miri_setup {
-        let mut miri = cargo(&[
-            "+nightly", "miri", "test", "--test", "seqlock", "--test", "srcu",
-        ]);
-        miri.env("CARGO_TARGET_DIR", root().join("target/miri"));
+        // `rustup run` picks nightly whatever cargo this driver runs under.
+        let mut miri = Command::new("rustup");
+        miri.args([
+            "run", "nightly", "cargo", "miri", "test", "--test", "seqlock",
+        ])
+        .current_dir(root())
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC")
+        .env_remove("CARGO")
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_TARGET_DIR", root().join("target/miri"));
         let (ok, text) = run_logged("miri (seqlock)", &mut miri);
         tally_tests(&mut t, "miri", ok, &text);
     } else {
