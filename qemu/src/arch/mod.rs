@@ -7,7 +7,7 @@
 //!   CPU), `init_local_interrupts()` (every CPU), `start_secondaries()`,
 //!   `timer_start()`;
 //! * `cpu_index()`, `counter()`, `counter_hz()`, `irq_enable()`,
-//!   `irq_disable()`, `irqs_enabled()`;
+//!   `irq_disable()`;
 //! * `fw_cfg_select(key)`, `fw_cfg_read_u8()`;
 //! * `exit(success)`, `park()`.
 

@@ -1,6 +1,5 @@
 //! What this kernel tells ksync: the kernel hooks (CPU id, CPU count,
-//! preemption), the points where it reports RCU quiescent states, and (for
-//! now) a `critical-section` implementation.
+//! preemption) and the points where it reports RCU quiescent states.
 //!
 //! This file is the worked example of embedding ksync's per-CPU data and
 //! RCU in a kernel; README.md ("Embedding ksync in your kernel") walks
@@ -54,13 +53,8 @@
 //!   [`interrupt`] makes RCU watch it for the handler's duration.
 //! * The idle transitions run with interrupts off, so a handler sees
 //!   either "not idle, watched" or "idle, not watched", never half of one.
-//!
-//! # `critical-section`
-//!
-//! See [`KernelCriticalSection`]: needed only because of a ksync bug on
-//! aarch64 without LSE.
 
-use core::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, Ordering};
 
 use ksync::spinlock::IrqState;
 
@@ -148,63 +142,4 @@ pub fn interrupt<R>(handler: impl FnOnce() -> R) -> R {
 pub fn halt() -> ! {
     ksync::rcu::cpu_offline();
     arch::park()
-}
-
-// ---- critical-section ---------------------------------------------------------
-
-/// This kernel's `critical-section` implementation: local interrupts off
-/// and one kernel-wide lock, re-entrant per CPU, so that a critical section
-/// excludes interrupt handlers *and* the other CPUs, as the crate's contract
-/// asks (its `Mutex` relies on that).
-///
-/// On bare-metal x86_64 and aarch64 ksync masks interrupts itself and should
-/// not need this. But ksync's portable per-CPU add (used on aarch64 without
-/// LSE, i.e. the LL/SC kernel) calls the `critical-section` path instead of
-/// its `DAIF` one, so that build does not link without an implementation.
-/// Until that is fixed every `PerCpuCounter` add and every rw-lock reader of
-/// the LL/SC kernel goes through this lock: correct, but serialised.
-struct KernelCriticalSection;
-
-critical_section::set_impl!(KernelCriticalSection);
-
-/// The CPU inside a critical section, plus one; 0 when none is.
-static CS_OWNER: AtomicUsize = AtomicUsize::new(0);
-/// Restore-state bits: interrupts were on; the section is nested.
-const CS_IRQS_ON: u8 = 1;
-const CS_NESTED: u8 = 2;
-
-// SAFETY: `acquire` returns with local interrupts off and `CS_OWNER` naming
-// this CPU, so neither an interrupt handler on this CPU nor another CPU can
-// be inside a critical section at the same time; a nested `acquire` on the
-// owning CPU (interrupts are already off, so it is the same context) only
-// records that it is nested. `release` undoes exactly what its `acquire`
-// did, in nesting order (the crate's contract for callers).
-unsafe impl critical_section::Impl for KernelCriticalSection {
-    unsafe fn acquire() -> u8 {
-        let irqs_on = arch::irqs_enabled();
-        arch::irq_disable();
-        let me = cpu::current() + 1;
-        // Relaxed: only this CPU writes `me` into it, and only it reads
-        // `me` back while it owns the lock.
-        if CS_OWNER.load(Ordering::Relaxed) == me {
-            return CS_NESTED | u8::from(irqs_on);
-        }
-        // Acquire pairs with the Release in `release`.
-        while CS_OWNER
-            .compare_exchange_weak(0, me, Ordering::Acquire, Ordering::Relaxed)
-            .is_err()
-        {
-            core::hint::spin_loop();
-        }
-        u8::from(irqs_on)
-    }
-
-    unsafe fn release(state: u8) {
-        if state & CS_NESTED == 0 {
-            CS_OWNER.store(0, Ordering::Release);
-        }
-        if state & CS_IRQS_ON != 0 {
-            arch::irq_enable();
-        }
-    }
 }

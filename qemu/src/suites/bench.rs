@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use ksync::LockRef;
 use ksync::spinlock::TicketMutex;
 
-use super::{Ctx, Kind, Suite, Summary};
+use super::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::barrier::Barrier;
 use crate::kernel::cpu::Counters;
 use crate::kernel::time;
@@ -47,6 +47,7 @@ const OPS: [Op; 3] = [Op::Lockref, Op::Spinlock, Op::Atomic];
 
 /// The benchmark's state.
 pub struct Bench {
+    info: Info,
     lockref: LockRef,
     spinlock: TicketMutex<u64>,
     atomic: AtomicU64,
@@ -62,6 +63,8 @@ pub static SUITES: &[&dyn Suite] = &[&BENCH];
 
 /// The benchmark.
 pub static BENCH: Bench = Bench {
+    // Every phase, plus slack for the barriers.
+    info: Info::new("bench", Kind::Bench, PHASE_MS * 2 * OPS.len() as u64 + 500),
     lockref: LockRef::new(1),
     spinlock: TicketMutex::new(0),
     atomic: AtomicU64::new(0),
@@ -153,17 +156,8 @@ impl Bench {
 }
 
 impl Suite for Bench {
-    fn name(&self) -> &'static str {
-        "bench"
-    }
-
-    fn kind(&self) -> Kind {
-        Kind::Bench
-    }
-
-    fn budget_ms(&self) -> u64 {
-        // Every phase, plus slack for the barriers.
-        PHASE_MS * 2 * OPS.len() as u64 + 500
+    fn info(&self) -> &Info {
+        &self.info
     }
 
     fn setup(&self, _cpus: usize) {
@@ -183,11 +177,10 @@ impl Suite for Bench {
         let intact = self.lockref.count() == 1
             && *self.spinlock.lock() == 0
             && self.atomic.load(Ordering::Relaxed) == 0;
-        Summary {
-            ops: self.total_ops.load(Ordering::Relaxed),
-            cpu_min: 0,
-            cpu_max: 0,
-            failure: (!intact).then_some("a count did not return to its start value"),
-        }
+        Summary::new(
+            self.total_ops.load(Ordering::Relaxed),
+            (0, 0),
+            (!intact).then_some("a count did not return to its start value"),
+        )
     }
 }

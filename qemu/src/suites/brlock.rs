@@ -38,10 +38,9 @@ use ksync::brlock::{BrLock, LocalGuard};
 use ksync::percpu::ConstInit;
 use ksync::spinlock::IrqState;
 
-use super::{Ctx, Kind, Rng, Suite, Summary, busy_work};
+use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
 use crate::kernel::cpu::{self, Counters, MAX_CPUS};
 use crate::kernel::time;
-use crate::println;
 
 /// Critical-section length, in `busy_work` iterations.
 const CS_WORK: u32 = 16;
@@ -156,8 +155,7 @@ impl BigReader for SkipOneBrLock {
 
 /// The suite, over any [`BigReader`].
 pub struct BrTorture<L: 'static> {
-    name: &'static str,
-    kind: Kind,
+    info: Info,
     lock: L,
     locals: Counters,
     irq_locals: Counters,
@@ -168,10 +166,13 @@ pub struct BrTorture<L: 'static> {
 pub static SUITES: &[&dyn Suite] = &[&TEST, &CONTROL];
 
 /// The test: ksync's `BrLock`.
-pub static TEST: BrTorture<BrLock<CpuData>> = BrTorture::new("brlock", Kind::Test, BrLock::new());
+pub static TEST: BrTorture<BrLock<CpuData>> =
+    BrTorture::new(Info::new("brlock", Kind::Test, 1000), BrLock::new());
 /// The control: a global lock that skips one CPU's lock.
-pub static CONTROL: BrTorture<SkipOneBrLock> =
-    BrTorture::new("brlock-skipone", Kind::Control, SkipOneBrLock::new());
+pub static CONTROL: BrTorture<SkipOneBrLock> = BrTorture::new(
+    Info::new("brlock-skipone", Kind::Control, 1000),
+    SkipOneBrLock::new(),
+);
 
 /// A context's id in `holder`: thread and interrupt context of each CPU and
 /// global lockers all differ, and none is 0.
@@ -199,10 +200,9 @@ fn bump(ctx: &Ctx, data: &CpuData) {
 }
 
 impl<L: BigReader> BrTorture<L> {
-    const fn new(name: &'static str, kind: Kind, lock: L) -> Self {
+    const fn new(info: Info, lock: L) -> Self {
         Self {
-            name,
-            kind,
+            info,
             lock,
             locals: Counters::new(),
             irq_locals: Counters::new(),
@@ -260,16 +260,8 @@ impl<L: BigReader> BrTorture<L> {
 }
 
 impl<L: BigReader> Suite for BrTorture<L> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn kind(&self) -> Kind {
-        self.kind
-    }
-
-    fn budget_ms(&self) -> u64 {
-        1000
+    fn info(&self) -> &Info {
+        &self.info
     }
 
     fn setup(&self, _cpus: usize) {
@@ -328,26 +320,25 @@ impl<L: BigReader> Suite for BrTorture<L> {
             if first != expected || second != expected {
                 failure = Some("lost updates: a CPU's counters do not match its acquisitions");
             }
-            println!(
-                "  {} cpu{cpu}: locals={} irq_locals={} globals={} counters {first}/{second} (expected {expected})",
-                self.name,
-                self.locals.get(cpu),
-                self.irq_locals.get(cpu),
-                self.globals.get(cpu),
+            self.info.report_cpu(
+                cpu,
+                format_args!(
+                    "locals={} irq_locals={} globals={} counters {first}/{second} (expected {expected})",
+                    self.locals.get(cpu),
+                    self.irq_locals.get(cpu),
+                    self.globals.get(cpu),
+                ),
             );
         }
-        let (cpu_min, cpu_max) = self.locals.min_max(cpus);
-        println!(
-            "  {}: {} local acquisitions ({} in interrupts), {globals} global",
-            self.name,
+        self.info.report(format_args!(
+            "{} local acquisitions ({} in interrupts), {globals} global",
             self.locals.sum(cpus) + self.irq_locals.sum(cpus),
             self.irq_locals.sum(cpus)
-        );
-        Summary {
-            ops: self.locals.sum(cpus) + self.irq_locals.sum(cpus) + globals,
-            cpu_min,
-            cpu_max,
+        ));
+        Summary::new(
+            self.locals.sum(cpus) + self.irq_locals.sum(cpus) + globals,
+            self.locals.min_max(cpus),
             failure,
-        }
+        )
     }
 }

@@ -7,12 +7,12 @@
 //! * A lock holder re-reads the count many times while it holds the lock:
 //!   it must never change (the lockless fast path must back off while the
 //!   lock is held).
-//! * Now and then two CPUs meet for a *probe*: one announces it is ready,
-//!   another takes the lock and tells it so, and the first calls
-//!   `put_return` while the lock is held. The lockless put must be refused
-//!   and the count must not move. Unlike the re-reads above, this check does
-//!   not depend on two vCPUs happening to run at the same moment, which a
-//!   loaded host running four vCPUs on two cores rarely guarantees.
+//! * Now and then two CPUs meet for a *probe* ([`super::probe`]): one
+//!   announces it is ready, another takes the lock and tells it so, and the
+//!   first calls `put_return` while the lock is held. The lockless put must
+//!   be refused and the count must not move. Unlike the re-reads above, this
+//!   check does not depend on two vCPUs happening to run at the same moment,
+//!   which a loaded host running four vCPUs on two cores rarely guarantees.
 //! * `put_or_lock` may hand over the lock only at count 1 (the caller holds a
 //!   reference), and no put ever sees fewer references than are held.
 //! * Every context takes and drops references in balance, so the final
@@ -36,15 +36,15 @@
 //! count change under them, probes see `put_return` go through, and updates
 //! made under the lock get lost.
 
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use ksync::spinlock::IrqState;
 use ksync::{LockRef, LockRefGuard};
 
-use super::{Ctx, Kind, Rng, Suite, Summary, busy_work};
+use super::probe::Probe;
+use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
+use crate::kernel;
 use crate::kernel::cpu::Counters;
-use crate::kernel::time;
-use crate::{kernel, println};
 
 /// The lockref operations the suite drives: implemented by ksync's
 /// [`LockRef`] and by the control's [`BrokenLockRef`].
@@ -174,27 +174,12 @@ const MAX_HELD: u32 = 4;
 /// How often a lock holder re-reads the count (with a little work between
 /// reads) before it lets go.
 const HOLD_CHECKS: u32 = 128;
-/// How long a CPU ready for a probe waits for another to take the lock, in
-/// microseconds of guest time.
-const PROBE_WAIT_US: u64 = 200;
-
-// The probe word: 0 when idle, else a CPU index + 1 in the low bits and the
-// state above: READY(prober), CLAIMED(server), LOCKED(server), ANSWERED.
-const PROBE_READY: usize = 1 << 16;
-const PROBE_CLAIMED: usize = 2 << 16;
-const PROBE_LOCKED: usize = 3 << 16;
-const PROBE_ANSWERED: usize = 4 << 16;
-const PROBE_STATE: usize = 7 << 16;
-const PROBE_CPU: usize = 0xffff;
 
 /// The suite, over any [`RefCount`].
 pub struct LockrefTorture<L: 'static> {
-    name: &'static str,
-    kind: Kind,
-    budget_ms: u64,
+    info: Info,
     lockref: L,
-    probe: AtomicUsize,
-    probes: Counters,
+    probe: Probe,
     ops: Counters,
     gets: Counters,
     puts: Counters,
@@ -209,11 +194,13 @@ pub static SUITES: &[&dyn Suite] = &[&TEST, &CONTROL];
 
 /// The test: ksync's `LockRef`.
 pub static TEST: LockrefTorture<LockRef> =
-    LockrefTorture::new("lockref", Kind::Test, 1000, LockRef::new(0));
+    LockrefTorture::new(Info::new("lockref", Kind::Test, 1000), LockRef::new(0));
 /// The control: a `LockRef` whose fast path ignores the lock. It stops at
 /// the first failure; the longer budget only matters if it goes unseen.
-pub static CONTROL: LockrefTorture<BrokenLockRef> =
-    LockrefTorture::new("lockref-nolock", Kind::Control, 3000, BrokenLockRef::new(0));
+pub static CONTROL: LockrefTorture<BrokenLockRef> = LockrefTorture::new(
+    Info::new("lockref-nolock", Kind::Control, 3000),
+    BrokenLockRef::new(0),
+);
 
 /// Runs `f` with local interrupts disabled: required around every operation
 /// that may take the lock, since the interrupt handler takes it too.
@@ -223,14 +210,11 @@ fn irqs_off<R>(f: impl FnOnce() -> R) -> R {
 }
 
 impl<L: RefCount> LockrefTorture<L> {
-    const fn new(name: &'static str, kind: Kind, budget_ms: u64, lockref: L) -> Self {
+    const fn new(info: Info, lockref: L) -> Self {
         Self {
-            name,
-            kind,
-            budget_ms,
+            info,
             lockref,
-            probe: AtomicUsize::new(0),
-            probes: Counters::new(),
+            probe: Probe::new(),
             ops: Counters::new(),
             gets: Counters::new(),
             puts: Counters::new(),
@@ -300,120 +284,53 @@ impl<L: RefCount> LockrefTorture<L> {
         self.holds.add(ctx.cpu, 1);
     }
 
-    /// The prober (thread context, holding a reference): announces it is
-    /// ready, waits a little for another CPU to take the lock for it, then
-    /// tries a lockless put, which must be refused.
+    /// The prober (thread context, holding a reference): a probe
+    /// ([`super::probe`]) whose attempt is a lockless put, which must be
+    /// refused.
     fn probe(&self, ctx: &Ctx, held: &mut u32) {
-        let me = ctx.cpu + 1;
         // Interrupts off from announcing to answering: the CPU that takes
         // the lock for us waits for our answer, and our interrupt handler
         // could need that lock.
         irqs_off(|| {
-            if self
-                .probe
-                .compare_exchange(0, me | PROBE_READY, Ordering::Relaxed, Ordering::Relaxed)
-                .is_err()
-            {
-                return;
-            }
-            let deadline = time::now() + time::hz() / 1_000_000 * PROBE_WAIT_US;
-            let mut spins = 0u32;
-            loop {
-                // Acquire pairs with the Release in `serve_probe`: we see the
-                // lock taken, so our put must find it held.
-                let probe = self.probe.load(Ordering::Acquire);
-                if probe & PROBE_STATE == PROBE_LOCKED {
-                    break;
+            self.probe.probe(ctx.cpu, || {
+                if self.lockref.put_return().is_some() {
+                    ctx.fail("put_return went through while another CPU held the lock");
+                    *held -= 1;
+                    self.puts.add(ctx.cpu, 1);
                 }
-                spins = spins.wrapping_add(1);
-                // Read the clock rarely (it is slow under TCG). Once a server
-                // has claimed the probe, it is on its way: no giving up.
-                if spins.is_multiple_of(64)
-                    && time::now() > deadline
-                    && self
-                        .probe
-                        .compare_exchange(me | PROBE_READY, 0, Ordering::Relaxed, Ordering::Relaxed)
-                        .is_ok()
-                {
-                    return; // nobody came
-                }
-                core::hint::spin_loop();
-            }
-            if self.lockref.put_return().is_some() {
-                ctx.fail("put_return went through while another CPU held the lock");
-                *held -= 1;
-                self.puts.add(ctx.cpu, 1);
-            }
-            // Release pairs with the holder's Acquire: had our put gone
-            // through, the holder's next read of the count shows it.
-            self.probe.store(me | PROBE_ANSWERED, Ordering::Release);
-            self.probes.add(ctx.cpu, 1);
+            })
         });
     }
 
-    /// Every CPU, each iteration: if another CPU is ready for a probe,
-    /// claims it, takes the lock, tells the prober, waits for its lockless
-    /// put, and checks the count did not move. The prober spins on the probe
-    /// word, not on the lock, so the lock is held only while a committed CPU
-    /// answers.
+    /// Every CPU, each iteration: serves a probe another CPU is ready for
+    /// ([`super::probe`]): takes the lock for it and checks the count did
+    /// not move while the prober tried its lockless put.
     fn serve_probe(&self, ctx: &Ctx) {
-        let ready = self.probe.load(Ordering::Relaxed);
-        if ready & PROBE_STATE != PROBE_READY || ready & PROBE_CPU == ctx.cpu + 1 {
-            return;
-        }
-        let me = ctx.cpu + 1;
-        irqs_off(|| {
-            if self
-                .probe
-                .compare_exchange(
-                    ready,
-                    me | PROBE_CLAIMED,
-                    Ordering::Relaxed,
-                    Ordering::Relaxed,
-                )
-                .is_err()
-            {
-                return; // the prober gave up, or another CPU serves it
-            }
+        self.probe.serve(ctx.cpu, |hand_over| {
             let guard = self.lockref.lock();
             let before = guard.count();
-            // Release pairs with the prober's Acquire: it sees the lock held.
-            self.probe.store(me | PROBE_LOCKED, Ordering::Release);
-            // Acquire pairs with the prober's Release answer.
-            while self.probe.load(Ordering::Acquire) & PROBE_STATE != PROBE_ANSWERED {
-                core::hint::spin_loop();
-            }
+            hand_over();
             if guard.count() != before {
                 ctx.fail("the count changed under the lock during a probe");
             }
-            self.probe.store(0, Ordering::Relaxed);
         });
     }
 }
 
 impl<L: RefCount> Suite for LockrefTorture<L> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn kind(&self) -> Kind {
-        self.kind
-    }
-
-    fn budget_ms(&self) -> u64 {
-        self.budget_ms
+    fn info(&self) -> &Info {
+        &self.info
     }
 
     fn setup(&self, _cpus: usize) {
         if let Err(reason) = self.lockref.self_check() {
             kernel::fatal(format_args!(
                 "KSYNC-FAULT suite={} setup: {reason}",
-                self.name
+                self.info.name
             ));
         }
-        self.probe.store(0, Ordering::Relaxed);
+        self.probe.reset();
         for counters in [
-            &self.probes,
             &self.ops,
             &self.gets,
             &self.puts,
@@ -424,7 +341,6 @@ impl<L: RefCount> Suite for LockrefTorture<L> {
         ] {
             counters.reset();
         }
-        self.probe.store(0, Ordering::Relaxed);
         irqs_off(|| self.lockref.lock().set_count(0));
     }
 
@@ -503,27 +419,25 @@ impl<L: RefCount> Suite for LockrefTorture<L> {
                 failure = Some("mark_dead did not stick");
             }
         }
-        for cpu in 0..cpus {
-            println!(
-                "  {} cpu{cpu}: ops={} get={} put={} put_locked={} last_ref={} lock_holds={} probes={} irq_ops={}",
-                self.name,
-                self.ops.get(cpu),
-                self.gets.get(cpu),
-                self.puts.get(cpu),
-                self.locked_puts.get(cpu),
-                self.last_refs.get(cpu),
-                self.holds.get(cpu),
-                self.probes.get(cpu),
-                self.irq_ops.get(cpu)
-            );
-        }
-        println!("  {}: final count {count} (expected 0)", self.name);
-        let (cpu_min, cpu_max) = self.ops.min_max(cpus);
-        Summary {
-            ops: self.ops.sum(cpus) + self.irq_ops.sum(cpus),
-            cpu_min,
-            cpu_max,
+        self.info.report_per_cpu(
+            cpus,
+            &[
+                ("ops", &self.ops),
+                ("get", &self.gets),
+                ("put", &self.puts),
+                ("put_locked", &self.locked_puts),
+                ("last_ref", &self.last_refs),
+                ("lock_holds", &self.holds),
+                ("probes", self.probe.done()),
+                ("irq_ops", &self.irq_ops),
+            ],
+        );
+        self.info
+            .report(format_args!("final count {count} (expected 0)"));
+        Summary::new(
+            self.ops.sum(cpus) + self.irq_ops.sum(cpus),
+            self.ops.min_max(cpus),
             failure,
-        }
+        )
     }
 }

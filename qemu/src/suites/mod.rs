@@ -4,23 +4,31 @@
 //!
 //! # Adding a suite
 //!
-//! Write one file here with a type that implements [`Suite`], `static`s of
-//! it (the test and its control) listed in the file's `SUITES`, and add that
-//! list to [`REGISTRY`]: one line. The runner
-//! (`kernel::runner`) does the rest: lock-step start on every CPU, the
-//! timer-interrupt hook, the deadline, the quiescing before `finish`, the
-//! per-CPU interrupt check and the `KSYNC-RESULT` line. The host runner
-//! picks new suites up from the `list` output: nothing to change there.
+//! Write one file here with a type that implements [`Suite`] (it keeps an
+//! [`Info`], its name, kind and budget, and reports through it), `static`s
+//! of it (the test and its control) listed in the file's `SUITES`, and add
+//! that list to [`REGISTRY`]: one line. [`probe`] has the handshake for a
+//! check that one CPU's lockless or `try_` path is refused while another
+//! holds the lock. The runner (`kernel::runner`) does the rest: lock-step
+//! start on every CPU, the timer-interrupt hook, the deadline, the
+//! quiescing before `finish`, the per-CPU interrupt check and the
+//! `KSYNC-RESULT` line. The host runner picks new suites up from the `list`
+//! output: nothing to change there.
 
 pub mod bench;
 pub mod brlock;
 pub mod lockref;
 pub mod percpu_counter;
+pub mod probe;
 pub mod rcu;
 pub mod rwlock;
 pub mod spinlock;
 
+use core::fmt;
+
+use crate::kernel::cpu::Counters;
 pub use crate::kernel::runner::Ctx;
+use crate::println;
 
 /// Every suite the kernel knows, file by file, in the order `tests` and
 /// `controls` run them.
@@ -66,6 +74,79 @@ impl Kind {
     }
 }
 
+/// What a suite is, as the runner, `list` and the `KSYNC-` lines say: its
+/// name, kind and budget. Every suite keeps one and also prints its
+/// statistics through it.
+#[derive(Clone, Copy, Debug)]
+pub struct Info {
+    /// Short name, used on the command line and in reports.
+    pub name: &'static str,
+    /// Test, control or benchmark.
+    pub kind: Kind,
+    /// Guest time [`Suite::run`] may take, in milliseconds.
+    pub budget_ms: u64,
+}
+
+impl Info {
+    /// A suite called `name`, of `kind`, that runs for `budget_ms`.
+    pub const fn new(name: &'static str, kind: Kind, budget_ms: u64) -> Self {
+        Self {
+            name,
+            kind,
+            budget_ms,
+        }
+    }
+
+    /// Prints one statistics line of [`Suite::finish`]: `  <name>: <text>`.
+    pub fn report(&self, text: fmt::Arguments<'_>) {
+        println!("  {}: {text}", self.name);
+    }
+
+    /// Prints one CPU's statistics line: `  <name> cpu<cpu>: <text>`.
+    pub fn report_cpu(&self, cpu: usize, text: fmt::Arguments<'_>) {
+        println!("  {} cpu{cpu}: {text}", self.name);
+    }
+
+    /// Prints one [`report_cpu`](Self::report_cpu) line for each of the
+    /// first `cpus` CPUs, listing `key=value` for each of `stats`.
+    pub fn report_per_cpu(&self, cpus: usize, stats: &[(&str, &dyn PerCpuStat)]) {
+        for cpu in 0..cpus {
+            self.report_cpu(cpu, format_args!("{}", CpuStats { cpu, stats }));
+        }
+    }
+}
+
+/// A statistic kept per CPU, printed by [`Info::report_per_cpu`].
+pub trait PerCpuStat {
+    /// Writes CPU `cpu`'s value.
+    fn fmt_cpu(&self, cpu: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result;
+}
+
+impl PerCpuStat for Counters {
+    fn fmt_cpu(&self, cpu: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.get(cpu))
+    }
+}
+
+/// One CPU's `key=value` list.
+struct CpuStats<'a> {
+    cpu: usize,
+    stats: &'a [(&'a str, &'a dyn PerCpuStat)],
+}
+
+impl fmt::Display for CpuStats<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, (key, stat)) in self.stats.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            write!(f, "{key}=")?;
+            stat.fmt_cpu(self.cpu, f)?;
+        }
+        Ok(())
+    }
+}
+
 /// What [`Suite::finish`] reports.
 pub struct Summary {
     /// Operations done in all, thread and interrupt context.
@@ -78,19 +159,41 @@ pub struct Summary {
     pub failure: Option<&'static str>,
 }
 
+impl Summary {
+    /// `ops` in all, `(cpu_min, cpu_max)` the spread of thread-context
+    /// operations over the CPUs (`Counters::min_max`), and the verdict.
+    pub fn new(ops: u64, (cpu_min, cpu_max): (u64, u64), failure: Option<&'static str>) -> Self {
+        Self {
+            ops,
+            cpu_min,
+            cpu_max,
+            failure,
+        }
+    }
+}
+
 /// A torture test, control or benchmark run on every CPU at once.
 ///
 /// State lives in the implementing value (a `static`), so every method takes
 /// `&self` and the type must be `Sync`.
 pub trait Suite: Sync {
+    /// Name, kind and budget.
+    fn info(&self) -> &Info;
+
     /// Short name, used on the command line and in reports.
-    fn name(&self) -> &'static str;
+    fn name(&self) -> &'static str {
+        self.info().name
+    }
 
     /// Test, control or benchmark.
-    fn kind(&self) -> Kind;
+    fn kind(&self) -> Kind {
+        self.info().kind
+    }
 
     /// Guest time [`run`](Self::run) may take, in milliseconds.
-    fn budget_ms(&self) -> u64;
+    fn budget_ms(&self) -> u64 {
+        self.info().budget_ms
+    }
 
     /// Boot CPU, before the run: reset the state for `cpus` CPUs.
     fn setup(&self, cpus: usize);

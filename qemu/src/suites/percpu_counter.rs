@@ -26,14 +26,14 @@
 //! comes out wrong.
 
 use core::cmp::Ordering as Cmp;
+use core::fmt;
 use core::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 
 use ksync::percpu_counter::PerCpuCounter;
 use ksync::spinlock::IrqTtasMutex;
 
-use super::{Ctx, Kind, Rng, Suite, Summary, busy_work};
+use super::{Ctx, Info, Kind, PerCpuStat, Rng, Suite, Summary, busy_work};
 use crate::kernel::cpu::{Counters, MAX_CPUS, Padded};
-use crate::println;
 
 /// The batch: small, so that folds are frequent.
 const BATCH: i32 = 32;
@@ -158,10 +158,15 @@ impl Tallies {
     }
 }
 
+impl PerCpuStat for Tallies {
+    fn fmt_cpu(&self, cpu: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.get(cpu))
+    }
+}
+
 /// The suite, over any [`Counter`].
 pub struct CounterTorture<C: 'static> {
-    name: &'static str,
-    kind: Kind,
+    info: Info,
     counter: C,
     /// Per CPU: what thread context added, exactly.
     thread_tally: Tallies,
@@ -177,22 +182,19 @@ pub static SUITES: &[&dyn Suite] = &[&TEST, &CONTROL];
 
 /// The test: ksync's `PerCpuCounter` with a batch of 32.
 pub static TEST: CounterTorture<PerCpuCounter> = CounterTorture::new(
-    "percpu-counter",
-    Kind::Test,
+    Info::new("percpu-counter", Kind::Test, 1000),
     PerCpuCounter::with_batch(BATCH),
 );
 /// The control: one slot for all CPUs, updated without atomicity.
 pub static CONTROL: CounterTorture<SharedSlotCounter> = CounterTorture::new(
-    "percpu-counter-shared",
-    Kind::Control,
+    Info::new("percpu-counter-shared", Kind::Control, 1000),
     SharedSlotCounter::new(),
 );
 
 impl<C: Counter> CounterTorture<C> {
-    const fn new(name: &'static str, kind: Kind, counter: C) -> Self {
+    const fn new(info: Info, counter: C) -> Self {
         Self {
-            name,
-            kind,
+            info,
             counter,
             thread_tally: Tallies::new(),
             irq_tally: Tallies::new(),
@@ -211,16 +213,8 @@ impl<C: Counter> CounterTorture<C> {
 }
 
 impl<C: Counter> Suite for CounterTorture<C> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn kind(&self) -> Kind {
-        self.kind
-    }
-
-    fn budget_ms(&self) -> u64 {
-        1000
+    fn info(&self) -> &Info {
+        &self.info
     }
 
     fn setup(&self, _cpus: usize) {
@@ -291,28 +285,24 @@ impl<C: Counter> Suite for CounterTorture<C> {
         } else {
             None
         };
-        for cpu in 0..cpus {
-            println!(
-                "  {} cpu{cpu}: ops={} added={} irq_ops={} irq_added={} sums={}",
-                self.name,
-                self.ops.get(cpu),
-                self.thread_tally.get(cpu),
-                self.irq_ops.get(cpu),
-                self.irq_tally.get(cpu),
-                self.sums.get(cpu)
-            );
-        }
-        println!(
-            "  {}: sum {sum} (expected {expected}), read {read} (off by {}, bound {bound})",
-            self.name,
-            (read - sum).abs()
+        self.info.report_per_cpu(
+            cpus,
+            &[
+                ("ops", &self.ops),
+                ("added", &self.thread_tally),
+                ("irq_ops", &self.irq_ops),
+                ("irq_added", &self.irq_tally),
+                ("sums", &self.sums),
+            ],
         );
-        let (cpu_min, cpu_max) = self.ops.min_max(cpus);
-        Summary {
-            ops: self.ops.sum(cpus) + self.irq_ops.sum(cpus),
-            cpu_min,
-            cpu_max,
+        self.info.report(format_args!(
+            "sum {sum} (expected {expected}), read {read} (off by {}, bound {bound})",
+            (read - sum).abs()
+        ));
+        Summary::new(
+            self.ops.sum(cpus) + self.irq_ops.sum(cpus),
+            self.ops.min_max(cpus),
             failure,
-        }
+        )
     }
 }

@@ -47,9 +47,8 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use ksync::rcu::{self, Cookie, RcuPtr};
 
-use super::{Ctx, Kind, Rng, Suite, Summary, busy_work};
+use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
 use crate::kernel::cpu::Counters;
-use crate::println;
 
 /// Elements in the pool.
 pub const POOL: usize = 16;
@@ -196,8 +195,7 @@ impl Writer {
 
 /// The suite, over any [`Rcu`].
 pub struct RcuTorture<R: 'static> {
-    name: &'static str,
-    kind: Kind,
+    info: Info,
     rcu: R,
     ptr: RcuPtr<Element>,
     pool: [Element; POOL],
@@ -218,15 +216,16 @@ pub struct RcuTorture<R: 'static> {
 pub static SUITES: &[&dyn Suite] = &[&TEST, &CONTROL];
 
 /// The test: ksync's RCU.
-pub static TEST: RcuTorture<KsyncRcu> = RcuTorture::new("rcu", Kind::Test, KsyncRcu);
+pub static TEST: RcuTorture<KsyncRcu> =
+    RcuTorture::new(Info::new("rcu", Kind::Test, 1000), KsyncRcu);
 /// The control: `synchronize` returns at once.
-pub static CONTROL: RcuTorture<NoWaitRcu> = RcuTorture::new("rcu-nowait", Kind::Control, NoWaitRcu);
+pub static CONTROL: RcuTorture<NoWaitRcu> =
+    RcuTorture::new(Info::new("rcu-nowait", Kind::Control, 1000), NoWaitRcu);
 
 impl<R: Rcu> RcuTorture<R> {
-    const fn new(name: &'static str, kind: Kind, rcu: R) -> Self {
+    const fn new(info: Info, rcu: R) -> Self {
         Self {
-            name,
-            kind,
+            info,
             rcu,
             ptr: RcuPtr::null(),
             pool: [const { Element::new() }; POOL],
@@ -332,16 +331,8 @@ impl<R: Rcu> RcuTorture<R> {
 }
 
 impl<R: Rcu> Suite for RcuTorture<R> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn kind(&self) -> Kind {
-        self.kind
-    }
-
-    fn budget_ms(&self) -> u64 {
-        1000
+    fn info(&self) -> &Info {
+        &self.info
     }
 
     fn setup(&self, _cpus: usize) {
@@ -412,43 +403,42 @@ impl<R: Rcu> Suite for RcuTorture<R> {
             None
         };
         for cpu in 0..cpus {
-            println!(
-                "  {} cpu{cpu}: reads={} irq_reads={} ages seen: 0:{} 1:{} 2:{} 3+:{}",
-                self.name,
-                self.reads.get(cpu),
-                self.irq_reads.get(cpu),
-                self.ages[0].get(cpu),
-                self.ages[1].get(cpu),
-                self.ages[2].get(cpu),
-                self.ages[3].get(cpu)
+            self.info.report_cpu(
+                cpu,
+                format_args!(
+                    "reads={} irq_reads={} ages seen: 0:{} 1:{} 2:{} 3+:{}",
+                    self.reads.get(cpu),
+                    self.irq_reads.get(cpu),
+                    self.ages[0].get(cpu),
+                    self.ages[1].get(cpu),
+                    self.ages[2].get(cpu),
+                    self.ages[3].get(cpu)
+                ),
             );
         }
-        println!(
-            "  {}: {gps} grace periods, {publications} publications, {} synchronize, {} cond_synchronize, {} freed ({} by polled cookies)",
-            self.name,
+        self.info.report(format_args!(
+            "{gps} grace periods, {publications} publications, {} synchronize, {} cond_synchronize, {} freed ({} by polled cookies)",
             self.syncs.load(Ordering::Relaxed),
             self.conds.load(Ordering::Relaxed),
             self.freed.load(Ordering::Relaxed),
             self.polled.load(Ordering::Relaxed),
-        );
-        println!(
-            "  {}: pipeline age histogram (reads that saw age 0/1/2/3+): {} {} {} {}",
-            self.name, histogram[0], histogram[1], histogram[2], histogram[3]
-        );
-        let (cpu_min, cpu_max) = self.reads.min_max(cpus);
-        let (cpu_min, cpu_max) = if cpus > 1 {
+        ));
+        self.info.report(format_args!(
+            "pipeline age histogram (reads that saw age 0/1/2/3+): {} {} {} {}",
+            histogram[0], histogram[1], histogram[2], histogram[3]
+        ));
+        let spread = if cpus > 1 {
             // The writer does not read: its 0 is not unfairness.
             (1..cpus)
                 .map(|cpu| self.reads.get(cpu))
                 .fold((u64::MAX, 0), |(lo, hi), v| (lo.min(v), hi.max(v)))
         } else {
-            (cpu_min, cpu_max)
+            self.reads.min_max(cpus)
         };
-        Summary {
-            ops: self.reads.sum(cpus) + self.irq_reads.sum(cpus) + publications,
-            cpu_min,
-            cpu_max,
+        Summary::new(
+            self.reads.sum(cpus) + self.irq_reads.sum(cpus) + publications,
+            spread,
             failure,
-        }
+        )
     }
 }

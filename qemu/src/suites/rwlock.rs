@@ -1,11 +1,8 @@
 //! Scalable reader-writer lock torture: readers on every CPU, in thread
 //! context and from the timer interrupt, and a writer now and then, on
 //! ksync's [`PercpuRwLock`] (fenced readers) and [`GatedPercpuRwLock`]
-//! (readers skip the fence while an RCU gate is open).
-//!
-//! In `rwlock` every CPU writes now and then; in `rwlock-gated` only CPU 0
-//! does, because of a deadlock in ksync with concurrent gated writers (see
-//! [`GATED_WRITER_CPUS`]).
+//! (readers skip the fence while an RCU gate is open). Every CPU writes now
+//! and then.
 //!
 //! # Checks
 //!
@@ -14,13 +11,13 @@
 //! * Readers count themselves in `readers` while inside; a writer must find
 //!   0 on entry and all along while it holds on after its update, and a
 //!   reader must find no writer inside, on entry and on exit.
-//! * Now and then two CPUs meet for a *probe* (as in the lockref suite):
-//!   one announces it is ready, a writer takes the write lock and tells it
-//!   so, and the first calls `try_read()`, which must be refused. This
-//!   check needs no lucky timing: the others need a reader and a writer
-//!   running at the same instant, which four vCPUs on a loaded two-core
-//!   host rarely provide (and a writer of the broken lock only gets in
-//!   when no reader runs).
+//! * Now and then two CPUs meet for a *probe* ([`super::probe`], as in the
+//!   lockref suite): one announces it is ready, another takes the write
+//!   lock and tells it so, and the first calls `try_read()`, which must be
+//!   refused. This check needs no lucky timing: the others need a reader
+//!   and a writer running at the same instant, which four vCPUs on a loaded
+//!   two-core host rarely provide (and a writer of the broken lock only
+//!   gets in when no reader runs).
 //! * The protected data is three words with an invariant (`b == !a`,
 //!   `c == a * K`) that a writer breaks for a while (it writes them one by
 //!   one with work in between): a reader must always see it hold. The
@@ -56,29 +53,19 @@ use ksync::percpu::PerCpu;
 use ksync::percpu_rwlock::{GatedPercpuRwLock, PercpuRwLock, RawPercpuRwLock};
 use ksync::spinlock::IrqState;
 
-use super::{Ctx, Kind, Rng, Suite, Summary, busy_work};
+use super::probe::Probe;
+use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
 use crate::kernel::cpu::Counters;
-use crate::kernel::time;
-use crate::println;
 
 /// Work between the writes of the three words, and inside a read section.
 const CS_WORK: u32 = 16;
 /// How often a writer re-checks for readers after its update, before it
 /// lets go (with a little work between checks).
 const WRITE_HOLD_CHECKS: u32 = 16;
+/// One write per this many thread-context operations, on average.
+const WRITE_ONE_IN: u64 = 64;
 /// One probe per this many thread-context operations (when none runs).
 const PROBE_ONE_IN: u64 = 256;
-/// How long a CPU ready for a probe waits for a writer to serve it, in
-/// microseconds of guest time.
-const PROBE_WAIT_US: u64 = 200;
-// The probe word: 0 when idle, else a CPU index + 1 in the low bits and the
-// state above: READY(prober), CLAIMED(server), LOCKED(server), ANSWERED.
-const PROBE_READY: usize = 1 << 16;
-const PROBE_CLAIMED: usize = 2 << 16;
-const PROBE_LOCKED: usize = 3 << 16;
-const PROBE_ANSWERED: usize = 4 << 16;
-const PROBE_STATE: usize = 7 << 16;
-const PROBE_CPU: usize = 0xffff;
 /// Read attempts per timer interrupt.
 const IRQ_READS: u32 = 2;
 /// The invariant's multiplier.
@@ -211,12 +198,7 @@ unsafe impl RawRwLock for NoBlockRwLock {
 
 /// The suite, over any raw rw lock.
 pub struct RwTorture<R: RawRwLock + 'static> {
-    name: &'static str,
-    kind: Kind,
-    /// One write per this many thread-context operations, on average...
-    write_one_in: u64,
-    /// ... on CPUs `0..writer_cpus`.
-    writer_cpus: usize,
+    info: Info,
     lock: lock_api::RwLock<R, Data>,
     /// 0, or the id of the writer inside.
     writer: AtomicUsize,
@@ -226,9 +208,7 @@ pub struct RwTorture<R: RawRwLock + 'static> {
     version: AtomicU64,
     /// `ksync::rcu::gp_seq()` at the start (statistics).
     gp_start: AtomicUsize,
-    /// The probe word (see `probe`).
-    probe: AtomicUsize,
-    probes: Counters,
+    probe: Probe,
     reads: Counters,
     writes: Counters,
     irq_reads: Counters,
@@ -238,40 +218,21 @@ pub struct RwTorture<R: RawRwLock + 'static> {
 /// This file's suites.
 pub static SUITES: &[&dyn Suite] = &[&FENCED, &GATED, &CONTROL];
 
-/// The fenced flavour: writers on every CPU.
+/// The fenced flavour.
 pub static FENCED: RwTorture<RawPercpuRwLock> = RwTorture::new(
-    "rwlock",
-    Kind::Test,
-    64,
-    usize::MAX,
+    Info::new("rwlock", Kind::Test, 1000),
     PercpuRwLock::new(Data::new()),
 );
-/// The gated flavour: fewer writes, so that the gate spends time open, and
-/// only from CPU 0 (see [`GATED_WRITER_CPUS`]).
+/// The gated flavour: readers skip the fence while the gate is open.
 pub static GATED: RwTorture<RawPercpuRwLock<ksync::percpu_rwlock::Gated>> = RwTorture::new(
-    "rwlock-gated",
-    Kind::Test,
-    64,
-    GATED_WRITER_CPUS,
+    Info::new("rwlock-gated", Kind::Test, 1000),
     GatedPercpuRwLock::new(Data::new()),
 );
 /// The control: readers ignore writers.
 pub static CONTROL: RwTorture<NoBlockRwLock> = RwTorture::new(
-    "rwlock-noblock",
-    Kind::Control,
-    64,
-    usize::MAX,
+    Info::new("rwlock-noblock", Kind::Control, 1000),
     lock_api::RwLock::new(Data::new()),
 );
-
-/// CPUs that write in `rwlock-gated`: one, for now. With writers on several
-/// CPUs it deadlocks in ksync: a second writer that arrives while the
-/// first closes the gate (`RcuSync::enter`, state `ENTER`) spins until the
-/// first writer's grace period ends without reporting a quiescent state,
-/// and that grace period waits for the spinning CPU's quiescent state.
-/// Set it to `usize::MAX` once `RcuSync::enter` reports quiescent states
-/// while it waits (as `rcu::synchronize` does).
-const GATED_WRITER_CPUS: usize = 1;
 
 /// A context's id in `writer`: never 0.
 fn who(cpu: usize) -> usize {
@@ -279,25 +240,15 @@ fn who(cpu: usize) -> usize {
 }
 
 impl<R: RawRwLock> RwTorture<R> {
-    const fn new(
-        name: &'static str,
-        kind: Kind,
-        write_one_in: u64,
-        writer_cpus: usize,
-        lock: lock_api::RwLock<R, Data>,
-    ) -> Self {
+    const fn new(info: Info, lock: lock_api::RwLock<R, Data>) -> Self {
         Self {
-            name,
-            kind,
-            write_one_in,
-            writer_cpus,
+            info,
             lock,
             writer: AtomicUsize::new(0),
             readers: AtomicUsize::new(0),
             version: AtomicU64::new(0),
             gp_start: AtomicUsize::new(0),
-            probe: AtomicUsize::new(0),
-            probes: Counters::new(),
+            probe: Probe::new(),
             reads: Counters::new(),
             writes: Counters::new(),
             irq_reads: Counters::new(),
@@ -350,102 +301,32 @@ impl<R: RawRwLock> RwTorture<R> {
             ctx.fail("two writers inside (found another on exit)");
         }
     }
-}
 
-impl<R: RawRwLock> RwTorture<R> {
-    /// The prober (thread context, no read lock held): announces it is
-    /// ready, waits a little for a writer to take the write lock for it,
-    /// then tries a read lock, which must be refused.
+    /// The prober (thread context, no read lock held): a probe
+    /// ([`super::probe`]) whose attempt is a read lock, which must be
+    /// refused.
     fn probe(&self, ctx: &Ctx) {
-        let me = ctx.cpu + 1;
-        if self
-            .probe
-            .compare_exchange(0, me | PROBE_READY, Ordering::Relaxed, Ordering::Relaxed)
-            .is_err()
-        {
-            return;
-        }
-        let deadline = time::now() + time::hz() / 1_000_000 * PROBE_WAIT_US;
-        let mut spins = 0u32;
-        loop {
-            // Acquire pairs with the Release in `serve_probe`: we see the
-            // write lock taken.
-            if self.probe.load(Ordering::Acquire) & PROBE_STATE == PROBE_LOCKED {
-                break;
+        self.probe.probe(ctx.cpu, || {
+            if let Some(data) = self.lock.try_read() {
+                ctx.fail("try_read() got in while another CPU held the write lock");
+                drop(data);
             }
-            spins = spins.wrapping_add(1);
-            // Read the clock rarely (slow under TCG). Once a writer has
-            // claimed the probe, it is on its way: no giving up.
-            if spins.is_multiple_of(64)
-                && time::now() > deadline
-                && self
-                    .probe
-                    .compare_exchange(me | PROBE_READY, 0, Ordering::Relaxed, Ordering::Relaxed)
-                    .is_ok()
-            {
-                return; // nobody came
-            }
-            // Waiting, outside any read section: a quiescent state. A gated
-            // writer closing its gate for us waits for one from this CPU.
-            ksync::rcu::quiescent_state();
-            core::hint::spin_loop();
-        }
-        if let Some(data) = self.lock.try_read() {
-            ctx.fail("try_read() got in while another CPU held the write lock");
-            drop(data);
-        }
-        // Release pairs with the writer's Acquire.
-        self.probe.store(me | PROBE_ANSWERED, Ordering::Release);
-        self.probes.add(ctx.cpu, 1);
+        });
     }
 
-    /// Writers, every iteration: if another CPU is ready for a probe, claim
-    /// it, take the write lock (interrupts off), tell the prober and wait
-    /// for its answer. Unlike the overlaps the other checks look for, this
-    /// needs no two vCPUs running at the same instant, which a loaded host
-    /// running four vCPUs on two cores rarely provides.
+    /// Every CPU, every iteration: serves a probe another CPU is ready for
+    /// ([`super::probe`]) by holding the write lock for it.
     fn serve_probe(&self, ctx: &Ctx) {
-        let ready = self.probe.load(Ordering::Relaxed);
-        if ready & PROBE_STATE != PROBE_READY || ready & PROBE_CPU == ctx.cpu + 1 {
-            return;
-        }
-        let me = ctx.cpu + 1;
-        let _irq = IrqState::save();
-        if self
-            .probe
-            .compare_exchange(
-                ready,
-                me | PROBE_CLAIMED,
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            )
-            .is_err()
-        {
-            return; // the prober gave up, or another writer serves it
-        }
-        let data = self.lock.write();
-        // Release pairs with the prober's Acquire.
-        self.probe.store(me | PROBE_LOCKED, Ordering::Release);
-        // Acquire pairs with the prober's Release answer.
-        while self.probe.load(Ordering::Acquire) & PROBE_STATE != PROBE_ANSWERED {
-            core::hint::spin_loop();
-        }
-        drop(data);
-        self.probe.store(0, Ordering::Relaxed);
+        self.probe.serve(ctx.cpu, |hand_over| {
+            let _data = self.lock.write();
+            hand_over();
+        });
     }
 }
 
 impl<R: RawRwLock + Sync> Suite for RwTorture<R> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn kind(&self) -> Kind {
-        self.kind
-    }
-
-    fn budget_ms(&self) -> u64 {
-        1000
+    fn info(&self) -> &Info {
+        &self.info
     }
 
     fn setup(&self, _cpus: usize) {
@@ -453,16 +334,10 @@ impl<R: RawRwLock + Sync> Suite for RwTorture<R> {
         self.lock.write().write(0);
         self.writer.store(0, Ordering::Relaxed);
         self.readers.store(0, Ordering::Relaxed);
-        self.probe.store(0, Ordering::Relaxed);
+        self.probe.reset();
         self.version.store(0, Ordering::Relaxed);
         self.gp_start.store(ksync::rcu::gp_seq(), Ordering::Relaxed);
-        for counters in [
-            &self.probes,
-            &self.reads,
-            &self.writes,
-            &self.irq_reads,
-            &self.irq_busy,
-        ] {
+        for counters in [&self.reads, &self.writes, &self.irq_reads, &self.irq_busy] {
             counters.reset();
         }
     }
@@ -470,14 +345,11 @@ impl<R: RawRwLock + Sync> Suite for RwTorture<R> {
     fn run(&self, ctx: &Ctx) {
         let mut rng = Rng::new(ctx.cpu as u64 + 23);
         let (mut reads, mut writes) = (0, 0);
-        let writer = ctx.cpu < self.writer_cpus;
         while !ctx.should_stop() {
-            if writer {
-                self.serve_probe(ctx);
-            }
+            self.serve_probe(ctx);
             if rng.below(PROBE_ONE_IN) == 0 {
                 self.probe(ctx);
-            } else if writer && rng.below(self.write_one_in) == 0 {
+            } else if rng.below(WRITE_ONE_IN) == 0 {
                 self.write(ctx);
                 writes += 1;
             } else {
@@ -518,32 +390,28 @@ impl<R: RawRwLock + Sync> Suite for RwTorture<R> {
         } else {
             None
         };
-        for cpu in 0..cpus {
-            println!(
-                "  {} cpu{cpu}: reads={} writes={} probes={} irq_reads={} irq_busy={}",
-                self.name,
-                self.reads.get(cpu),
-                self.writes.get(cpu),
-                self.probes.get(cpu),
-                self.irq_reads.get(cpu),
-                self.irq_busy.get(cpu)
-            );
-        }
+        self.info.report_per_cpu(
+            cpus,
+            &[
+                ("reads", &self.reads),
+                ("writes", &self.writes),
+                ("probes", self.probe.done()),
+                ("irq_reads", &self.irq_reads),
+                ("irq_busy", &self.irq_busy),
+            ],
+        );
         let gps = (ksync::rcu::gp_seq() >> 2) - (self.gp_start.load(Ordering::Relaxed) >> 2);
-        println!(
-            "  {}: {} reads ({} in interrupts, {} refused there), {writes} writes, version {version}, {} probes, {gps} RCU grace periods",
-            self.name,
+        self.info.report(format_args!(
+            "{} reads ({} in interrupts, {} refused there), {writes} writes, version {version}, {} probes, {gps} RCU grace periods",
             self.reads.sum(cpus) + self.irq_reads.sum(cpus),
             self.irq_reads.sum(cpus),
             self.irq_busy.sum(cpus),
-            self.probes.sum(cpus)
-        );
-        let (cpu_min, cpu_max) = self.reads.min_max(cpus);
-        Summary {
-            ops: self.reads.sum(cpus) + self.irq_reads.sum(cpus) + writes,
-            cpu_min,
-            cpu_max,
+            self.probe.done().sum(cpus)
+        ));
+        Summary::new(
+            self.reads.sum(cpus) + self.irq_reads.sum(cpus) + writes,
+            self.reads.min_max(cpus),
             failure,
-        }
+        )
     }
 }

@@ -29,9 +29,8 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use ksync::lock_api::{self, GuardSend, RawMutex};
 use ksync::spinlock::{IrqTicketMutex, IrqTtasMutex, RawIrqSave};
 
-use super::{Ctx, Kind, Rng, Suite, Summary, busy_work};
+use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
 use crate::kernel::cpu::Counters;
-use crate::println;
 
 /// Critical section length, in `busy_work` iterations.
 const CS_WORK: u32 = 16;
@@ -68,8 +67,7 @@ unsafe impl RawMutex for NoExclusion {
 
 /// The suite, over any raw lock.
 pub struct SpinTorture<R: RawMutex + 'static> {
-    name: &'static str,
-    kind: Kind,
+    info: Info,
     lock: lock_api::Mutex<R, ()>,
     /// 0, or the id of the context inside (see `who`).
     holder: AtomicUsize,
@@ -83,14 +81,20 @@ pub struct SpinTorture<R: RawMutex + 'static> {
 pub static SUITES: &[&dyn Suite] = &[&TICKET, &TTAS, &CONTROL];
 
 /// The fair ticket lock, IRQ-saving.
-pub static TICKET: SpinTorture<RawIrqSave<ksync::spinlock::RawTicketLock>> =
-    SpinTorture::new("spinlock-ticket", Kind::Test, IrqTicketMutex::new(()));
+pub static TICKET: SpinTorture<RawIrqSave<ksync::spinlock::RawTicketLock>> = SpinTorture::new(
+    Info::new("spinlock-ticket", Kind::Test, 750),
+    IrqTicketMutex::new(()),
+);
 /// The TTAS lock, IRQ-saving.
-pub static TTAS: SpinTorture<RawIrqSave<ksync::spinlock::RawTtasLock>> =
-    SpinTorture::new("spinlock-ttas", Kind::Test, IrqTtasMutex::new(()));
+pub static TTAS: SpinTorture<RawIrqSave<ksync::spinlock::RawTtasLock>> = SpinTorture::new(
+    Info::new("spinlock-ttas", Kind::Test, 750),
+    IrqTtasMutex::new(()),
+);
 /// The control: no exclusion at all.
-pub static CONTROL: SpinTorture<RawIrqSave<NoExclusion>> =
-    SpinTorture::new("spinlock-noexcl", Kind::Control, lock_api::Mutex::new(()));
+pub static CONTROL: SpinTorture<RawIrqSave<NoExclusion>> = SpinTorture::new(
+    Info::new("spinlock-noexcl", Kind::Control, 750),
+    lock_api::Mutex::new(()),
+);
 
 /// A context's id in `holder`: thread and interrupt context of each CPU
 /// differ, and none is 0.
@@ -99,10 +103,9 @@ fn who(cpu: usize, in_irq: bool) -> usize {
 }
 
 impl<R: RawMutex> SpinTorture<R> {
-    const fn new(name: &'static str, kind: Kind, lock: lock_api::Mutex<R, ()>) -> Self {
+    const fn new(info: Info, lock: lock_api::Mutex<R, ()>) -> Self {
         Self {
-            name,
-            kind,
+            info,
             lock,
             holder: AtomicUsize::new(0),
             first: AtomicU64::new(0),
@@ -135,16 +138,8 @@ impl<R: RawMutex> SpinTorture<R> {
 }
 
 impl<R: RawMutex + Sync> Suite for SpinTorture<R> {
-    fn name(&self) -> &'static str {
-        self.name
-    }
-
-    fn kind(&self) -> Kind {
-        self.kind
-    }
-
-    fn budget_ms(&self) -> u64 {
-        750
+    fn info(&self) -> &Info {
+        &self.info
     }
 
     fn setup(&self, _cpus: usize) {
@@ -182,24 +177,17 @@ impl<R: RawMutex + Sync> Suite for SpinTorture<R> {
         let second = self.second.load(Ordering::Relaxed);
         let failure = (first != total || second != total)
             .then_some("lost updates: the counters do not match the acquisitions");
-        for cpu in 0..cpus {
-            println!(
-                "  {} cpu{cpu}: acquisitions={} irq_acquisitions={}",
-                self.name,
-                self.acquisitions.get(cpu),
-                self.irq_acquisitions.get(cpu)
-            );
-        }
-        let (cpu_min, cpu_max) = self.acquisitions.min_max(cpus);
-        println!(
-            "  {}: {total} acquisitions, counters {first}/{second}; fairness (thread context) min {cpu_min} max {cpu_max}",
-            self.name
+        self.info.report_per_cpu(
+            cpus,
+            &[
+                ("acquisitions", &self.acquisitions),
+                ("irq_acquisitions", &self.irq_acquisitions),
+            ],
         );
-        Summary {
-            ops: total,
-            cpu_min,
-            cpu_max,
-            failure,
-        }
+        let (cpu_min, cpu_max) = self.acquisitions.min_max(cpus);
+        self.info.report(format_args!(
+            "{total} acquisitions, counters {first}/{second}; fairness (thread context) min {cpu_min} max {cpu_max}"
+        ));
+        Summary::new(total, (cpu_min, cpu_max), failure)
     }
 }

@@ -94,16 +94,6 @@ pub fn irq_disable() {
     unsafe { core::arch::asm!("msr daifset, #2", options(nostack, preserves_flags)) };
 }
 
-/// Whether IRQs are unmasked on this CPU (`DAIF.I` clear).
-pub fn irqs_enabled() -> bool {
-    let daif: u64;
-    // SAFETY: reads this CPU's interrupt mask, nothing else.
-    unsafe {
-        core::arch::asm!("mrs {}, daif", out(reg) daif, options(nomem, nostack, preserves_flags))
-    };
-    daif & (1 << 7) == 0
-}
-
 /// Selects fw_cfg item `key` (the selector register is big-endian).
 pub fn fw_cfg_select(key: u16) {
     // SAFETY: the virt board's fw_cfg selector register, device memory.

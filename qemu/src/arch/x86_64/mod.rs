@@ -125,11 +125,6 @@ pub fn irq_disable() {
     interrupts::disable();
 }
 
-/// Whether interrupts are enabled on this CPU (`RFLAGS.IF`).
-pub fn irqs_enabled() -> bool {
-    interrupts::are_enabled()
-}
-
 /// Selects fw_cfg item `key`.
 pub fn fw_cfg_select(key: u16) {
     // SAFETY: QEMU's fw_cfg selector port; selecting an item has no other
