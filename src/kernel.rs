@@ -117,6 +117,19 @@ pub unsafe trait Kernel {
 
     /// Ends one [`preempt_disable`](Kernel::preempt_disable).
     fn preempt_enable() {}
+
+    /// An RCU grace period has been running for longer than the stall
+    /// timeout ([`rcu::check_stall`](crate::rcu::check_stall)): print the
+    /// report (it implements `Display`), dump the stalled CPUs' stacks, or
+    /// panic. The default logs it with `defmt` when that feature is on and
+    /// does nothing otherwise (the report is also `check_stall`'s return
+    /// value, and [`rcu::stall_count`](crate::rcu::stall_count) counts it).
+    #[doc(alias = "print_cpu_stall")]
+    fn rcu_stall(report: &crate::rcu::StallReport) {
+        #[cfg(feature = "defmt")]
+        defmt::warn!("{}", report);
+        let _ = report;
+    }
 }
 
 /// Provides ksync's kernel hooks from a type implementing
@@ -147,6 +160,10 @@ macro_rules! set_kernel {
             fn _ksync_set_kernel_v1_preempt_enable() {
                 <$kernel as $crate::kernel::Kernel>::preempt_enable()
             }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_rcu_stall(report: &$crate::rcu::StallReport) {
+                <$kernel as $crate::kernel::Kernel>::rcu_stall(report)
+            }
         };
     };
 }
@@ -160,6 +177,12 @@ unsafe extern "Rust" {
     safe fn _ksync_set_kernel_v1_nr_cpus() -> usize;
     safe fn _ksync_set_kernel_v1_preempt_disable();
     safe fn _ksync_set_kernel_v1_preempt_enable();
+    safe fn _ksync_set_kernel_v1_rcu_stall(report: &crate::rcu::StallReport);
+}
+
+/// Hands a stall report to the kernel's [`Kernel::rcu_stall`].
+pub(crate) fn rcu_stall(report: &crate::rcu::StallReport) {
+    _ksync_set_kernel_v1_rcu_stall(report)
 }
 
 /// The current CPU's id (the kernel's [`Kernel::cpu_id`]). Only stable while

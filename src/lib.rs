@@ -32,6 +32,7 @@
 //! # Features
 //!
 //! * `defmt`: `defmt::Format` for the public types.
+//! * `alloc`: `rcu::defer_free` (Linux's `kfree_rcu`), which allocates.
 //! * `test-hooks`: kernel hooks for host tests in which threads play CPUs
 //!   (`kernel::host`); pulls in `std`, never for kernels.
 
@@ -40,6 +41,9 @@
 
 #[cfg(any(test, loom, feature = "test-hooks"))]
 extern crate std;
+
+#[cfg(feature = "alloc")]
+extern crate alloc;
 
 #[path = "../arch/mod.rs"]
 mod arch;

@@ -2,45 +2,135 @@
 //! play CPUs; each thread comes online, reports quiescent states between
 //! read sections and goes offline).
 
+use std::mem::offset_of;
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::thread;
 
 use ksync::percpu_rwlock::GatedPercpuRwLock;
-use ksync::rcu;
+use ksync::rcu::{self, RcuHead, RcuPtr};
 
 const READERS: usize = 2;
 
-/// rcutorture's pipeline in miniature: the writer publishes element
-/// generations; after a grace period it marks the old one "freed". A reader
-/// that ever sees a freed element inside its read section found a bug.
+/// Grace periods an element ages after removal before it is freed.
+const PIPE_LEN: usize = 10;
+const ELEMS: usize = 32;
+/// Writer rounds of the correct runs: each waits for readers that share
+/// two cores with the writer, so a round costs about a scheduler slice.
+const ROUNDS: u64 = 120;
+
+/// An rcutorture-style element: `pipe` counts the grace periods that have
+/// completed since it was unpublished.
+struct Elem {
+    head: RcuHead,
+    pipe: AtomicUsize,
+    freed: AtomicBool,
+    index: usize,
+    pool: &'static Pool,
+}
+
+struct Pool {
+    free: Mutex<Vec<usize>>,
+    /// Elements retired through the rounds' waits, polled waits, elements
+    /// retired through `call_rcu`.
+    retired: [AtomicUsize; 3],
+}
+
+/// The `call_rcu` path: each callback is one more grace period; the element
+/// re-queues itself until it is `PIPE_LEN` old.
+unsafe fn age_cb(head: *mut RcuHead) {
+    // SAFETY: queued by `pipeline` as the head of a leaked `Elem`.
+    let e = unsafe { &*head.byte_sub(offset_of!(Elem, head)).cast::<Elem>() };
+    if e.pipe.fetch_add(1, SeqCst) + 1 >= PIPE_LEN {
+        e.freed.store(true, SeqCst);
+        e.pool.free.lock().unwrap().push(e.index);
+    } else {
+        // SAFETY: its callback is running, so the head is not queued.
+        unsafe { rcu::call_rcu(head, age_cb) };
+    }
+}
+
+/// What the pipeline saw.
+struct Pipe {
+    /// Reads by the age (in grace periods) of the element read, capped at
+    /// `PIPE_LEN`: anything past 1 is a failure.
+    histogram: [u64; PIPE_LEN + 1],
+    /// Reads that found a freed element.
+    freed_reads: u64,
+    /// Elements retired through the rounds' waits, polled waits, elements
+    /// retired through `call_rcu`.
+    retired: [usize; 3],
+}
+
+impl Pipe {
+    fn errors(&self) -> u64 {
+        self.histogram[2..].iter().sum::<u64>() + self.freed_reads
+    }
+}
+
+/// rcutorture's pipeline in miniature. The writer publishes elements and
+/// retires the old one through `wait` (its synchronize), a polled cookie or
+/// `call_rcu`; retired elements age one step per grace period and are
+/// freed (reused) at `PIPE_LEN`. Readers record the age of what they see
+/// inside their read sections: with a correct RCU it is never past 1.
 ///
 /// With `until_error`, the writer keeps going (up to 10 s) until a reader
-/// reports an error: that is how the broken control is run, so that a
-/// loaded machine that schedules the readers late cannot hide it.
-fn pipeline(wait: fn(), rounds: u64, until_error: bool) -> usize {
-    const SLOTS: usize = 4;
-    let current = AtomicUsize::new(0);
-    let freed: [AtomicBool; SLOTS] = Default::default();
+/// sees an error: that is how the broken control is run, so that a loaded
+/// machine that schedules the readers late cannot hide it.
+fn pipeline(wait: fn(), rounds: u64, until_error: bool) -> Pipe {
+    let pool: &'static Pool = Box::leak(Box::new(Pool {
+        free: Mutex::new((0..ELEMS).collect()),
+        retired: Default::default(),
+    }));
+    let elems: &'static [Elem] = Box::leak(
+        (0..ELEMS)
+            .map(|index| Elem {
+                head: RcuHead::new(),
+                pipe: AtomicUsize::new(0),
+                freed: AtomicBool::new(true),
+                index,
+                pool,
+            })
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    let current: RcuPtr<Elem> = RcuPtr::null();
     let stop = AtomicBool::new(false);
-    let errors = AtomicUsize::new(0);
+    let errors = AtomicU64::new(0);
     let started = AtomicUsize::new(0);
+    let histogram: [AtomicU64; PIPE_LEN + 1] = Default::default();
+    let freed_reads = AtomicU64::new(0);
     thread::scope(|s| {
         for _ in 0..READERS {
             s.spawn(|| {
                 rcu::cpu_online();
                 started.fetch_add(1, SeqCst);
+                let mut n = 0u64;
                 while !stop.load(SeqCst) {
                     {
-                        let _g = rcu::read_lock();
-                        let slot = current.load(SeqCst);
-                        for _ in 0..50 {
-                            if freed[slot].load(SeqCst) {
+                        let guard = rcu::read_lock();
+                        if let Some(e) = current.read(&guard) {
+                            // Long enough for a writer with a no-op wait to
+                            // get two rounds in.
+                            for _ in 0..500 {
+                                std::hint::spin_loop();
+                            }
+                            let age = e.pipe.load(SeqCst).min(PIPE_LEN);
+                            histogram[age].fetch_add(1, SeqCst);
+                            if age > 1 {
                                 errors.fetch_add(1, SeqCst);
                             }
-                            std::hint::spin_loop();
+                            if e.freed.load(SeqCst) {
+                                freed_reads.fetch_add(1, SeqCst);
+                                errors.fetch_add(1, SeqCst);
+                            }
                         }
                     }
                     rcu::quiescent_state();
+                    n += 1;
+                    if n.is_multiple_of(256) {
+                        rcu::process_callbacks();
+                    }
                 }
                 rcu::cpu_offline();
             });
@@ -50,6 +140,26 @@ fn pipeline(wait: fn(), rounds: u64, until_error: bool) -> usize {
             while started.load(SeqCst) < READERS {
                 std::hint::spin_loop();
             }
+            // Elements retired through a wait, aging one step per wait.
+            let mut aging: Vec<&Elem> = Vec::new();
+            let age_all = |aging: &mut Vec<&Elem>| {
+                aging.retain(|e| {
+                    if e.pipe.fetch_add(1, SeqCst) + 1 >= PIPE_LEN {
+                        e.freed.store(true, SeqCst);
+                        pool.free.lock().unwrap().push(e.index);
+                        false
+                    } else {
+                        true
+                    }
+                });
+            };
+            let polled = || {
+                let cookie = rcu::start_poll();
+                while !rcu::poll(cookie) {
+                    rcu::quiescent_state();
+                    std::hint::spin_loop();
+                }
+            };
             let start = std::time::Instant::now();
             for round in 0..rounds {
                 if until_error
@@ -58,27 +168,79 @@ fn pipeline(wait: fn(), rounds: u64, until_error: bool) -> usize {
                 {
                     break;
                 }
+                let index = loop {
+                    if let Some(i) = pool.free.lock().unwrap().pop() {
+                        break i;
+                    }
+                    rcu::process_callbacks();
+                    wait();
+                    age_all(&mut aging);
+                };
+                let e = &elems[index];
+                e.pipe.store(0, SeqCst);
+                e.freed.store(false, SeqCst);
                 // Let readers pick up the current element.
-                for _ in 0..200 {
+                for _ in 0..20 {
                     std::hint::spin_loop();
                 }
-                let old = current.load(SeqCst);
-                let new = (round as usize + 1) % SLOTS;
-                freed[new].store(false, SeqCst);
-                current.store(new, SeqCst);
-                wait();
-                freed[old].store(true, SeqCst);
+                let old = current.publish(e as *const Elem as *mut Elem);
+                // SAFETY: elements are leaked, so `old` is valid or null.
+                if let Some(old) = unsafe { old.as_ref() } {
+                    // Runs of four rounds retire through `call_rcu` (one in
+                    // three runs) or through the rounds' waits.
+                    let by_callback = (round / 4) % 3 == 2;
+                    pool.retired[if by_callback { 2 } else { 0 }].fetch_add(1, SeqCst);
+                    if by_callback {
+                        // SAFETY: leaked element; its head is idle (it was
+                        // free, and freeing happens after its last callback).
+                        unsafe { rcu::call_rcu(&old.head as *const _ as *mut _, age_cb) };
+                    } else {
+                        aging.push(old);
+                    }
+                }
+                // One grace period per round: three by `wait`, then one by
+                // a polled cookie (so a no-op `wait` ages elements three
+                // times in a row, while a reader may still hold them).
+                if round % 4 == 3 {
+                    pool.retired[1].fetch_add(1, SeqCst);
+                    polled();
+                } else {
+                    wait();
+                }
+                age_all(&mut aging);
+                rcu::process_callbacks();
             }
             stop.store(true, SeqCst);
             rcu::cpu_offline();
         });
     });
-    errors.load(SeqCst)
+    rcu::barrier();
+    Pipe {
+        histogram: histogram.each_ref().map(|h| h.load(SeqCst)),
+        freed_reads: freed_reads.load(SeqCst),
+        retired: pool.retired.each_ref().map(|r| r.load(SeqCst)),
+    }
+}
+
+fn check_pipe(pipe: &Pipe) {
+    assert_eq!(
+        pipe.errors(),
+        0,
+        "reader pipe {:?}, {} reads of freed elements",
+        pipe.histogram,
+        pipe.freed_reads
+    );
+    assert!(pipe.histogram[0] > 0, "no reads: the test proved nothing");
+    assert!(
+        pipe.retired.iter().all(|&r| r > 0),
+        "every retirement path used: {:?}",
+        pipe.retired
+    );
 }
 
 #[test]
 fn synchronize_waits_for_readers() {
-    assert_eq!(pipeline(rcu::synchronize, 60, false), 0);
+    check_pipe(&pipeline(rcu::synchronize, ROUNDS, false));
 }
 
 #[test]
@@ -90,18 +252,63 @@ fn polled_cookies_wait_for_readers() {
             std::hint::spin_loop();
         }
     }
-    assert_eq!(pipeline(wait, 60, false), 0);
+    check_pipe(&pipeline(wait, ROUNDS, false));
+}
+
+#[test]
+fn cond_synchronize_waits_for_readers() {
+    fn wait() {
+        rcu::cond_synchronize(rcu::get_state());
+    }
+    check_pipe(&pipeline(wait, ROUNDS, false));
 }
 
 /// The control: a `synchronize` that does not wait must be caught.
 #[test]
 fn broken_synchronize_is_caught() {
     fn no_wait() {}
-    let caught = pipeline(no_wait, u64::MAX, true);
+    let pipe = pipeline(no_wait, u64::MAX, true);
     assert!(
-        caught > 0,
-        "the pipeline test cannot tell a no-op synchronize"
+        pipe.errors() > 0,
+        "the pipeline test cannot tell a no-op synchronize: reader pipe {:?}",
+        pipe.histogram
     );
+}
+
+/// Cookies taken inside a read section never complete while it is open,
+/// however many grace periods other CPUs push through.
+#[test]
+fn cookies_never_complete_inside_a_read_section() {
+    let stop = AtomicBool::new(false);
+    let polls = AtomicU64::new(0);
+    thread::scope(|s| {
+        s.spawn(|| {
+            rcu::cpu_online();
+            while !stop.load(SeqCst) {
+                rcu::synchronize();
+            }
+            rcu::cpu_offline();
+        });
+        s.spawn(|| {
+            rcu::cpu_online();
+            for _ in 0..20 {
+                let guard = rcu::read_lock();
+                let cookies = [rcu::get_state(), rcu::start_poll()];
+                let start = std::time::Instant::now();
+                while start.elapsed() < std::time::Duration::from_millis(5) {
+                    for c in cookies {
+                        assert!(!rcu::poll(c), "a cookie completed inside a read section");
+                        polls.fetch_add(1, SeqCst);
+                    }
+                }
+                drop(guard);
+                rcu::quiescent_state();
+            }
+            stop.store(true, SeqCst);
+            rcu::cpu_offline();
+        });
+    });
+    assert!(polls.load(SeqCst) > 0);
 }
 
 #[test]

@@ -44,7 +44,7 @@ impl Drop for ThreadCpu {
             // An exiting thread is an offline CPU: it must not hold up
             // grace periods, and the next thread with this id starts
             // offline.
-            crate::rcu::eqs_enter_cpu(id);
+            crate::rcu::offline_cpu(id);
             let _ = CPU_ID.try_with(|c| c.set(usize::MAX));
             let mut used = lock_in_use();
             used[id] = false;
@@ -133,6 +133,10 @@ unsafe impl Kernel for HostKernel {
 
     fn nr_cpus() -> usize {
         MAX_CPUS
+    }
+
+    fn rcu_stall(report: &crate::rcu::StallReport) {
+        std::eprintln!("{report}");
     }
 }
 

@@ -55,17 +55,28 @@
 //!   the last bit was cleared (AcqRel counter); waiters read `gp_seq` with
 //!   Acquire and issue a full fence (**W1**) before they free anything.
 
+mod callback;
 pub mod srcu;
+mod stall;
 mod sync;
 
+#[cfg(feature = "alloc")]
+pub use self::callback::defer_free;
+pub use self::callback::{
+    CALLBACK_BATCH, Callback, RcuHead, barrier, call_rcu, has_callbacks, pending_callbacks,
+    process_callbacks, process_callbacks_max,
+};
 pub use self::srcu::{Srcu, SrcuGuard};
+pub use self::stall::{
+    STALL_REPORT_CPUS, StallReport, check_stall, set_stall_timeout, stall_count,
+};
 pub use self::sync::RcuSync;
 
 use core::fmt;
 use core::marker::PhantomData;
 
 use crate::kernel::{self, MAX_CPUS};
-use crate::percpu::PerCpu;
+use crate::percpu::{CachePadded, PerCpu};
 use crate::spinlock::{IrqState, RawTicketLock};
 use crate::sync::{AtomicUsize, Ordering, fence, spin_loop};
 
@@ -112,7 +123,9 @@ impl crate::percpu::ConstInit for CpuState {
 
 /// The grace-period engine (one per kernel, like Linux's `rcu_state`).
 struct Engine {
-    gp_seq: AtomicUsize,
+    /// On a line of its own: every quiescent-state check reads it, and the
+    /// reports' updates to `pending` must not invalidate it.
+    gp_seq: CachePadded<AtomicUsize>,
     /// The highest cookie someone waits for: a grace period must run until
     /// `gp_seq` reaches it.
     requested: AtomicUsize,
@@ -127,7 +140,7 @@ struct Engine {
 
 #[cfg(not(loom))]
 static ENGINE: Engine = Engine {
-    gp_seq: AtomicUsize::new(0),
+    gp_seq: CachePadded::new(AtomicUsize::new(0)),
     requested: AtomicUsize::new(0),
     pending: [const { AtomicUsize::new(0) }; WORDS],
     pending_count: AtomicUsize::new(0),
@@ -139,7 +152,7 @@ static ENGINE: Engine = Engine {
 #[cfg(loom)]
 loom::lazy_static! {
     static ref ENGINE: Engine = Engine {
-        gp_seq: AtomicUsize::new(0),
+        gp_seq: CachePadded::new(AtomicUsize::new(0)),
         requested: AtomicUsize::new(0),
         pending: core::array::from_fn(|_| AtomicUsize::new(0)),
         pending_count: AtomicUsize::new(0),
@@ -188,10 +201,25 @@ impl Engine {
     fn scan_idle(&self) {
         // G1 pairs with E1 (module docs).
         fence(Ordering::SeqCst);
+        // One atomic update per mask word and one of the count, however
+        // many CPUs are idle or offline.
+        let nr = kernel::nr_cpus();
+        let mut cleared = 0;
+        let mut mask = 0;
         for (cpu, state) in self.cpus.iter().enumerate() {
             if state.watching.load(Ordering::Relaxed) & 1 == 0 {
-                self.clear(cpu);
+                mask |= 1 << (cpu % BITS);
             }
+            if cpu % BITS == BITS - 1 || cpu + 1 == nr {
+                if mask != 0 {
+                    let old = self.pending[cpu / BITS].fetch_and(!mask, Ordering::AcqRel);
+                    cleared += (old & mask).count_ones() as usize;
+                }
+                mask = 0;
+            }
+        }
+        if cleared != 0 && self.pending_count.fetch_sub(cleared, Ordering::AcqRel) == cleared {
+            self.end();
         }
     }
 
@@ -287,6 +315,12 @@ pub fn quiescent_state() {
 #[doc(alias = "rcutree_online_cpu")]
 pub fn cpu_online() {
     let cpu = kernel::cpu_id();
+    callback::set_offline(cpu, false);
+    watch(cpu);
+}
+
+/// RCU watches `cpu` (the calling CPU) from now on.
+fn watch(cpu: usize) {
     let state = engine().cpus.cpu(cpu);
     if state.watching.load(Ordering::Relaxed) & 1 == 0 {
         state.watching.fetch_add(1, Ordering::Relaxed);
@@ -296,14 +330,24 @@ pub fn cpu_online() {
 }
 
 /// This CPU goes offline: grace periods stop waiting for it. Call it on the
-/// CPU, after its last read section.
+/// CPU, after its last read section. Its queued callbacks stay queued and
+/// are run by whichever CPU calls [`process_callbacks`].
 ///
 /// # Panics
 /// In debug builds, inside a read-side critical section.
 #[doc(alias = "rcutree_report_cpu_dead")]
 #[track_caller]
 pub fn cpu_offline() {
-    eqs_enter();
+    let cpu = kernel::cpu_id();
+    check_not_reading(cpu);
+    offline_cpu(cpu);
+}
+
+/// `cpu` goes offline; it is the calling CPU, or one that runs nothing any
+/// more (a host test thread that exited).
+pub(crate) fn offline_cpu(cpu: usize) {
+    eqs_enter_cpu(cpu);
+    callback::set_offline(cpu, true);
 }
 
 /// This CPU enters its idle loop: an extended quiescent state, so an idle
@@ -321,7 +365,7 @@ pub fn idle_enter() {
 /// before the first read section after idle.
 #[doc(alias = "rcu_idle_exit")]
 pub fn idle_exit() {
-    cpu_online();
+    watch(kernel::cpu_id());
 }
 
 #[track_caller]
@@ -332,8 +376,8 @@ fn eqs_enter() {
 }
 
 /// `cpu` enters an extended quiescent state; it is the calling CPU, or one
-/// that runs nothing any more (a host test thread that exited).
-pub(crate) fn eqs_enter_cpu(cpu: usize) {
+/// that runs nothing any more.
+fn eqs_enter_cpu(cpu: usize) {
     let e = engine();
     let state = e.cpus.cpu(cpu);
     if state.watching.load(Ordering::Relaxed) & 1 == 1 {

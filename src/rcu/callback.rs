@@ -1,0 +1,678 @@
+//! `call_rcu` without an allocator: intrusive heads on per-CPU segmented
+//! callback lists, run in bounded batches from [`process_callbacks`];
+//! [`barrier`] waits for every queued callback.
+//!
+//! # The lists
+//!
+//! Each CPU owns a list of [`RcuHead`]s in three segments, oldest first:
+//!
+//! | segment | holds | tag |
+//! |---|---|---|
+//! | `done` | callbacks whose grace period has completed | — |
+//! | `wait` | callbacks waiting for one grace period | its cookie |
+//! | `next` | callbacks queued after that, waiting for a later one | its cookie |
+//!
+//! [`call_rcu`] takes a cookie ([`get_state`](super::get_state)), asks the
+//! engine for a grace period that completes it, and appends the head to the
+//! youngest segment with that cookie. Two pending segments are enough: a
+//! cookie names the end of the running grace period or of the one after
+//! it, and before appending, the list is *advanced* (segments whose cookie
+//! completed move to `done`, `next` slides into an empty `wait`). If a third
+//! cookie ever showed up, `next` takes the later of the two, which only
+//! makes its callbacks wait longer. A segment move is a splice: O(1).
+//!
+//! Each list has its own IRQ-saving spinlock, taken by its CPU (uncontended
+//! in the common case) and by [`barrier`] or a CPU adopting the callbacks of
+//! an offline one. At most one context invokes a list's callbacks at a
+//! time, in queue order, which is what makes [`barrier`] exact.
+//!
+//! # Barriers
+//!
+//! A callback runs only after its cookie completed as seen by an Acquire
+//! load of `gp_seq`, followed by a full fence (**W1** in the engine docs):
+//! everything the readers did in the grace period happens-before it. The
+//! cookie is taken after [`get_state`](super::get_state)'s full fence, so
+//! whatever the caller unpublished before `call_rcu` is ordered before the
+//! grace period (G1/E1 pairing).
+
+use core::fmt;
+use core::ptr;
+
+use super::{engine, get_state, quiescent_state, seq_ge};
+use crate::kernel;
+use crate::percpu::PerCpu;
+use crate::spinlock::{IrqState, RawTicketLock};
+use crate::sync::{AtomicUsize, Ordering, UnsafeCell, fence, spin_loop};
+
+/// A callback for [`call_rcu`]: receives the head it was queued with.
+///
+/// It runs in whatever context calls [`process_callbacks`] or [`barrier`]
+/// (usually the queuing CPU's softirq or tick; an offline CPU's callbacks run
+/// on another CPU). It must not block.
+pub type Callback = unsafe fn(*mut RcuHead);
+
+/// The intrusive link for [`call_rcu`] (Linux's `struct rcu_head`): embed
+/// one in the object that is to be freed after a grace period. Two words.
+///
+/// A head may be queued again once its callback has started (the callback
+/// itself may re-queue it); queuing it while it is still queued panics.
+#[doc(alias("rcu_head", "callback_head"))]
+pub struct RcuHead {
+    next: UnsafeCell<*mut RcuHead>,
+    func: UnsafeCell<Option<Callback>>,
+}
+
+// SAFETY: a head's fields are written by its owner before `call_rcu`, then
+// only under its list's lock while queued, then by the one context that
+// dequeued it for invocation; each hand-over goes through the list lock
+// (Acquire/Release), so the fields are never accessed concurrently.
+unsafe impl Send for RcuHead {}
+// SAFETY: as above; `&RcuHead` gives no access to the fields.
+unsafe impl Sync for RcuHead {}
+
+impl RcuHead {
+    crate::sync::const_fn! {
+        /// A head that is not queued.
+        pub fn new() -> Self {
+            Self {
+                next: UnsafeCell::new(ptr::null_mut()),
+                func: UnsafeCell::new(None),
+            }
+        }
+    }
+
+    /// Whether the head is queued and its callback has not started yet.
+    ///
+    /// # Safety
+    /// Only meaningful (and free of data races) when no other context can
+    /// be queuing or invoking this head: for example from the code that
+    /// owns the enclosing object.
+    pub unsafe fn is_queued(&self) -> bool {
+        // SAFETY: the caller excludes concurrent access.
+        self.func.with(|f| unsafe { (*f).is_some() })
+    }
+}
+
+#[cfg(not(loom))]
+impl Default for RcuHead {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(not(loom))]
+impl crate::percpu::ConstInit for RcuHead {
+    const INIT: Self = RcuHead::new();
+}
+
+impl fmt::Debug for RcuHead {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("RcuHead")
+    }
+}
+
+/// A singly linked run of heads.
+#[derive(Clone, Copy)]
+struct Seg {
+    head: *mut RcuHead,
+    tail: *mut RcuHead,
+    /// The cookie that must complete before these callbacks may run
+    /// (`wait` and `next` only).
+    seq: usize,
+}
+
+impl Seg {
+    const EMPTY: Seg = Seg {
+        head: ptr::null_mut(),
+        tail: ptr::null_mut(),
+        seq: 0,
+    };
+
+    fn is_empty(&self) -> bool {
+        self.head.is_null()
+    }
+
+    /// Appends one head.
+    ///
+    /// # Safety
+    /// `h` is valid and owned by the caller (under the list lock).
+    unsafe fn push(&mut self, h: *mut RcuHead) {
+        // SAFETY: caller's contract; `tail` is a queued head of this
+        // segment, accessed under the same lock.
+        unsafe {
+            (*h).next.with_mut(|n| *n = ptr::null_mut());
+            if self.is_empty() {
+                self.head = h;
+            } else {
+                (*self.tail).next.with_mut(|n| *n = h);
+            }
+        }
+        self.tail = h;
+    }
+
+    /// Moves all of `other` to the end of `self` (keeping `self.seq`).
+    ///
+    /// # Safety
+    /// Both segments' heads are under the caller's list lock.
+    unsafe fn splice(&mut self, other: &mut Seg) {
+        if other.is_empty() {
+            return;
+        }
+        if self.is_empty() {
+            self.head = other.head;
+        } else {
+            // SAFETY: caller's contract.
+            unsafe { (*self.tail).next.with_mut(|n| *n = other.head) };
+        }
+        self.tail = other.tail;
+        *other = Seg::EMPTY;
+    }
+}
+
+/// One CPU's callbacks (under `Cpu::lock`).
+struct List {
+    done: Seg,
+    wait: Seg,
+    next: Seg,
+    /// Callbacks queued and not yet finished (including a batch being
+    /// invoked).
+    len: usize,
+    /// A context is invoking a batch taken from `done`.
+    invoking: bool,
+    /// The CPU went offline ([`super::cpu_offline`]): any CPU may run
+    /// these callbacks.
+    offline: bool,
+}
+
+impl List {
+    const EMPTY: List = List {
+        done: Seg::EMPTY,
+        wait: Seg::EMPTY,
+        next: Seg::EMPTY,
+        len: 0,
+        invoking: false,
+        offline: false,
+    };
+
+    fn orphaned(&self) -> bool {
+        self.offline && self.len > 0
+    }
+
+    /// Moves callbacks whose cookie completed at `seq` to `done`. Returns
+    /// whether any moved.
+    fn advance(&mut self, seq: usize) -> bool {
+        let mut moved = false;
+        if !self.wait.is_empty() && seq_ge(seq, self.wait.seq) {
+            // SAFETY: under the list lock (all `List` methods are).
+            unsafe { self.done.splice(&mut self.wait) };
+            moved = true;
+        }
+        if self.wait.is_empty() && !self.next.is_empty() {
+            if seq_ge(seq, self.next.seq) {
+                // SAFETY: as above.
+                unsafe { self.done.splice(&mut self.next) };
+                moved = true;
+            } else {
+                self.wait = self.next;
+                self.next = Seg::EMPTY;
+            }
+        }
+        moved
+    }
+
+    /// Queues `h` for the grace period `cookie`.
+    ///
+    /// # Safety
+    /// `h` is valid and handed to the list.
+    unsafe fn enqueue(&mut self, h: *mut RcuHead, cookie: usize) {
+        let seg = if !self.next.is_empty() {
+            if seq_ge(cookie, self.next.seq) {
+                self.next.seq = cookie;
+            }
+            &mut self.next
+        } else if self.wait.is_empty() {
+            self.wait.seq = cookie;
+            &mut self.wait
+        } else if seq_ge(self.wait.seq, cookie) {
+            &mut self.wait
+        } else {
+            self.next.seq = cookie;
+            &mut self.next
+        };
+        // SAFETY: the caller's contract.
+        unsafe { seg.push(h) };
+        self.len += 1;
+    }
+
+    /// Appends `h` behind every queued callback without waiting for a
+    /// grace period of its own (for [`barrier`]).
+    ///
+    /// # Safety
+    /// As [`enqueue`](Self::enqueue).
+    unsafe fn enqueue_last(&mut self, h: *mut RcuHead) {
+        // SAFETY: caller's contract.
+        unsafe {
+            if !self.next.is_empty() {
+                self.next.push(h);
+            } else if !self.wait.is_empty() {
+                self.wait.push(h);
+            } else {
+                self.done.push(h);
+            }
+        }
+        self.len += 1;
+    }
+
+    /// Takes up to `limit` callbacks from the front of `done`.
+    fn take_done(&mut self, limit: usize) -> (*mut RcuHead, usize) {
+        let first = self.done.head;
+        let mut n = 0;
+        let mut cur = first;
+        let mut last = ptr::null_mut();
+        while n < limit && !cur.is_null() {
+            last = cur;
+            // SAFETY: `cur` is a queued head, under the list lock.
+            cur = unsafe { (*cur).next.with(|p| *p) };
+            n += 1;
+        }
+        if n == 0 {
+            return (ptr::null_mut(), 0);
+        }
+        if cur.is_null() {
+            self.done = Seg::EMPTY;
+        } else {
+            self.done.head = cur;
+            // SAFETY: `last` is a queued head, now cut off the list.
+            unsafe { (*last).next.with_mut(|p| *p = ptr::null_mut()) };
+        }
+        (first, n)
+    }
+}
+
+/// A CPU's list and its lock.
+struct Cpu {
+    lock: RawTicketLock,
+    list: UnsafeCell<List>,
+    /// `list.len`, readable without the lock (for fast "nothing to do"
+    /// checks).
+    len: AtomicUsize,
+    /// This CPU's [`barrier`] callback.
+    barrier_head: RcuHead,
+}
+
+// SAFETY: `list` (and the heads it links) is only accessed under `lock`;
+// the rest are atomics or `RcuHead` (Sync).
+unsafe impl Sync for Cpu {}
+// SAFETY: as above: the raw pointers in `list` are owned by the list.
+unsafe impl Send for Cpu {}
+
+#[cfg(not(loom))]
+impl crate::percpu::ConstInit for Cpu {
+    const INIT: Self = Cpu {
+        lock: RawTicketLock::new(),
+        list: UnsafeCell::new(List::EMPTY),
+        len: AtomicUsize::new(0),
+        barrier_head: RcuHead::new(),
+    };
+}
+
+impl Cpu {
+    /// Runs `f` on the list with the lock held and interrupts off; keeps
+    /// `len` and the orphan count in step.
+    fn locked<R>(&self, f: impl FnOnce(&mut List) -> R) -> R {
+        let _irq = IrqState::save();
+        self.lock.lock();
+        let r = self.list.with_mut(|list| {
+            // SAFETY: the lock gives exclusive access to the list.
+            let list = unsafe { &mut *list };
+            let was_orphan = list.orphaned();
+            let r = f(list);
+            match (was_orphan, list.orphaned()) {
+                (false, true) => {
+                    callbacks().orphans.fetch_add(1, Ordering::Relaxed);
+                }
+                (true, false) => {
+                    callbacks().orphans.fetch_sub(1, Ordering::Relaxed);
+                }
+                _ => {}
+            }
+            // Relaxed: a hint for lock-free "anything queued?" checks;
+            // whoever acts on it takes the lock.
+            self.len.store(list.len, Ordering::Relaxed);
+            r
+        });
+        // SAFETY: locked above.
+        unsafe { self.lock.unlock() };
+        r
+    }
+}
+
+struct Callbacks {
+    cpus: PerCpu<Cpu>,
+    /// Offline CPUs with callbacks.
+    orphans: AtomicUsize,
+    /// Serialises [`barrier`] calls (they share the per-CPU barrier heads).
+    barrier_lock: RawTicketLock,
+    /// Barrier callbacks not yet run, plus one while they are being queued.
+    barrier_left: AtomicUsize,
+}
+
+#[cfg(not(loom))]
+static CALLBACKS: Callbacks = Callbacks {
+    cpus: PerCpu::new(),
+    orphans: AtomicUsize::new(0),
+    barrier_lock: RawTicketLock::new(),
+    barrier_left: AtomicUsize::new(0),
+};
+
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref CALLBACKS: Callbacks = Callbacks {
+        cpus: PerCpu::from_fn(|_| Cpu {
+            lock: RawTicketLock::new(),
+            list: UnsafeCell::new(List::EMPTY),
+            len: AtomicUsize::new(0),
+            barrier_head: RcuHead::new(),
+        }),
+        orphans: AtomicUsize::new(0),
+        barrier_lock: RawTicketLock::new(),
+        barrier_left: AtomicUsize::new(0),
+    };
+}
+
+#[inline]
+fn callbacks() -> &'static Callbacks {
+    &CALLBACKS
+}
+
+/// How many callbacks [`process_callbacks`] runs per list and call (Linux's
+/// `blimit` is 10).
+pub const CALLBACK_BATCH: usize = 16;
+
+/// Queues `func(head)` to run after a grace period: once every read section
+/// that started before this call has finished. Needs no allocation: `head`
+/// is embedded in the object to be freed, and `func` finds the object from
+/// it (`head.byte_sub(offset_of!(Object, head)).cast::<Object>()`).
+///
+/// Callbacks run from [`process_callbacks`], which the kernel calls
+/// regularly (its tick or softirq), and from [`barrier`]. Callable from
+/// interrupt handlers and inside read sections.
+///
+/// ```
+/// use core::mem::offset_of;
+/// use ksync::rcu::{self, RcuHead, RcuPtr};
+///
+/// struct Node { value: u64, head: RcuHead }
+///
+/// unsafe fn free_node(head: *mut RcuHead) {
+///     // SAFETY: `head` is the `head` field of a boxed `Node` (see below).
+///     unsafe { drop(Box::from_raw(head.byte_sub(offset_of!(Node, head)).cast::<Node>())) }
+/// }
+///
+/// static CURRENT: RcuPtr<Node> = RcuPtr::null();
+///
+/// rcu::cpu_online();
+/// for value in 0..3 {
+///     let new = Box::into_raw(Box::new(Node { value, head: RcuHead::new() }));
+///     let old = CURRENT.publish(new);
+///     if !old.is_null() {
+///         // SAFETY: `old` is unpublished and stays valid until `free_node`.
+///         unsafe { rcu::call_rcu(&raw mut (*old).head, free_node) };
+///     }
+/// }
+/// assert_eq!(CURRENT.read(&rcu::read_lock()).map(|n| n.value), Some(2));
+/// rcu::barrier(); // both old nodes are freed now
+/// # let last = CURRENT.publish(core::ptr::null_mut());
+/// # unsafe { rcu::call_rcu(&raw mut (*last).head, free_node) };
+/// # rcu::barrier();
+/// # rcu::cpu_offline();
+/// ```
+///
+/// # Safety
+/// `head` is valid, not queued, and stays valid and otherwise untouched
+/// until `func` is called with it; `func` is safe to call with it then, in
+/// any CPU's callback context.
+///
+/// # Panics
+/// If `head` is already queued (a double `call_rcu`, which would corrupt
+/// the lists).
+#[doc(alias("call_rcu_hurry", "kvfree_call_rcu"))]
+#[track_caller]
+pub unsafe fn call_rcu(head: *mut RcuHead, func: Callback) {
+    // SAFETY: the caller hands us a valid, unshared head.
+    let queued = unsafe { (*head).func.with_mut(|f| (*f).replace(func)).is_some() };
+    if queued {
+        already_queued();
+    }
+    // The cookie's fence orders the caller's unpublishing before it.
+    let cookie = get_state();
+    let cpu = kernel::cpu_id();
+    callbacks().cpus.cpu(cpu).locked(|list| {
+        list.advance(engine().gp_seq.load(Ordering::Acquire));
+        // SAFETY: the caller's contract; the head is now the list's.
+        unsafe { list.enqueue(head, cookie.0) };
+    });
+    engine().request(cookie.0);
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn already_queued() -> ! {
+    panic!("rcu: call_rcu on a head that is already queued (double call_rcu)")
+}
+
+/// Runs up to [`CALLBACK_BATCH`] callbacks whose grace period has completed
+/// from this CPU's list (and as many from each offline CPU's list), and
+/// returns how many ran. The kernel calls it regularly on every CPU with
+/// callbacks (Linux runs `rcu_core` from the tick's softirq); cheap when
+/// there is nothing to do. Call it again while it returns
+/// [`CALLBACK_BATCH`] or more to drain a backlog.
+///
+/// Must not be called inside a read section whose data the callbacks free.
+#[doc(alias("rcu_core", "rcu_do_batch", "invoke_rcu_core"))]
+pub fn process_callbacks() -> usize {
+    process_callbacks_max(CALLBACK_BATCH)
+}
+
+/// [`process_callbacks`] with a batch limit of `limit` per list.
+pub fn process_callbacks_max(limit: usize) -> usize {
+    let cbs = callbacks();
+    let mut ran = process_cpu(cbs.cpus.cpu(kernel::cpu_id()), limit);
+    // Relaxed: a hint; the lists are checked under their locks.
+    if cbs.orphans.load(Ordering::Relaxed) != 0 {
+        for cpu in cbs.cpus.iter() {
+            if cpu.len.load(Ordering::Relaxed) != 0 {
+                let orphaned = cpu.locked(|list| list.orphaned());
+                if orphaned {
+                    ran += process_cpu(cpu, limit);
+                }
+            }
+        }
+    }
+    ran
+}
+
+/// Runs up to `limit` completed callbacks of `cpu`'s list.
+fn process_cpu(cpu: &Cpu, limit: usize) -> usize {
+    if cpu.len.load(Ordering::Relaxed) == 0 {
+        return 0;
+    }
+    // Acquire pairs with the Release that ended the grace period.
+    let seq = engine().gp_seq.load(Ordering::Acquire);
+    let (mut cur, n) = cpu.locked(|list| {
+        if list.invoking {
+            return (ptr::null_mut(), 0);
+        }
+        list.advance(seq);
+        let batch = list.take_done(limit);
+        list.invoking = batch.1 != 0;
+        batch
+    });
+    if n == 0 {
+        return 0;
+    }
+    // W1: the readers' accesses happen-before the callbacks.
+    fence(Ordering::SeqCst);
+    while !cur.is_null() {
+        let h = cur;
+        // SAFETY: `h` was dequeued above and is ours until its callback
+        // starts (the caller of `call_rcu` keeps it valid until then).
+        let func = unsafe {
+            cur = (*h).next.with(|p| *p);
+            (*h).func.with_mut(|f| (*f).take())
+        };
+        let func = func.expect("rcu: queued head without a callback");
+        // SAFETY: `call_rcu`'s contract: safe to call now, after the grace
+        // period.
+        unsafe { func(h) };
+    }
+    cpu.locked(|list| {
+        list.invoking = false;
+        list.len -= n;
+    });
+    n
+}
+
+/// Waits until every callback queued (on any CPU) before the call has run
+/// (Linux's `rcu_barrier`). Drives the grace periods and runs the
+/// callbacks itself where needed, so it does not depend on other CPUs
+/// calling [`process_callbacks`]. Call it before unloading the code or
+/// freeing the memory the callbacks use.
+///
+/// Reports this CPU's quiescent states while it waits, so it must not be
+/// called inside a read section.
+///
+/// # Panics
+/// In debug builds, inside a read-side critical section.
+#[doc(alias = "rcu_barrier")]
+#[track_caller]
+pub fn barrier() {
+    let cbs = callbacks();
+    // Another barrier may be waiting for a grace period that needs this
+    // CPU's quiescent state: report them while waiting for the lock.
+    while !cbs.barrier_lock.try_lock() {
+        quiescent_state();
+        spin_loop();
+    }
+    // One for the queuing itself, so that early callbacks cannot reach 0.
+    cbs.barrier_left.store(1, Ordering::Relaxed);
+    for cpu in cbs.cpus.iter() {
+        let head = &cpu.barrier_head as *const RcuHead as *mut RcuHead;
+        cpu.locked(|list| {
+            if list.len != 0 {
+                cbs.barrier_left.fetch_add(1, Ordering::Relaxed);
+                // SAFETY: the barrier head is ours (under `barrier_lock`)
+                // and idle: the previous barrier waited for it to run.
+                unsafe {
+                    (*head).func.with_mut(|f| *f = Some(barrier_callback));
+                    list.enqueue_last(head);
+                }
+            }
+        });
+    }
+    // Release pairs with the Acquire load below (the loop's exit).
+    cbs.barrier_left.fetch_sub(1, Ordering::Release);
+    // Acquire pairs with the Release in `barrier_callback`: the callbacks
+    // before each barrier head ran before it did.
+    while cbs.barrier_left.load(Ordering::Acquire) != 0 {
+        let mut ran = 0;
+        for cpu in cbs.cpus.iter() {
+            ran += process_cpu(cpu, usize::MAX);
+        }
+        if ran == 0 {
+            quiescent_state();
+            spin_loop();
+        }
+    }
+    // SAFETY: locked above.
+    unsafe { cbs.barrier_lock.unlock() };
+}
+
+unsafe fn barrier_callback(_head: *mut RcuHead) {
+    // Release: see `barrier`.
+    callbacks().barrier_left.fetch_sub(1, Ordering::Release);
+}
+
+/// Callbacks queued on all CPUs that have not finished yet.
+pub fn pending_callbacks() -> usize {
+    callbacks()
+        .cpus
+        .iter()
+        .map(|cpu| cpu.len.load(Ordering::Relaxed))
+        .sum()
+}
+
+/// Whether this CPU has callbacks queued (a kernel keeps its tick, or
+/// calls [`process_callbacks`] before idling, while it does).
+#[doc(alias = "rcu_needs_cpu")]
+pub fn has_callbacks() -> bool {
+    callbacks()
+        .cpus
+        .cpu(kernel::cpu_id())
+        .len
+        .load(Ordering::Relaxed)
+        != 0
+}
+
+/// `cpu` goes offline (`offline == true`) or comes back: an offline CPU's
+/// callbacks are run by whichever CPU calls [`process_callbacks`].
+pub(super) fn set_offline(cpu: usize, offline: bool) {
+    callbacks()
+        .cpus
+        .cpu(cpu)
+        .locked(|list| list.offline = offline);
+}
+
+// ---- the allocating helper ------------------------------------------------
+
+#[cfg(feature = "alloc")]
+mod free {
+    use alloc::boxed::Box;
+
+    use super::{RcuHead, call_rcu};
+
+    #[repr(C)]
+    struct Deferred<T> {
+        // First, so that a pointer to the head is one to the whole.
+        head: RcuHead,
+        value: Box<T>,
+    }
+
+    unsafe fn drop_deferred<T>(head: *mut RcuHead) {
+        // SAFETY: `head` is the first field of a `Deferred<T>` leaked by
+        // `defer_free` (`repr(C)`), and its callback runs once.
+        drop(unsafe { Box::from_raw(head.cast::<Deferred<T>>()) });
+    }
+
+    /// Drops `value` after a grace period, from a callback (feature
+    /// `alloc`). Costs one small allocation for the [`RcuHead`]; embed a
+    /// head and use [`call_rcu`] to avoid it.
+    ///
+    /// ```
+    /// use ksync::rcu::{self, RcuPtr};
+    ///
+    /// static NAME: RcuPtr<String> = RcuPtr::null();
+    ///
+    /// NAME.publish(Box::into_raw(Box::new("old".to_string())));
+    /// let old = NAME.publish(Box::into_raw(Box::new("new".to_string())));
+    /// // SAFETY: `old` came from `Box::into_raw` and is unpublished.
+    /// rcu::defer_free(unsafe { Box::from_raw(old) });
+    /// rcu::barrier(); // "old" is dropped now
+    /// # rcu::defer_free(unsafe { Box::from_raw(NAME.publish(core::ptr::null_mut())) });
+    /// # rcu::barrier();
+    /// ```
+    #[doc(alias("kfree_rcu", "kvfree_rcu", "kfree_rcu_mightsleep"))]
+    pub fn defer_free<T: Send + 'static>(value: Box<T>) {
+        let deferred = Box::into_raw(Box::new(Deferred {
+            head: RcuHead::new(),
+            value,
+        }));
+        // SAFETY: a fresh, leaked head; `drop_deferred::<T>` frees exactly
+        // this allocation, and `T: Send` may be dropped on any CPU.
+        unsafe { call_rcu(&raw mut (*deferred).head, drop_deferred::<T>) };
+    }
+}
+
+#[cfg(feature = "alloc")]
+pub use free::defer_free;

@@ -1,0 +1,270 @@
+//! Stall detection: a grace period that runs longer than a bound is
+//! reported with the CPUs that hold it up.
+//!
+//! ksync has no clock: the kernel passes its own time to [`check_stall`]
+//! from a periodic context (every CPU's tick is fine; the check is two
+//! loads when nothing is due) and sets the bound in the same unit with
+//! [`set_stall_timeout`]. The age of a grace period counts from the first
+//! check that saw it running, so it is accurate to one check interval.
+//!
+//! A stalled grace period is reported once after the timeout, then every
+//! three timeouts while it lasts (as Linux does), through the kernel's
+//! [`Kernel::rcu_stall`](crate::kernel::Kernel::rcu_stall) hook (whose
+//! default logs with `defmt` when that feature is on) and as
+//! [`check_stall`]'s return value. [`stall_count`] counts reports.
+
+use core::fmt;
+
+use super::{BITS, STATE_MASK, engine};
+use crate::kernel;
+use crate::spinlock::RawTicketLock;
+use crate::sync::{AtomicUsize, Ordering, StatCounter};
+
+/// How many stalled CPU ids a [`StallReport`] lists (it counts all of
+/// them).
+pub const STALL_REPORT_CPUS: usize = 8;
+
+/// A grace period that has been running for longer than the stall timeout.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct StallReport {
+    gp_seq: usize,
+    age: u64,
+    stalled: usize,
+    listed: usize,
+    cpus: [u32; STALL_REPORT_CPUS],
+}
+
+impl StallReport {
+    /// The stalled grace period's sequence number.
+    pub fn gp_seq(&self) -> usize {
+        self.gp_seq
+    }
+
+    /// How long it has been running, in the unit of [`check_stall`]'s
+    /// clock.
+    pub fn age(&self) -> u64 {
+        self.age
+    }
+
+    /// How many CPUs still owe it a quiescent state.
+    pub fn nr_stalled(&self) -> usize {
+        self.stalled
+    }
+
+    /// The first [`STALL_REPORT_CPUS`] of them, in id order.
+    pub fn cpus(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
+        self.cpus[..self.listed].iter().map(|&c| c as usize)
+    }
+
+    /// Whether `cpu` holds the grace period up (among the listed CPUs).
+    pub fn names(&self, cpu: usize) -> bool {
+        self.cpus().any(|c| c == cpu)
+    }
+}
+
+impl fmt::Display for StallReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(
+            f,
+            "rcu: grace period {:#x} stalled for {}, waiting for CPU",
+            self.gp_seq, self.age
+        )?;
+        if self.stalled != 1 {
+            f.write_str("s")?;
+        }
+        for (i, cpu) in self.cpus().enumerate() {
+            write!(f, "{}{cpu}", if i == 0 { " " } else { ", " })?;
+        }
+        if self.stalled > self.listed {
+            write!(f, " (+{} more)", self.stalled - self.listed)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Debug for StallReport {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        fmt::Display::fmt(self, f)
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for StallReport {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "rcu: grace period {=usize:#x} stalled for {=u64}, {=usize} CPU(s) waiting: {=[u32]}",
+            self.gp_seq,
+            self.age,
+            self.stalled,
+            &self.cpus[..self.listed]
+        );
+    }
+}
+
+/// The detector's state (separate from the engine's hot fields).
+struct Detector {
+    /// Bound in the kernel's clock unit; 0: off.
+    timeout: AtomicUsize,
+    /// The running grace period the detector has seen (`gp_seq`).
+    seen: AtomicUsize,
+    /// When it was first seen running.
+    start: AtomicUsize,
+    /// When to report next.
+    due: AtomicUsize,
+    /// Serialises the slow path (`try_lock`: checks never wait).
+    lock: RawTicketLock,
+}
+
+// Statistics, outside the modelled algorithm.
+static STALLS: StatCounter = StatCounter::new(0);
+
+#[cfg(not(loom))]
+static DETECTOR: Detector = Detector {
+    timeout: AtomicUsize::new(0),
+    seen: AtomicUsize::new(0),
+    start: AtomicUsize::new(0),
+    due: AtomicUsize::new(0),
+    lock: RawTicketLock::new(),
+};
+
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref DETECTOR: Detector = Detector {
+        timeout: AtomicUsize::new(0),
+        seen: AtomicUsize::new(0),
+        start: AtomicUsize::new(0),
+        due: AtomicUsize::new(0),
+        lock: RawTicketLock::new(),
+    };
+}
+
+#[inline]
+fn detector() -> &'static Detector {
+    &DETECTOR
+}
+
+/// Sets the stall bound, in the unit of the clock passed to
+/// [`check_stall`] (0, the default, turns detection off).
+#[doc(alias("rcu_cpu_stall_timeout", "rcupdate.rcu_cpu_stall_timeout"))]
+pub fn set_stall_timeout(timeout: u64) {
+    // Truncation: only differences of clock values are used, wrapping.
+    detector()
+        .timeout
+        .store(timeout as usize, Ordering::Relaxed);
+}
+
+/// Stall reports issued since boot.
+pub fn stall_count() -> usize {
+    STALLS.load(Ordering::Relaxed)
+}
+
+/// Checks whether the running grace period is older than the stall
+/// timeout; if so, reports it (through the kernel's
+/// [`rcu_stall`](crate::kernel::Kernel::rcu_stall) hook) and returns the
+/// report. `now` is the kernel's monotonic clock, in the unit of
+/// [`set_stall_timeout`]. Call it from a periodic context, on any CPU.
+///
+/// ```
+/// use std::sync::mpsc::channel;
+/// use ksync::{kernel, rcu};
+///
+/// rcu::set_stall_timeout(100); // say, milliseconds
+/// let (tx, rx) = channel();
+/// let (go_tx, go_rx) = channel::<()>();
+/// let reader = std::thread::spawn(move || {
+///     rcu::cpu_online();
+///     let reading = rcu::read_lock(); // and never a quiescent state
+///     tx.send(kernel::cpu_id()).unwrap();
+///     go_rx.recv().unwrap();
+///     drop(reading);
+///     rcu::cpu_offline();
+/// });
+/// let stuck_cpu = rx.recv().unwrap();
+/// rcu::start_poll(); // a grace period that needs `stuck_cpu`
+/// assert!(rcu::check_stall(0).is_none()); // first sight: its clock starts
+/// assert!(rcu::check_stall(99).is_none());
+/// let report = rcu::check_stall(150).expect("older than 100: a stall");
+/// assert!(report.names(stuck_cpu));
+/// println!("{report}"); // rcu: grace period 0x1 stalled for 150, waiting for CPU 1
+/// go_tx.send(()).unwrap();
+/// reader.join().unwrap();
+/// # rcu::set_stall_timeout(0);
+/// ```
+#[doc(alias("check_cpu_stall", "rcu_check_gp_start_stall"))]
+pub fn check_stall(now: u64) -> Option<StallReport> {
+    let d = detector();
+    let now = now as usize;
+    let timeout = d.timeout.load(Ordering::Relaxed);
+    let seq = engine().gp_seq.load(Ordering::Relaxed);
+    if timeout == 0 || seq & STATE_MASK == 0 {
+        return None;
+    }
+    // Fast path: this grace period is known and not due (relaxed: a stale
+    // value only delays the check to the next call).
+    if d.seen.load(Ordering::Relaxed) == seq
+        && (now.wrapping_sub(d.due.load(Ordering::Relaxed)) as isize) < 0
+    {
+        return None;
+    }
+    if !d.lock.try_lock() {
+        return None;
+    }
+    let report = if d.seen.load(Ordering::Relaxed) != seq {
+        // First sight of this grace period: start its clock.
+        d.seen.store(seq, Ordering::Relaxed);
+        d.start.store(now, Ordering::Relaxed);
+        d.due.store(now.wrapping_add(timeout), Ordering::Relaxed);
+        None
+    } else if (now.wrapping_sub(d.due.load(Ordering::Relaxed)) as isize) < 0 {
+        None
+    } else {
+        d.due.store(
+            now.wrapping_add(timeout.saturating_mul(3)),
+            Ordering::Relaxed,
+        );
+        Some(snapshot(
+            seq,
+            now.wrapping_sub(d.start.load(Ordering::Relaxed)) as u64,
+        ))
+    };
+    // SAFETY: locked above.
+    unsafe { d.lock.unlock() };
+    let report = report?;
+    if report.stalled == 0 {
+        // The grace period ended while we looked.
+        return None;
+    }
+    STALLS.fetch_add(1, Ordering::Relaxed);
+    kernel::rcu_stall(&report);
+    Some(report)
+}
+
+/// The CPUs whose pending bits are set now, for grace period `seq`.
+fn snapshot(seq: usize, age: u64) -> StallReport {
+    let e = engine();
+    let mut report = StallReport {
+        gp_seq: seq,
+        age,
+        stalled: 0,
+        listed: 0,
+        cpus: [0; STALL_REPORT_CPUS],
+    };
+    for (w, word) in e.pending.iter().enumerate() {
+        let mut bits = word.load(Ordering::Relaxed);
+        while bits != 0 {
+            let cpu = w * BITS + bits.trailing_zeros() as usize;
+            bits &= bits - 1;
+            if report.listed < STALL_REPORT_CPUS {
+                report.cpus[report.listed] = cpu as u32;
+                report.listed += 1;
+            }
+            report.stalled += 1;
+        }
+    }
+    if e.gp_seq.load(Ordering::Relaxed) != seq {
+        report.stalled = 0;
+        report.listed = 0;
+    }
+    report
+}

@@ -1,0 +1,343 @@
+//! Host tests of `call_rcu`, `process_callbacks`, `barrier` and
+//! `defer_free` (threads play CPUs).
+
+use std::mem::offset_of;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
+use std::sync::{Barrier, mpsc};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ksync::rcu::{self, RcuHead};
+
+/// An object freed through `call_rcu`: the callback marks it and counts.
+struct Obj {
+    head: RcuHead,
+    /// Set by the callback.
+    done: AtomicBool,
+    /// Incremented by the callback (shared counter).
+    counter: *const AtomicUsize,
+}
+
+// SAFETY: `counter` points to an atomic that outlives every callback (the
+// tests call `rcu::barrier` before it goes out of scope).
+unsafe impl Sync for Obj {}
+// SAFETY: as above.
+unsafe impl Send for Obj {}
+
+impl Obj {
+    fn new(counter: &AtomicUsize) -> Self {
+        Obj {
+            head: RcuHead::new(),
+            done: AtomicBool::new(false),
+            counter,
+        }
+    }
+}
+
+unsafe fn mark(head: *mut RcuHead) {
+    // SAFETY: every head queued with `mark` is the `head` field of an `Obj`
+    // that stays alive until after `rcu::barrier`.
+    let obj = unsafe { &*head.byte_sub(offset_of!(Obj, head)).cast::<Obj>() };
+    assert!(!obj.done.swap(true, SeqCst), "callback ran twice");
+    // SAFETY: see `Obj`.
+    unsafe { (*obj.counter).fetch_add(1, SeqCst) };
+}
+
+fn queue(obj: &Obj) {
+    let head = &obj.head as *const RcuHead as *mut RcuHead;
+    // SAFETY: `obj` outlives the callback (barrier before it is dropped),
+    // and its head is not queued.
+    unsafe { rcu::call_rcu(head, mark) };
+}
+
+/// Runs `f` on a new thread and fails if it does not return in 20 s (a
+/// stalled grace period would otherwise hang the test run).
+fn within_20s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = mpsc::channel();
+    thread::spawn(move || tx.send(f()).unwrap());
+    rx.recv_timeout(Duration::from_secs(20))
+        .unwrap_or_else(|_| panic!("{what} did not finish within 20 s"))
+}
+
+/// A callback does not run while a read section that started before
+/// `call_rcu` is open, and runs after it closes and a grace period passes.
+#[test]
+fn callback_waits_for_a_reader() {
+    let counter = AtomicUsize::new(0);
+    let obj = Obj::new(&counter);
+    thread::scope(|s| {
+        // Inside the scope: a failed assertion drops `out_tx`, which ends
+        // the reader thread, so the scope can join it.
+        let (in_tx, in_rx) = mpsc::channel();
+        let (out_tx, out_rx) = mpsc::channel::<()>();
+        s.spawn(move || {
+            rcu::cpu_online();
+            let guard = rcu::read_lock();
+            in_tx.send(()).unwrap();
+            let _ = out_rx.recv();
+            drop(guard);
+            rcu::quiescent_state();
+            rcu::cpu_offline();
+        });
+        in_rx.recv().unwrap();
+        rcu::cpu_online();
+        queue(&obj);
+        // SAFETY: only this thread touches the head now (it is queued, the
+        // callback cannot run yet: see the assertions).
+        assert!(unsafe { obj.head.is_queued() });
+        let start = Instant::now();
+        while start.elapsed() < Duration::from_millis(50) {
+            rcu::process_callbacks();
+            rcu::quiescent_state();
+            assert!(
+                !obj.done.load(SeqCst),
+                "callback ran inside a reader's grace period"
+            );
+        }
+        out_tx.send(()).unwrap();
+        let start = Instant::now();
+        while !obj.done.load(SeqCst) {
+            rcu::process_callbacks();
+            rcu::quiescent_state();
+            assert!(
+                start.elapsed() < Duration::from_secs(20),
+                "callback never ran"
+            );
+        }
+        rcu::cpu_offline();
+    });
+    assert_eq!(counter.load(SeqCst), 1);
+}
+
+/// `barrier` returns only after every callback queued before it, on every
+/// CPU, has run — without anyone else calling `process_callbacks`.
+#[test]
+fn barrier_runs_every_queued_callback() {
+    const THREADS: usize = 3;
+    const PER_THREAD: usize = 200;
+    let counter = Box::leak(Box::new(AtomicUsize::new(0)));
+    let objs: &'static [Obj] = Box::leak(
+        (0..THREADS * PER_THREAD)
+            .map(|_| Obj::new(counter))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    let queued = Barrier::new(THREADS + 1);
+    let done = AtomicBool::new(false);
+    thread::scope(|s| {
+        for t in 0..THREADS {
+            let (queued, done) = (&queued, &done);
+            s.spawn(move || {
+                rcu::cpu_online();
+                for obj in &objs[t * PER_THREAD..(t + 1) * PER_THREAD] {
+                    queue(obj);
+                }
+                // Idle while the barrier runs: this CPU neither reports
+                // quiescent states nor processes callbacks.
+                rcu::idle_enter();
+                queued.wait();
+                while !done.load(SeqCst) {
+                    thread::sleep(Duration::from_millis(1));
+                }
+                rcu::idle_exit();
+                rcu::cpu_offline();
+            });
+        }
+        // Set on the way out, even when an assertion fails, so the
+        // threads end and the scope can join them.
+        struct SetOnDrop<'a>(&'a AtomicBool);
+        impl Drop for SetOnDrop<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, SeqCst);
+            }
+        }
+        let _release = SetOnDrop(&done);
+        queued.wait();
+        within_20s("rcu::barrier", rcu::barrier);
+        assert_eq!(counter.load(SeqCst), THREADS * PER_THREAD);
+        assert!(objs.iter().all(|o| o.done.load(SeqCst)));
+    });
+}
+
+/// Callbacks queued concurrently with `barrier` calls on several CPUs;
+/// every callback runs exactly once and a final barrier sees them all.
+#[test]
+fn concurrent_queueing_and_barriers() {
+    const THREADS: usize = 3;
+    const PER_THREAD: usize = 300;
+    let counter = Box::leak(Box::new(AtomicUsize::new(0)));
+    let objs: &'static [Obj] = Box::leak(
+        (0..THREADS * PER_THREAD)
+            .map(|_| Obj::new(counter))
+            .collect::<Vec<_>>()
+            .into_boxed_slice(),
+    );
+    within_20s("queueing with barriers", move || {
+        thread::scope(|s| {
+            for t in 0..THREADS {
+                s.spawn(move || {
+                    rcu::cpu_online();
+                    for (i, obj) in objs[t * PER_THREAD..(t + 1) * PER_THREAD]
+                        .iter()
+                        .enumerate()
+                    {
+                        queue(obj);
+                        if i % 50 == 49 && t == 0 {
+                            rcu::barrier();
+                        }
+                        if i % 7 == 0 {
+                            rcu::process_callbacks();
+                        }
+                        rcu::quiescent_state();
+                    }
+                    rcu::cpu_offline();
+                });
+            }
+        });
+        rcu::barrier();
+    });
+    assert_eq!(counter.load(SeqCst), THREADS * PER_THREAD);
+}
+
+/// `process_callbacks` runs at most `CALLBACK_BATCH` per list and call, in
+/// queue order, and reports how many it ran.
+#[test]
+fn callbacks_run_in_bounded_batches_in_order() {
+    static ORDER: AtomicUsize = AtomicUsize::new(0);
+    struct Seq {
+        head: RcuHead,
+        index: usize,
+        ran_as: AtomicUsize,
+    }
+    unsafe fn record(head: *mut RcuHead) {
+        // SAFETY: queued below as the head of a leaked `Seq`.
+        let s = unsafe { &*head.byte_sub(offset_of!(Seq, head)).cast::<Seq>() };
+        s.ran_as.store(ORDER.fetch_add(1, SeqCst), SeqCst);
+    }
+    const N: usize = 3 * rcu::CALLBACK_BATCH + 5;
+    within_20s("batches", || {
+        // A thread of its own: its CPU's list holds only these callbacks.
+        rcu::cpu_online();
+        let items: &'static [Seq] = Box::leak(
+            (0..N)
+                .map(|index| Seq {
+                    head: RcuHead::new(),
+                    index,
+                    ran_as: AtomicUsize::new(usize::MAX),
+                })
+                .collect::<Vec<_>>()
+                .into_boxed_slice(),
+        );
+        for item in items {
+            // SAFETY: leaked, so valid forever; queued once.
+            unsafe { rcu::call_rcu(&item.head as *const _ as *mut _, record) };
+        }
+        assert!(rcu::pending_callbacks() >= N);
+        assert!(rcu::has_callbacks());
+        rcu::synchronize();
+        let mut total = 0;
+        while total < N {
+            let ran = rcu::process_callbacks();
+            assert!(ran <= rcu::CALLBACK_BATCH, "a batch of {ran}");
+            total += ran;
+            rcu::quiescent_state();
+        }
+        assert_eq!(total, N);
+        assert!(!rcu::has_callbacks());
+        let first = items[0].ran_as.load(SeqCst);
+        for item in items {
+            assert_eq!(item.ran_as.load(SeqCst), first + item.index, "out of order");
+        }
+        rcu::cpu_offline();
+    });
+}
+
+/// A callback may queue its own head again (Linux allows it).
+#[test]
+fn callback_may_requeue_its_head() {
+    struct Chain {
+        head: RcuHead,
+        left: AtomicUsize,
+    }
+    unsafe fn again(head: *mut RcuHead) {
+        // SAFETY: the head of a leaked `Chain`.
+        let c = unsafe { &*head.byte_sub(offset_of!(Chain, head)).cast::<Chain>() };
+        if c.left.fetch_sub(1, SeqCst) > 1 {
+            // SAFETY: the head's callback has started, so it is not queued.
+            unsafe { rcu::call_rcu(head, again) };
+        }
+    }
+    let chain: &'static Chain = Box::leak(Box::new(Chain {
+        head: RcuHead::new(),
+        left: AtomicUsize::new(5),
+    }));
+    within_20s("a re-queuing chain", move || {
+        rcu::cpu_online();
+        // SAFETY: leaked; not queued.
+        unsafe { rcu::call_rcu(&chain.head as *const _ as *mut _, again) };
+        while chain.left.load(SeqCst) != 0 {
+            rcu::barrier();
+        }
+        rcu::cpu_offline();
+    });
+}
+
+/// Queuing a head that is already queued is caught, not a corrupt list.
+#[test]
+#[should_panic(expected = "already queued")]
+fn double_call_rcu_panics() {
+    let counter: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    let obj: &'static Obj = Box::leak(Box::new(Obj::new(counter)));
+    queue(obj);
+    queue(obj);
+}
+
+/// An offline CPU's callbacks are run by another CPU's
+/// `process_callbacks`.
+#[test]
+fn offline_cpu_callbacks_are_adopted() {
+    let counter: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    let obj: &'static Obj = Box::leak(Box::new(Obj::new(counter)));
+    within_20s("adoption", move || {
+        // Take a CPU id first, so the thread below gets another one.
+        rcu::cpu_online();
+        thread::spawn(move || {
+            rcu::cpu_online();
+            queue(obj);
+            rcu::cpu_offline();
+        })
+        .join()
+        .unwrap();
+        while !obj.done.load(SeqCst) {
+            rcu::process_callbacks();
+            rcu::quiescent_state();
+        }
+        rcu::cpu_offline();
+    });
+}
+
+/// `defer_free` drops the value after a grace period, not before.
+#[test]
+fn defer_free_drops_after_a_grace_period() {
+    static DROPPED: AtomicUsize = AtomicUsize::new(0);
+    struct Noisy;
+    impl Drop for Noisy {
+        fn drop(&mut self) {
+            DROPPED.fetch_add(1, SeqCst);
+        }
+    }
+    within_20s("defer_free", || {
+        rcu::cpu_online();
+        let guard = rcu::read_lock();
+        rcu::defer_free(Box::new(Noisy));
+        // This CPU is in a read section: the grace period cannot end.
+        for _ in 0..100 {
+            rcu::process_callbacks();
+        }
+        assert_eq!(DROPPED.load(SeqCst), 0, "dropped inside a read section");
+        drop(guard);
+        rcu::barrier();
+        assert_eq!(DROPPED.load(SeqCst), 1);
+        rcu::cpu_offline();
+    });
+}
