@@ -30,7 +30,9 @@ fn main() -> ExitCode {
         Some("test") => test(kvm, args.iter().any(|a| a == "--host-only")),
         Some("bench") => {
             let quick = args.iter().any(|a| a == "--quick");
-            let mut cmd = cargo(&["bench", "--bench", "lockref", "--"]);
+            let mut cmd = cargo(&[
+                "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--",
+            ]);
             if quick {
                 cmd.arg("--quick");
             }
