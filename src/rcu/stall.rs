@@ -93,7 +93,7 @@ impl defmt::Format for StallReport {
     fn format(&self, f: defmt::Formatter<'_>) {
         defmt::write!(
             f,
-            "rcu: grace period {=usize:#x} stalled for {=u64}, {=usize} CPU(s) waiting: {=[u32]}",
+            "rcu: grace period {=usize:#x} stalled for {=u64}, {=usize} CPU(s) waiting: {=[?]}",
             self.gp_seq,
             self.age,
             self.stalled,

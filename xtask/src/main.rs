@@ -326,7 +326,7 @@ fn test(kvm: bool, host_only: bool) -> ExitCode {
     // Build matrix: every target in rust-toolchain.toml, with and without
     // the optional features.
     for target in toolchain_targets() {
-        for features in [&[][..], &["--features", "defmt"][..]] {
+        for features in [&[][..], &["--features", "defmt,alloc"][..]] {
             let mut args = vec!["build", "--lib", "--target", &target];
             args.extend_from_slice(features);
             let name = format!("build {target} {}", features.join(" "));
