@@ -1,9 +1,11 @@
 //! Host tests of the scalable reader-writer lock and of brlock (threads play
 //! CPUs through the `test-hooks` kernel hooks).
 
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use std::thread;
 use std::time::{Duration, Instant};
+
+mod common;
 
 use ksync::brlock::BrLock;
 use ksync::percpu_rwlock::{PercpuRwLock, RawPercpuRwLock};
@@ -15,43 +17,12 @@ const THREADS: usize = 4;
 #[test]
 fn rwlock_excludes() {
     let lock = PercpuRwLock::new((0u64, 0u64));
-    let writer_in = AtomicBool::new(false);
-    let readers_in = AtomicI32::new(0);
-    let reads = AtomicU64::new(0);
     let iters = if cfg!(debug_assertions) {
         20_000
     } else {
         200_000
     };
-    thread::scope(|s| {
-        for t in 0..THREADS {
-            let (lock, writer_in, readers_in, reads) = (&lock, &writer_in, &readers_in, &reads);
-            s.spawn(move || {
-                for i in 0..iters {
-                    if (i + t) % 16 == 0 {
-                        let mut g = lock.write();
-                        assert!(!writer_in.swap(true, SeqCst), "two writers");
-                        assert_eq!(readers_in.load(SeqCst), 0, "writer with readers inside");
-                        g.0 += 1;
-                        g.1 += 1;
-                        writer_in.store(false, SeqCst);
-                    } else {
-                        let g = lock.read();
-                        readers_in.fetch_add(1, SeqCst);
-                        assert!(!writer_in.load(SeqCst), "reader with a writer inside");
-                        assert_eq!(g.0, g.1);
-                        readers_in.fetch_sub(1, SeqCst);
-                        reads.fetch_add(1, SeqCst);
-                    }
-                }
-            });
-        }
-    });
-    let writes = (0..THREADS)
-        .map(|t| (0..iters).filter(|i| (i + t) % 16 == 0).count())
-        .sum::<usize>();
-    assert_eq!(lock.read().0, writes as u64);
-    assert_eq!(reads.load(SeqCst) as usize + writes, THREADS * iters);
+    common::check_rwlock_exclusion(&lock, THREADS, iters, 16, false);
 }
 
 /// A writer arriving while readers hold the lock waits for them, and

@@ -4,8 +4,10 @@
 
 use std::mem::offset_of;
 use std::sync::Mutex;
-use std::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering::SeqCst};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::thread;
+
+mod common;
 
 use ksync::percpu_rwlock::GatedPercpuRwLock;
 use ksync::rcu::{self, RcuHead, RcuPtr};
@@ -340,42 +342,12 @@ fn quiescent_state_in_read_section_panics() {
 #[test]
 fn gated_rwlock_excludes() {
     let lock = GatedPercpuRwLock::new((0u64, 0u64));
-    let writer_in = AtomicBool::new(false);
-    let readers_in = AtomicI32::new(0);
-    let writes = AtomicU64::new(0);
     let iters = if cfg!(debug_assertions) {
         5_000
     } else {
         50_000
     };
-    thread::scope(|s| {
-        for t in 0..4 {
-            let (lock, writer_in, readers_in, writes) = (&lock, &writer_in, &readers_in, &writes);
-            s.spawn(move || {
-                rcu::cpu_online();
-                for i in 0..iters {
-                    if (i + t * 7) % 200 == 0 {
-                        let mut g = lock.write();
-                        assert!(!writer_in.swap(true, SeqCst));
-                        assert_eq!(readers_in.load(SeqCst), 0, "writer with readers inside");
-                        g.0 += 1;
-                        g.1 += 1;
-                        writes.fetch_add(1, SeqCst);
-                        writer_in.store(false, SeqCst);
-                    } else {
-                        let g = lock.read();
-                        readers_in.fetch_add(1, SeqCst);
-                        assert!(!writer_in.load(SeqCst), "reader with a writer inside");
-                        assert_eq!(g.0, g.1);
-                        readers_in.fetch_sub(1, SeqCst);
-                    }
-                    rcu::quiescent_state();
-                }
-                rcu::cpu_offline();
-            });
-        }
-    });
-    assert_eq!(lock.read().0, writes.load(SeqCst));
+    common::check_rwlock_exclusion(&lock, 4, iters, 200, true);
 }
 
 /// Writers that close an idle `RcuSync` gate at the same time: the ones
