@@ -38,7 +38,7 @@
 use core::fmt;
 use core::ptr;
 
-use super::{engine, get_state, quiescent_state, seq_ge};
+use super::{STATE_MASK, engine, get_state, quiescent_state, seq_ge};
 use crate::kernel;
 use crate::percpu::PerCpu;
 use crate::spinlock::{IrqState, RawTicketLock};
@@ -198,6 +198,21 @@ impl List {
         self.offline && self.len > 0
     }
 
+    /// When [`process_cpu`] has work here: [`DUE_NOW`], a cookie (once it
+    /// completes), or [`DUE_NEVER`] (nothing queued, or a batch is being
+    /// invoked: its invoker looks again when it finishes).
+    fn due(&self) -> usize {
+        if self.invoking {
+            DUE_NEVER
+        } else if !self.done.is_empty() {
+            DUE_NOW
+        } else if !self.wait.is_empty() {
+            self.wait.seq
+        } else {
+            DUE_NEVER
+        }
+    }
+
     /// Moves callbacks whose cookie completed at `seq` to `done`. Returns
     /// whether any moved.
     fn advance(&mut self, seq: usize) -> bool {
@@ -293,9 +308,12 @@ impl List {
 struct Cpu {
     lock: RawTicketLock,
     list: UnsafeCell<List>,
-    /// `list.len`, readable without the lock (for fast "nothing to do"
-    /// checks).
+    /// `list.len`, readable without the lock.
     len: AtomicUsize,
+    /// `list.due()`, readable without the lock: callers look at a list only
+    /// when it has work, so that a waiting [`barrier`] and the CPU's own
+    /// tick do not take turns on a lock for nothing.
+    due: AtomicUsize,
     /// This CPU's [`barrier`] callback.
     barrier_head: RcuHead,
 }
@@ -312,6 +330,7 @@ impl crate::percpu::ConstInit for Cpu {
         lock: RawTicketLock::new(),
         list: UnsafeCell::new(List::EMPTY),
         len: AtomicUsize::new(0),
+        due: AtomicUsize::new(DUE_NEVER),
         barrier_head: RcuHead::new(),
     };
 }
@@ -339,6 +358,9 @@ impl Cpu {
             // Relaxed: a hint for lock-free "anything queued?" checks;
             // whoever acts on it takes the lock.
             self.len.store(list.len, Ordering::Relaxed);
+            // Relaxed: a hint as well; `process_cpu` re-checks under the
+            // lock.
+            self.due.store(list.due(), Ordering::Relaxed);
             r
         });
         // SAFETY: locked above.
@@ -372,6 +394,7 @@ loom::lazy_static! {
             lock: RawTicketLock::new(),
             list: UnsafeCell::new(List::EMPTY),
             len: AtomicUsize::new(0),
+            due: AtomicUsize::new(DUE_NEVER),
             barrier_head: RcuHead::new(),
         }),
         orphans: AtomicUsize::new(0),
@@ -384,6 +407,12 @@ loom::lazy_static! {
 fn callbacks() -> &'static Callbacks {
     &CALLBACKS
 }
+
+/// [`List::due`]: callbacks are ready now. Cookies are multiples of 4, so
+/// odd values cannot be mistaken for one.
+const DUE_NOW: usize = 1;
+/// [`List::due`]: nothing to do until the list changes.
+const DUE_NEVER: usize = 3;
 
 /// How many callbacks [`process_callbacks`] runs per list and call (Linux's
 /// `blimit` is 10).
@@ -439,11 +468,15 @@ pub const CALLBACK_BATCH: usize = 16;
 #[doc(alias("call_rcu_hurry", "kvfree_call_rcu"))]
 #[track_caller]
 pub unsafe fn call_rcu(head: *mut RcuHead, func: Callback) {
-    // SAFETY: the caller hands us a valid, unshared head.
-    let queued = unsafe { (*head).func.with_mut(|f| (*f).replace(func)).is_some() };
+    // SAFETY: the caller hands us a valid head that no one else is
+    // queuing or invoking (a head that is still queued is only read here,
+    // and refused with its callback unchanged).
+    let queued = unsafe { (*head).func.with_mut(|f| (*f).is_some()) };
     if queued {
         already_queued();
     }
+    // SAFETY: as above.
+    unsafe { (*head).func.with_mut(|f| *f = Some(func)) };
     // The cookie's fence orders the caller's unpublishing before it.
     let cookie = get_state();
     let cpu = kernel::cpu_id();
@@ -469,7 +502,11 @@ fn already_queued() -> ! {
 /// there is nothing to do. Call it again while it returns
 /// [`CALLBACK_BATCH`] or more to drain a backlog.
 ///
-/// Must not be called inside a read section whose data the callbacks free.
+/// Callable in any context, including a read section or an interrupt
+/// that interrupted one: a callback that is ready belongs to an object
+/// unpublished before its grace period started, which a read section still
+/// running on this CPU (it has not passed a quiescent state since) cannot
+/// have found.
 #[doc(alias("rcu_core", "rcu_do_batch", "invoke_rcu_core"))]
 pub fn process_callbacks() -> usize {
     process_callbacks_max(CALLBACK_BATCH)
@@ -482,7 +519,7 @@ pub fn process_callbacks_max(limit: usize) -> usize {
     // Relaxed: a hint; the lists are checked under their locks.
     if cbs.orphans.load(Ordering::Relaxed) != 0 {
         for cpu in cbs.cpus.iter() {
-            if cpu.len.load(Ordering::Relaxed) != 0 {
+            if cpu.due.load(Ordering::Relaxed) != DUE_NEVER {
                 let orphaned = cpu.locked(|list| list.orphaned());
                 if orphaned {
                     ran += process_cpu(cpu, limit);
@@ -495,11 +532,12 @@ pub fn process_callbacks_max(limit: usize) -> usize {
 
 /// Runs up to `limit` completed callbacks of `cpu`'s list.
 fn process_cpu(cpu: &Cpu, limit: usize) -> usize {
-    if cpu.len.load(Ordering::Relaxed) == 0 {
-        return 0;
-    }
     // Acquire pairs with the Release that ended the grace period.
     let seq = engine().gp_seq.load(Ordering::Acquire);
+    let due = cpu.due.load(Ordering::Relaxed);
+    if !(due == DUE_NOW || (due & STATE_MASK == 0 && seq_ge(seq, due))) {
+        return 0;
+    }
     let (mut cur, n) = cpu.locked(|list| {
         if list.invoking {
             return (ptr::null_mut(), 0);
