@@ -45,6 +45,7 @@ extern "C" fn kernel_entry(cpu: usize) -> ! {
 fn boot_cpu() -> ! {
     arch::init_platform();
     cpu::init_possible();
+    hooks::rcu_init();
     arch::init_local_interrupts();
     cpu::mark_online();
     println!(

@@ -759,10 +759,12 @@ fn run_suite(config: &Config, kernel: &Path, suite: &SuiteInfo) -> Outcome {
             let status = r.get("status").unwrap_or("?");
             let reason = r.get("reason").unwrap_or("-");
             // Only the suite's own checks count: not a hang caught by the
-            // watchdog, nor the runner's interrupt check.
+            // watchdog, nor the runner's interrupt check, nor an RCU stall
+            // report (the kernel's `runner::STALL_REASON`).
             let detected = status == "FAIL"
                 && !reason.starts_with("watchdog")
-                && !reason.contains("no timer interrupt");
+                && !reason.contains("no timer interrupt")
+                && !reason.starts_with("rcu stall");
             let clean_exit = run.status == Some(config.exit_code(false));
             if detected && clean_exit {
                 (
@@ -821,7 +823,7 @@ pub fn demo() -> Result<(), String> {
     let mut errors = Vec::new();
     for config in &configs {
         let kernel = kernels.get(config.build)?;
-        // The demo runs the tests (8 x about 1 s) and the benchmark: generous.
+        // The demo runs the tests (9 x about 1 s) and the benchmark: generous.
         let run = run_qemu(config, kernel, "demo", RUN_SLACK * 2, "demo")?;
         print!("{}", demo_table(config, &run));
         if let Some(trouble) = run.trouble(config) {

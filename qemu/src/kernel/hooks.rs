@@ -1,5 +1,7 @@
 //! What this kernel tells ksync: the kernel hooks (CPU id, CPU count,
-//! preemption) and the points where it reports RCU quiescent states.
+//! preemption, RCU stall reports), the points where it reports RCU
+//! quiescent states, and where it runs RCU's periodic work (callbacks and
+//! stall detection).
 //!
 //! This file is the worked example of embedding ksync's per-CPU data and
 //! RCU in a kernel; README.md ("Embedding ksync in your kernel") walks
@@ -19,7 +21,11 @@
 //!   This kernel never preempts: each CPU runs one thread of control from
 //!   boot to halt, and an interrupt handler runs to completion on the CPU
 //!   it interrupted and returns to the code it interrupted. Nothing can
-//!   move a context to another CPU, so there is nothing to disable.
+//!   move a context to another CPU, so there is nothing to disable;
+//! * `rcu_stall`: prints the report as a `KSYNC-RCU-STALL` line, then for
+//!   each stalled CPU where its latest timer interrupt found it (this
+//!   kernel's stand-in for Linux's stack dumps), and keeps a copy
+//!   ([`stall_log`]) for the runner and the `rcu-stall` suite.
 //!
 //! # RCU quiescent states
 //!
@@ -53,13 +59,44 @@
 //!   [`interrupt`] makes RCU watch it for the handler's duration.
 //! * The idle transitions run with interrupts off, so a handler sees
 //!   either "not idle, watched" or "idle, not watched", never half of one.
+//!
+//! # RCU's periodic work: callbacks and stall detection
+//!
+//! `call_rcu` only queues a callback on the calling CPU's list; the kernel
+//! runs the ones whose grace period has ended, and watches for grace
+//! periods that take too long:
+//!
+//! | where in this kernel | ksync call | why |
+//! |---|---|---|
+//! | every timer interrupt, every CPU ([`rcu_tick`], from `irq::timer_tick`) | [`ksync::rcu::process_callbacks`] | Linux runs callbacks from the tick's softirq (`RCU_SOFTIRQ`): a bounded batch (16) per tick, so a backlog never makes one interrupt long; skipped while less than a timer period has passed since they last finished, so the tick never starves the thread (see [`rcu_tick`]) |
+//! | the same | [`ksync::rcu::check_stall`] with the counter in milliseconds ([`time::ticks_to_ms`]) | Linux checks for stalls from the tick (`rcu_sched_clock_irq`); two loads when nothing is due |
+//! | entering an idle wait ([`idle_wait`]) and stopping ([`halt`]) | [`ksync::rcu::has_callbacks`], then every ready callback | a CPU with nothing to do runs its ready callbacks without a batch limit, as Linux's idle task does |
+//! | boot ([`rcu_init`]) and before every suite (the runner) | [`ksync::rcu::set_stall_timeout`]`(`[`RCU_STALL_TIMEOUT_MS`]`)`, through [`set_rcu_stall_timeout`] | see the constant; the `rcu-stall` suite sets a shorter one for itself |
+//!
+//! Running callbacks from an interrupt that arrived inside a read section
+//! of the interrupted thread is safe: a callback whose grace period has
+//! ended was queued before a quiescent state this CPU reported *before*
+//! that read section began, so it cannot free anything the section holds.
+//! Callbacks run with interrupts off in the tick, and `rcu::barrier()`
+//! runs other CPUs' callbacks on the calling CPU, so they must only take
+//! interrupt-safe locks (the `rcu` suite's touch atomics only).
+//!
+//! The tick runs even while a CPU idles (this kernel has no tickless
+//! idle), so callbacks queued on a CPU that then idles still run, with RCU
+//! watching ([`interrupt`]). [`ksync::rcu::barrier`] runs every CPU's
+//! callbacks itself; a kernel calls it before it reuses what callbacks
+//! touch (the `rcu` suite does at its end).
 
-use core::sync::atomic::{AtomicBool, Ordering};
+use core::fmt;
+use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
-use ksync::spinlock::IrqState;
+use ksync::rcu::StallReport;
+use ksync::spinlock::{IrqState, IrqTicketMutex};
 
 use super::cpu::{self, MAX_CPUS};
+use super::{irq, time};
 use crate::arch;
+use crate::println;
 
 /// This kernel, as ksync sees it.
 pub struct QemuKernel;
@@ -71,7 +108,8 @@ pub struct QemuKernel;
 // other CPUs start and before any ksync call that reads it, and never
 // changes. Preemption: this kernel never moves a context to another CPU and
 // never runs another thread on one (see the module docs), so the no-op
-// defaults keep every caller on its CPU.
+// defaults keep every caller on its CPU. `rcu_stall` only prints and
+// records.
 unsafe impl ksync::kernel::Kernel for QemuKernel {
     #[inline]
     fn cpu_id() -> usize {
@@ -85,6 +123,31 @@ unsafe impl ksync::kernel::Kernel for QemuKernel {
 
     // `preempt_disable` / `preempt_enable`: the defaults (no-ops), see the
     // module docs.
+
+    /// Called from [`ksync::rcu::check_stall`], here from a timer
+    /// interrupt (interrupts off): one `KSYNC-RCU-STALL` line, and a copy
+    /// for [`stall_log`].
+    fn rcu_stall(report: &StallReport) {
+        {
+            let mut log = STALL_LOG.lock();
+            log.count += 1;
+            log.last = Some(*report);
+        }
+        println!(
+            "KSYNC-RCU-STALL cpu={} gp_seq={:#x} age_ms={} stalled={} cpus={} report=\"{report}\"",
+            cpu::current(),
+            report.gp_seq(),
+            report.age(),
+            report.nr_stalled(),
+            CpuList(report),
+        );
+        // Linux dumps the stalled CPUs' stacks; this kernel has where
+        // their latest timer interrupts found them.
+        for stalled in report.cpus() {
+            let (pc, ticks) = irq::last_interrupted(stalled);
+            println!("KSYNC-RCU-STALL-CPU cpu={stalled} pc={pc:#x} ticks={ticks}");
+        }
+    }
 }
 
 ksync::set_kernel!(QemuKernel);
@@ -104,9 +167,11 @@ pub fn cpu_up() {
 
 /// Spins until `done()` with this CPU idle as far as RCU is concerned
 /// (`done` must not read RCU-protected data). Interrupts keep whatever
-/// state they had.
+/// state they had. First runs this CPU's ready RCU callbacks: it has
+/// nothing else to do.
 pub fn idle_wait(mut done: impl FnMut() -> bool) {
     let cpu = cpu::current();
+    run_ready_callbacks();
     {
         let _irq = IrqState::save();
         // Relaxed: only this CPU reads its flag, with interrupts off or
@@ -138,8 +203,140 @@ pub fn interrupt<R>(handler: impl FnOnce() -> R) -> R {
     result
 }
 
-/// Stops this CPU for good: first tells RCU it is gone.
+/// Stops this CPU for good: runs its ready callbacks, then tells RCU it is
+/// gone (callbacks still waiting for a grace period are adopted by the
+/// CPUs that stay).
 pub fn halt() -> ! {
+    run_ready_callbacks();
     ksync::rcu::cpu_offline();
     arch::park()
+}
+
+// ---- RCU's periodic work ------------------------------------------------------
+
+/// The RCU stall timeout of this kernel, in milliseconds (the unit of
+/// [`time::ticks_to_ms`] of the counter, the clock [`rcu_tick`] passes to
+/// [`ksync::rcu::check_stall`]).
+///
+/// A grace period needs every running CPU to pass a `should_stop`, which
+/// they do every few microseconds; under TCG on a loaded two-core host a
+/// vCPU thread waits for the host scheduler for tens of milliseconds at
+/// worst: the `rcu` suite's grace-period waits average 5-30 ms there and
+/// peak at about 50 ms, and a run of every suite with a 30 ms timeout saw
+/// no grace period older than about 120 ms (`rwlock-gated`). Five seconds
+/// is well over an order of magnitude above that, so a report means a
+/// real problem (the runner fails any suite that does not expect one),
+/// and shorter than the runner's watchdog (10 s past a suite's budget), so
+/// a CPU stuck in a read section is named before the watchdog ends the
+/// run. Linux's default is 21 s, for grace periods that also wait for
+/// sleeping tasks.
+pub const RCU_STALL_TIMEOUT_MS: u64 = 5_000;
+
+/// The stall timeout in force (ksync takes it but does not say it back).
+static STALL_TIMEOUT_MS: AtomicU64 = AtomicU64::new(0);
+
+/// Boot CPU, before the others start: RCU set-up (the stall timeout).
+pub fn rcu_init() {
+    reset_rcu_stall_timeout();
+}
+
+/// Sets RCU's stall timeout to `ms` milliseconds (0: no stall detection).
+pub fn set_rcu_stall_timeout(ms: u64) {
+    // Relaxed: a setting; ksync's own store is what the checks read.
+    STALL_TIMEOUT_MS.store(ms, Ordering::Relaxed);
+    ksync::rcu::set_stall_timeout(ms);
+}
+
+/// The stall timeout in force, in milliseconds.
+pub fn rcu_stall_timeout() -> u64 {
+    STALL_TIMEOUT_MS.load(Ordering::Relaxed)
+}
+
+/// Sets the stall timeout back to [`RCU_STALL_TIMEOUT_MS`]. A suite that
+/// sets its own does at its end; the runner checks that it did, and sets
+/// it back before every suite anyway.
+pub fn reset_rcu_stall_timeout() {
+    set_rcu_stall_timeout(RCU_STALL_TIMEOUT_MS);
+}
+
+/// Per CPU: when [`rcu_tick`] last finished running callbacks.
+static CALLBACKS_DONE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// The RCU part of every timer interrupt on `cpu` (Linux's
+/// `rcu_sched_clock_irq` and then its `RCU_SOFTIRQ`): checks for a stalled
+/// grace period (a report goes to [`QemuKernel`]'s `rcu_stall`) and runs
+/// up to a batch of this CPU's callbacks whose grace period has ended.
+/// `now` is [`time::now`] at the interrupt. Interrupts off, RCU watching
+/// ([`interrupt`]).
+///
+/// Callbacks are skipped when they last ran less than a timer period ago:
+/// running them takes this CPU's callback-list lock, which
+/// `rcu::barrier()` on another CPU takes over and over, and under
+/// emulation a lock holder's vCPU can be descheduled for milliseconds. A
+/// tick that always outlasted the period would leave the next one pending
+/// on return and starve the thread, which is what the barrier waits for
+/// (a quiescent state): seen as a grace period stalled for good on an
+/// LL/SC aarch64 board. Linux moves softirq work that keeps coming back
+/// to `ksoftirqd` for the same reason; the runner throttles the suites'
+/// interrupt work alike.
+pub fn rcu_tick(cpu: usize, now: u64) {
+    // A report is also handed to `rcu_stall`, which prints and keeps it.
+    let _report = ksync::rcu::check_stall(time::ticks_to_ms(now));
+    // Relaxed: only this CPU, interrupts off, uses its slot.
+    let done = &CALLBACKS_DONE[cpu];
+    if !ksync::rcu::has_callbacks()
+        || now < done.load(Ordering::Relaxed) + time::hz() / arch::TIMER_HZ
+    {
+        return;
+    }
+    ksync::rcu::process_callbacks();
+    done.store(time::now(), Ordering::Relaxed);
+}
+
+/// Runs every callback of this CPU whose grace period has ended (no batch
+/// limit: the CPU has nothing else to do). Thread context, outside read
+/// sections.
+fn run_ready_callbacks() {
+    if ksync::rcu::has_callbacks() {
+        ksync::rcu::process_callbacks_max(usize::MAX);
+    }
+}
+
+/// What [`QemuKernel`]'s `rcu_stall` received.
+#[derive(Clone, Copy)]
+pub struct StallLog {
+    /// Reports since boot.
+    pub count: usize,
+    /// The latest one.
+    pub last: Option<StallReport>,
+}
+
+static STALL_LOG: IrqTicketMutex<StallLog> = IrqTicketMutex::new(StallLog {
+    count: 0,
+    last: None,
+});
+
+/// The stall reports received so far. Callable from any context.
+pub fn stall_log() -> StallLog {
+    *STALL_LOG.lock()
+}
+
+/// A report's CPUs as `1,3` (and `,+N` for those it does not list).
+struct CpuList<'a>(&'a StallReport);
+
+impl fmt::Display for CpuList<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut listed = 0;
+        for (i, cpu) in self.0.cpus().enumerate() {
+            if i > 0 {
+                f.write_str(",")?;
+            }
+            write!(f, "{cpu}")?;
+            listed += 1;
+        }
+        if self.0.nr_stalled() > listed {
+            write!(f, ",+{}", self.0.nr_stalled() - listed)?;
+        }
+        Ok(())
+    }
 }

@@ -10,20 +10,45 @@
 //! nothing for the kernel to provide. This module only switches interrupts
 //! on for good once a CPU is ready, and off around the runner's barriers.
 
-use super::cpu::{self, Counters};
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use super::cpu::{self, Counters, MAX_CPUS};
 use super::hooks;
 use super::runner;
+use super::time;
 use crate::arch;
 
 /// Timer interrupts taken, per CPU.
 pub static TICKS: Counters = Counters::new();
 
-/// Called by the arch code on every timer interrupt, interrupts off. If the
-/// CPU was idle, RCU watches it while the handler runs (`hooks::interrupt`).
-pub fn timer_tick() {
+/// Per CPU: where its latest timer interrupt interrupted it.
+static INTERRUPTED_PC: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// Called by the arch code on every timer interrupt, interrupts off, with
+/// the address it interrupted: the runner's work (watchdog, the active
+/// suite's handler), then RCU's (stall check, ready callbacks:
+/// `hooks::rcu_tick`). If the CPU was idle, RCU watches it while they run
+/// (`hooks::interrupt`).
+pub fn timer_tick(pc: u64) {
     let cpu = cpu::current();
     TICKS.add(cpu, 1);
-    hooks::interrupt(|| runner::on_tick(cpu));
+    // Relaxed: a diagnostic (RCU stall reports print it).
+    INTERRUPTED_PC[cpu].store(pc, Ordering::Relaxed);
+    // One counter read for both (on aarch64 under TCG it takes QEMU's
+    // global lock).
+    let now = time::now();
+    hooks::interrupt(|| {
+        runner::on_tick(cpu, now);
+        hooks::rcu_tick(cpu, now);
+    });
+}
+
+/// Where `cpu`'s latest timer interrupt interrupted it, and how many it
+/// has taken: for a stalled CPU that still takes interrupts, where it
+/// spins; if the count stops moving, its interrupts are off.
+pub fn last_interrupted(cpu: usize) -> (u64, u64) {
+    // Relaxed: a diagnostic snapshot, stale the moment it is read.
+    (INTERRUPTED_PC[cpu].load(Ordering::Relaxed), TICKS.get(cpu))
 }
 
 /// Enables interrupts on this CPU.

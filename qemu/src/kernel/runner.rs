@@ -20,6 +20,10 @@
 //! so a suite whose `run` waits for grace periods never waits for a CPU
 //! that already finished.
 //!
+//! RCU stall reports (`kernel::hooks`) fail the suite during which they
+//! came, unless it expects them ([`Suite::expects_rcu_stalls`]); every
+//! suite starts with the kernel's stall timeout and must leave it so.
+//!
 //! A watchdog in the timer interrupt fails the run when a suite overstays its
 //! budget by [`WATCHDOG_GRACE_MS`] (a deadlock, or a CPU that stopped), as
 //! long as some CPU still takes interrupts; the runner's QEMU timeout covers
@@ -59,6 +63,10 @@ static ACTIVE: AtomicUsize = AtomicUsize::new(NONE);
 static DEADLINE: AtomicU64 = AtomicU64::new(0);
 static WATCHDOG: AtomicU64 = AtomicU64::new(u64::MAX);
 static STOP: AtomicBool = AtomicBool::new(false);
+/// Whether a failure was flagged (see [`Ctx::failed`]).
+static FAILED: AtomicBool = AtomicBool::new(false);
+/// RCU stall reports received before the active suite started.
+static STALLS_BEFORE: AtomicUsize = AtomicUsize::new(0);
 /// The first failure a suite flagged while running (see [`Ctx::fail`]).
 static FAILURE: IrqTicketMutex<Option<&'static str>> = IrqTicketMutex::new(None);
 /// Per CPU: timer interrupts that ran the active suite's handler.
@@ -118,7 +126,17 @@ impl Ctx {
     /// and stops every CPU early. Callable from interrupt handlers.
     pub fn fail(&self, reason: &'static str) {
         FAILURE.lock().get_or_insert(reason);
+        // Relaxed: flags; the reason travels under the lock.
+        FAILED.store(true, Ordering::Relaxed);
         STOP.store(true, Ordering::Relaxed);
+    }
+
+    /// Whether some CPU flagged a failure of the running suite (unlike
+    /// [`should_stop`](Self::should_stop), not the deadline): for suites
+    /// whose CPUs wait for each other past the deadline.
+    pub fn failed(&self) -> bool {
+        // Relaxed: a flag, as in `fail`.
+        FAILED.load(Ordering::Relaxed)
     }
 }
 
@@ -190,6 +208,7 @@ pub fn run(cpu: usize) -> ! {
 
 fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
     STOP.store(false, Ordering::Relaxed);
+    FAILED.store(false, Ordering::Relaxed);
     *FAILURE.lock() = None;
     IRQ_WORK.reset();
     IRQ_SKIPPED.reset();
@@ -197,6 +216,11 @@ fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
         done.store(false, Ordering::Relaxed);
         end.store(0, Ordering::Relaxed);
     }
+    // Every suite starts with the kernel's stall timeout, whatever the
+    // previous one set.
+    hooks::reset_rcu_stall_timeout();
+    // Relaxed: only the boot CPU uses it, here and in `judge`.
+    STALLS_BEFORE.store(hooks::stall_log().count, Ordering::Relaxed);
     suite.setup(cpus);
     println!(
         "KSYNC-START suite={} kind={} cpus={cpus} budget_ms={}",
@@ -223,9 +247,14 @@ fn judge(suite: &dyn Suite, cpus: usize) -> bool {
     let (irq_min, irq_max) = IRQ_WORK.min_max(cpus);
     let irq_skipped = IRQ_SKIPPED.sum(cpus);
     let quiet_cpu = (0..cpus).find(|&cpu| IRQ_WORK.get(cpu) == 0);
+    let stalled = hooks::stall_log().count != STALLS_BEFORE.load(Ordering::Relaxed)
+        && !suite.expects_rcu_stalls();
     let failure = flagged
         .or(summary.failure)
-        .or(quiet_cpu.map(|_| "a CPU took no timer interrupt during the suite"));
+        .or(quiet_cpu.map(|_| "a CPU took no timer interrupt during the suite"))
+        .or(stalled.then_some(STALL_REASON))
+        .or((hooks::rcu_stall_timeout() != hooks::RCU_STALL_TIMEOUT_MS)
+            .then_some("the suite left its own RCU stall timeout behind"));
     println!(
         "KSYNC-RESULT suite={} kind={} status={} cpus={cpus} ops={} cpu_min={} cpu_max={} irq_min={irq_min} irq_max={irq_max} irq_skipped={irq_skipped} reason=\"{}\"",
         suite.name(),
@@ -248,22 +277,27 @@ fn verdict_word(pass: bool) -> &'static str {
     if pass { "PASS" } else { "FAIL" }
 }
 
-/// From the timer interrupt on `cpu` (interrupts off): runs the watchdog
-/// and the active suite's handler.
+/// The `reason` of a suite that passed its own checks but during which
+/// RCU reported a stall (`KSYNC-RCU-STALL`): a grace period outlasted
+/// `hooks::RCU_STALL_TIMEOUT_MS`. The host runner does not count it as a
+/// control's detection.
+pub const STALL_REASON: &str = "rcu stall: a grace period outlasted the stall timeout";
+
+/// From the timer interrupt on `cpu` (interrupts off), `now` the counter
+/// when it arrived: runs the watchdog and the active suite's handler.
 ///
 /// The handler is skipped when less than one timer period has passed since
 /// its last run on this CPU ended. Under emulation a contended lock can take
 /// longer than a period to get (a waiting vCPU may be descheduled on the
 /// host), and a handler that always outlasts the period would leave the
 /// next tick pending on return, starving thread context for good.
-pub fn on_tick(cpu: usize) {
+pub fn on_tick(cpu: usize, now: u64) {
     let index = ACTIVE.load(Ordering::Acquire);
     if index == NONE {
         return;
     }
     let suite = suites::get(index);
     let cpus = CPUS.load(Ordering::Relaxed);
-    let now = time::now();
     if now > WATCHDOG.load(Ordering::Relaxed) {
         watchdog_fire(suite, cpus);
     }

@@ -21,6 +21,12 @@ pub fn ms_to_ticks(ms: u64) -> u64 {
     hz() / 1000 * ms
 }
 
+/// Milliseconds in `ticks` counter ticks (with [`now`], the monotonic
+/// clock ksync's RCU stall detection is given: `kernel::hooks`).
+pub fn ticks_to_ms(ticks: u64) -> u64 {
+    ticks / (hz() / 1000).max(1)
+}
+
 /// Nanoseconds in `ticks` counter ticks.
 pub fn ticks_to_ns(ticks: u64) -> u64 {
     (u128::from(ticks) * 1_000_000_000 / u128::from(hz().max(1))) as u64

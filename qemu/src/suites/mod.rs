@@ -21,6 +21,7 @@ pub mod lockref;
 pub mod percpu_counter;
 pub mod probe;
 pub mod rcu;
+pub mod rcu_stall;
 pub mod rwlock;
 pub mod spinlock;
 
@@ -39,6 +40,7 @@ static REGISTRY: &[&[&dyn Suite]] = &[
     rwlock::SUITES,
     brlock::SUITES,
     rcu::SUITES,
+    rcu_stall::SUITES,
     bench::SUITES,
 ];
 
@@ -209,6 +211,12 @@ pub trait Suite: Sync {
     /// Boot CPU after every CPU returned from `run` and no handler runs:
     /// final checks and statistics (printed here).
     fn finish(&self, cpus: usize) -> Summary;
+
+    /// Whether RCU stall reports during the suite are expected. For every
+    /// other suite a report fails it (`runner::STALL_REASON`).
+    fn expects_rcu_stalls(&self) -> bool {
+        false
+    }
 }
 
 /// A small per-CPU pseudo-random generator (xorshift64*), to vary the mix of

@@ -105,7 +105,7 @@ const KINDS: [&str; 16] = [
 /// Called by every vector with the vector's number (see `KINDS`).
 extern "C" fn exception_handler(kind: u64, frame: &mut Frame) {
     if kind == 5 {
-        gic::handle_irq();
+        gic::handle_irq(frame.elr);
         return;
     }
     let esr = ESR_EL1.get();

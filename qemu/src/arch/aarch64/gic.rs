@@ -65,8 +65,9 @@ pub fn timer_start() {
     CNTV_CTL_EL0.write(CNTV_CTL_EL0::ENABLE::SET + CNTV_CTL_EL0::IMASK::CLEAR);
 }
 
-/// The IRQ exception: acknowledge, handle, end.
-pub fn handle_irq() {
+/// The IRQ exception: acknowledge, handle, end. `pc`: where it
+/// interrupted this CPU.
+pub fn handle_irq(pc: u64) {
     let Some((intid, group)) = GIC.with(|gic| {
         let gic = gic.as_mut().expect("GIC initialised on this CPU");
         let group = group(gic);
@@ -79,7 +80,7 @@ pub fn handle_irq() {
         // Re-arm first: the condition (count >= compare) stays asserted
         // until the compare value moves.
         CNTV_TVAL_EL0.set(PERIOD.load(Ordering::Relaxed));
-        irq::timer_tick();
+        irq::timer_tick(pc);
     } else {
         kernel::fatal(format_args!("KSYNC-FAULT unexpected interrupt {intid:?}"));
     }

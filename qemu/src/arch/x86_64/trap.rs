@@ -106,7 +106,7 @@ pub struct TrapFrame {
 pub extern "C" fn trap_handler(frame: &mut TrapFrame) {
     match frame.vector as u8 {
         TIMER_VECTOR => {
-            irq::timer_tick();
+            irq::timer_tick(frame.rip);
             apic::eoi();
         }
         // Spurious interrupts need no EOI; the PICs are masked, but their

@@ -1,0 +1,347 @@
+//! RCU stall detection, end to end: a CPU that stays in a read section
+//! holds up a grace period, and the kernel's stall check (every timer
+//! interrupt, `kernel::hooks::rcu_tick`) must report it, naming that CPU
+//! and no other, through the kernel's `rcu_stall` hook; once the CPU
+//! leaves, the grace period must end.
+//!
+//! The suite sets a short stall timeout ([`TIMEOUT_MS`]) for itself; the
+//! runner sets the kernel's own ([`hooks::RCU_STALL_TIMEOUT_MS`]) back
+//! before the next suite, and [`finish`](Suite::finish) does too.
+//!
+//! # A round (one per CPU other than CPU 0, each stuck in turn)
+//!
+//! 1. CPU 0 names the CPU to get stuck;
+//! 2. that CPU enters a read section and stays there, interrupts on (its
+//!    timer interrupts keep running, stall checks and readers included),
+//!    reporting no quiescent state, until the kernel's stall log shows a
+//!    report (or [`GIVE_UP_MS`] passed: a failure); then it records the
+//!    report it saw, marks that it left, and leaves;
+//! 3. meanwhile CPU 0 starts a grace period (`start_poll`) and waits for
+//!    it (`cond_synchronize`); every other CPU keeps passing quiescent
+//!    states between short read sections;
+//! 4. when the grace period has ended, CPU 0 checks: the stuck CPU had
+//!    left before (RCU's guarantee: its read section happened before the
+//!    end); a report was issued, for this grace period or a later one,
+//!    at least [`TIMEOUT_MS`] old, naming exactly the stuck CPU (the one
+//!    the stuck CPU saw and the latest one); the hook saw as many reports
+//!    as `rcu::stall_count()` counted.
+//!
+//! After the rounds, with nobody stuck, a few more grace periods must end
+//! without a report.
+//!
+//! The round handshake is Release/Acquire (commented where used); the
+//! per-round statistics are Relaxed, ordered before `finish` by the
+//! runner's barriers.
+
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+
+use ksync::rcu::{self, StallReport};
+use ksync::spinlock::IrqTicketMutex;
+
+use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
+use crate::kernel::cpu::{Counters, MAX_CPUS};
+use crate::kernel::{hooks, time};
+
+/// The stall timeout while this suite runs, in milliseconds: long enough
+/// that a CPU that is not stuck (its vCPU descheduled by a loaded host for
+/// a while) is not named with the stuck one, short enough for a few rounds
+/// within the budget.
+pub const TIMEOUT_MS: u64 = 300;
+/// How long a stuck CPU waits for the report before it gives up (a
+/// failure) and leaves.
+pub const GIVE_UP_MS: u64 = 10 * TIMEOUT_MS;
+/// Grace periods CPU 0 waits for at the end, with nobody stuck.
+const CLEAN_GPS: usize = 8;
+/// The CPU that starts the grace periods.
+const WRITER: usize = 0;
+/// [`StallTest::round`]: the stuck CPU in the low bits, the round above.
+const ROUND_SHIFT: u32 = 8;
+
+/// The suite.
+pub struct StallTest {
+    info: Info,
+    /// What CPU 0 asks for: `round << ROUND_SHIFT | stuck CPU`; 0 before
+    /// the first round.
+    round: AtomicUsize,
+    /// The latest round whose stuck CPU is inside its read section ...
+    holding: AtomicUsize,
+    /// ... and the latest it left.
+    left: AtomicUsize,
+    /// CPU 0 is done: everyone returns.
+    done: AtomicBool,
+    /// The report the stuck CPU saw, for CPU 0 to check.
+    seen: IrqTicketMutex<Option<StallReport>>,
+    rounds_ok: AtomicU64,
+    /// Per round (indexed by the stuck CPU): how long it held its read
+    /// section, the reported age, CPU 0's wait for the grace period (ms)
+    /// and the reports issued.
+    held_ms: [AtomicU64; MAX_CPUS],
+    age_ms: [AtomicU64; MAX_CPUS],
+    wait_ms: [AtomicU64; MAX_CPUS],
+    reports: [AtomicU64; MAX_CPUS],
+    reads: Counters,
+    irq_reads: Counters,
+}
+
+/// This file's suites.
+pub static SUITES: &[&dyn Suite] = &[&TEST];
+
+/// The test.
+pub static TEST: StallTest = StallTest::new(Info::new("rcu-stall", Kind::Test, 1500));
+
+impl StallTest {
+    const fn new(info: Info) -> Self {
+        Self {
+            info,
+            round: AtomicUsize::new(0),
+            holding: AtomicUsize::new(0),
+            left: AtomicUsize::new(0),
+            done: AtomicBool::new(false),
+            seen: IrqTicketMutex::new(None),
+            rounds_ok: AtomicU64::new(0),
+            held_ms: [const { AtomicU64::new(0) }; MAX_CPUS],
+            age_ms: [const { AtomicU64::new(0) }; MAX_CPUS],
+            wait_ms: [const { AtomicU64::new(0) }; MAX_CPUS],
+            reports: [const { AtomicU64::new(0) }; MAX_CPUS],
+            reads: Counters::new(),
+            irq_reads: Counters::new(),
+        }
+    }
+
+    /// CPU 0: runs the rounds, then the clean grace periods.
+    fn drive(&self, ctx: &Ctx) {
+        for stuck in 1..ctx.cpus {
+            if ctx.failed() || !self.round(ctx, stuck) {
+                return;
+            }
+            self.rounds_ok.fetch_add(1, Ordering::Relaxed);
+        }
+        let before = hooks::stall_log().count;
+        for _ in 0..CLEAN_GPS {
+            rcu::synchronize();
+        }
+        if hooks::stall_log().count != before {
+            ctx.fail("a stall was reported while no CPU was stuck");
+        }
+    }
+
+    /// CPU 0: one round with `stuck` stuck (it is also the round number).
+    /// Returns whether it passed.
+    fn round(&self, ctx: &Ctx, stuck: usize) -> bool {
+        let log_before = hooks::stall_log();
+        let count_before = rcu::stall_count();
+        *self.seen.lock() = None;
+        // Release pairs with the followers' Acquire load: they see `seen`
+        // cleared.
+        self.round
+            .store(stuck << ROUND_SHIFT | stuck, Ordering::Release);
+        // Acquire pairs with the stuck CPU's Release: it is inside its read
+        // section now. Waiting holds no RCU reference: quiescent states.
+        while self.holding.load(Ordering::Acquire) != stuck {
+            if ctx.failed() {
+                return false;
+            }
+            rcu::quiescent_state();
+            core::hint::spin_loop();
+        }
+        let gp_before = rcu::gp_seq();
+        let start = time::now();
+        let cookie = rcu::start_poll();
+        rcu::cond_synchronize(cookie);
+        let waited = time::ticks_to_ms(time::now() - start);
+        self.wait_ms[stuck].store(waited, Ordering::Relaxed);
+        // Acquire: RCU's guarantee orders the stuck CPU's read section,
+        // and the Release store of `left` in it, before the end of the
+        // grace period we waited for; this load must see it.
+        if self.left.load(Ordering::Acquire) != stuck {
+            ctx.fail("a grace period ended while a CPU was still inside its read section");
+            return false;
+        }
+        let log = hooks::stall_log();
+        let reports = log.count - log_before.count;
+        self.reports[stuck].store(reports as u64, Ordering::Relaxed);
+        if reports == 0 {
+            ctx.fail("no stall report while a CPU was stuck in a read section");
+            return false;
+        }
+        if rcu::stall_count() - count_before != reports {
+            ctx.fail("the rcu_stall hook and rcu::stall_count() disagree");
+            return false;
+        }
+        let Some(seen) = *self.seen.lock() else {
+            ctx.fail("the stuck CPU left without seeing a stall report");
+            return false;
+        };
+        for report in [Some(seen), log.last].into_iter().flatten() {
+            if let Err(reason) = check(&report, stuck, gp_before) {
+                ctx.fail(reason);
+                return false;
+            }
+        }
+        self.age_ms[stuck].store(seen.age(), Ordering::Relaxed);
+        true
+    }
+
+    /// Every other CPU: short read sections with quiescent states between
+    /// them, and a turn as the stuck CPU, until CPU 0 is done (the budget
+    /// does not end this suite: the rounds do).
+    fn follow(&self, ctx: &Ctx) {
+        let mut rng = Rng::new(ctx.cpu as u64 + 7);
+        let mut reads = 0;
+        loop {
+            // A quiescent state, whatever it says about the deadline.
+            let _ = ctx.should_stop();
+            // Acquire pairs with CPU 0's Release stores of `done` and
+            // `round`.
+            if self.done.load(Ordering::Acquire) || ctx.failed() {
+                break;
+            }
+            let round = self.round.load(Ordering::Acquire);
+            let stuck = round & ((1 << ROUND_SHIFT) - 1);
+            // Relaxed: only this CPU writes `left` for its own round.
+            if stuck == ctx.cpu && self.left.load(Ordering::Relaxed) != stuck {
+                self.hold(ctx, stuck);
+            } else {
+                let _reading = rcu::read_lock();
+                busy_work(rng.below(64) as u32);
+                reads += 1;
+            }
+        }
+        self.reads.add(ctx.cpu, reads);
+    }
+
+    /// The stuck CPU of round `round`: stays in a read section until a
+    /// stall is reported.
+    fn hold(&self, ctx: &Ctx, round: usize) {
+        let count_before = hooks::stall_log().count;
+        let reading = rcu::read_lock();
+        // Release pairs with CPU 0's Acquire wait: only then does it start
+        // the grace period, which must therefore wait for us.
+        self.holding.store(round, Ordering::Release);
+        let start = time::now();
+        let give_up = start + time::ms_to_ticks(GIVE_UP_MS);
+        let report = loop {
+            // Interrupts stay on: the timer interrupt checks for stalls
+            // (here too) and runs readers; nothing reports a quiescent
+            // state for us.
+            busy_work(20_000);
+            let log = hooks::stall_log();
+            if log.count != count_before {
+                break log.last;
+            }
+            if time::now() > give_up || ctx.failed() {
+                break None;
+            }
+        };
+        self.held_ms[round].store(time::ticks_to_ms(time::now() - start), Ordering::Relaxed);
+        *self.seen.lock() = report;
+        // Release: see CPU 0's Acquire load after its grace period.
+        self.left.store(round, Ordering::Release);
+        drop(reading);
+        if report.is_none() && !ctx.failed() {
+            ctx.fail("no stall report while this CPU was stuck in a read section");
+        }
+    }
+}
+
+/// Whether `report` is right for a grace period started after `gp_before`
+/// that only `stuck` held up.
+fn check(report: &StallReport, stuck: usize, gp_before: usize) -> Result<(), &'static str> {
+    if report.gp_seq() & 3 != 1 || (report.gp_seq().wrapping_sub(gp_before) as isize) < 0 {
+        return Err("a stall report named a grace period that was not running");
+    }
+    if report.nr_stalled() != 1 || !report.cpus().eq([stuck]) {
+        return Err("a stall report did not name exactly the stuck CPU");
+    }
+    if report.age() < TIMEOUT_MS {
+        return Err("a stall was reported before the timeout");
+    }
+    Ok(())
+}
+
+impl Suite for StallTest {
+    fn info(&self) -> &Info {
+        &self.info
+    }
+
+    fn setup(&self, _cpus: usize) {
+        // The runner has just set the kernel's timeout; ours is shorter.
+        hooks::set_rcu_stall_timeout(TIMEOUT_MS);
+        // Relaxed: the runner's barrier orders `setup` before every
+        // CPU's `run`.
+        for flag in [&self.round, &self.holding, &self.left] {
+            flag.store(0, Ordering::Relaxed);
+        }
+        self.done.store(false, Ordering::Relaxed);
+        *self.seen.lock() = None;
+        self.rounds_ok.store(0, Ordering::Relaxed);
+        for stat in self
+            .held_ms
+            .iter()
+            .chain(&self.age_ms)
+            .chain(&self.wait_ms)
+            .chain(&self.reports)
+        {
+            stat.store(0, Ordering::Relaxed);
+        }
+        self.reads.reset();
+        self.irq_reads.reset();
+    }
+
+    fn run(&self, ctx: &Ctx) {
+        if ctx.cpus < 2 {
+            ctx.fail("needs a second CPU to get stuck");
+        } else if ctx.cpu == WRITER {
+            self.drive(ctx);
+            // Release pairs with the followers' Acquire load.
+            self.done.store(true, Ordering::Release);
+        } else {
+            self.follow(ctx);
+        }
+    }
+
+    fn irq(&self, ctx: &Ctx) {
+        // A reader in the interrupt, inside the stuck CPU's read section
+        // too: nested, it changes nothing.
+        let _reading = rcu::read_lock();
+        busy_work(64);
+        self.irq_reads.add(ctx.cpu, 1);
+    }
+
+    fn finish(&self, cpus: usize) -> Summary {
+        // The kernel's own timeout again (the runner checks).
+        hooks::reset_rcu_stall_timeout();
+        for stuck in 1..cpus {
+            self.info.report(format_args!(
+                "round {stuck}: CPU {stuck} held its read section {} ms, {} report(s), reported age {} ms, CPU 0 waited {} ms for the grace period",
+                self.held_ms[stuck].load(Ordering::Relaxed),
+                self.reports[stuck].load(Ordering::Relaxed),
+                self.age_ms[stuck].load(Ordering::Relaxed),
+                self.wait_ms[stuck].load(Ordering::Relaxed),
+            ));
+        }
+        self.info.report_per_cpu(
+            cpus,
+            &[("reads", &self.reads), ("irq_reads", &self.irq_reads)],
+        );
+        let rounds = self.rounds_ok.load(Ordering::Relaxed);
+        let failure =
+            (rounds as usize != cpus.saturating_sub(1)).then_some("not every round completed");
+        let spread = if cpus > 1 {
+            (1..cpus)
+                .map(|cpu| self.reads.get(cpu))
+                .fold((u64::MAX, 0), |(lo, hi), v| (lo.min(v), hi.max(v)))
+        } else {
+            (0, 0)
+        };
+        Summary::new(
+            self.reads.sum(cpus) + self.irq_reads.sum(cpus) + rounds,
+            spread,
+            failure,
+        )
+    }
+
+    fn expects_rcu_stalls(&self) -> bool {
+        true
+    }
+}
