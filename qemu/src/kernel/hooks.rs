@@ -68,7 +68,7 @@
 //!
 //! | where in this kernel | ksync call | why |
 //! |---|---|---|
-//! | every timer interrupt, every CPU ([`rcu_tick`], from `irq::timer_tick`) | [`ksync::rcu::process_callbacks`] | Linux runs callbacks from the tick's softirq (`RCU_SOFTIRQ`): a bounded batch (16) per tick, so a backlog never makes one interrupt long; skipped while less than a timer period has passed since they last finished, so the tick never starves the thread (see [`rcu_tick`]) |
+//! | every timer interrupt, every CPU ([`rcu_tick`], from `irq::timer_tick`) | [`ksync::rcu::process_callbacks`] | Linux runs callbacks from the tick's softirq (`RCU_SOFTIRQ`): a bounded batch (16) per tick, so a backlog never makes one interrupt long; a lock-free check when none is ready |
 //! | the same | [`ksync::rcu::check_stall`] with the counter in milliseconds ([`time::ticks_to_ms`]) | Linux checks for stalls from the tick (`rcu_sched_clock_irq`); two loads when nothing is due |
 //! | entering an idle wait ([`idle_wait`]) and stopping ([`halt`]) | [`ksync::rcu::has_callbacks`], then every ready callback | a CPU with nothing to do runs its ready callbacks without a batch limit, as Linux's idle task does |
 //! | boot ([`rcu_init`]) and before every suite (the runner) | [`ksync::rcu::set_stall_timeout`]`(`[`RCU_STALL_TIMEOUT_MS`]`)`, through [`set_rcu_stall_timeout`] | see the constant; the `rcu-stall` suite sets a shorter one for itself |
@@ -259,38 +259,16 @@ pub fn reset_rcu_stall_timeout() {
     set_rcu_stall_timeout(RCU_STALL_TIMEOUT_MS);
 }
 
-/// Per CPU: when [`rcu_tick`] last finished running callbacks.
-static CALLBACKS_DONE: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
-
-/// The RCU part of every timer interrupt on `cpu` (Linux's
-/// `rcu_sched_clock_irq` and then its `RCU_SOFTIRQ`): checks for a stalled
-/// grace period (a report goes to [`QemuKernel`]'s `rcu_stall`) and runs
-/// up to a batch of this CPU's callbacks whose grace period has ended.
-/// `now` is [`time::now`] at the interrupt. Interrupts off, RCU watching
-/// ([`interrupt`]).
-///
-/// Callbacks are skipped when they last ran less than a timer period ago:
-/// running them takes this CPU's callback-list lock, which
-/// `rcu::barrier()` on another CPU takes over and over, and under
-/// emulation a lock holder's vCPU can be descheduled for milliseconds. A
-/// tick that always outlasted the period would leave the next one pending
-/// on return and starve the thread, which is what the barrier waits for
-/// (a quiescent state): seen as a grace period stalled for good on an
-/// LL/SC aarch64 board. Linux moves softirq work that keeps coming back
-/// to `ksoftirqd` for the same reason; the runner throttles the suites'
-/// interrupt work alike.
-pub fn rcu_tick(cpu: usize, now: u64) {
+/// The RCU part of every timer interrupt (Linux's `rcu_sched_clock_irq`
+/// and then its `RCU_SOFTIRQ`): checks for a stalled grace period (a
+/// report goes to [`QemuKernel`]'s `rcu_stall`) and runs up to a batch of
+/// this CPU's callbacks whose grace period has ended (a lock-free check
+/// when none is). `now` is [`time::now`] at the interrupt. Interrupts off,
+/// RCU watching ([`interrupt`]).
+pub fn rcu_tick(now: u64) {
     // A report is also handed to `rcu_stall`, which prints and keeps it.
     let _report = ksync::rcu::check_stall(time::ticks_to_ms(now));
-    // Relaxed: only this CPU, interrupts off, uses its slot.
-    let done = &CALLBACKS_DONE[cpu];
-    if !ksync::rcu::has_callbacks()
-        || now < done.load(Ordering::Relaxed) + time::hz() / arch::TIMER_HZ
-    {
-        return;
-    }
     ksync::rcu::process_callbacks();
-    done.store(time::now(), Ordering::Relaxed);
 }
 
 /// Runs every callback of this CPU whose grace period has ended (no batch

@@ -39,7 +39,7 @@ pub fn timer_tick(pc: u64) {
     let now = time::now();
     hooks::interrupt(|| {
         runner::on_tick(cpu, now);
-        hooks::rcu_tick(cpu, now);
+        hooks::rcu_tick(now);
     });
 }
 
