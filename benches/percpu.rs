@@ -19,6 +19,9 @@
 //!
 //! Run: `cargo bench --bench percpu [-- --quick]`.
 
+mod common;
+
+use common::{Line, median};
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::sync::atomic::Ordering::Relaxed;
@@ -28,9 +31,6 @@ use std::time::{Duration, Instant};
 use ksync::percpu_counter::PerCpuCounter;
 use ksync::percpu_rwlock::{GatedPercpuRwLock, PercpuRwLock};
 use ksync::rcu;
-
-#[repr(align(128))]
-struct Line<T>(T);
 
 #[derive(Clone, Copy, PartialEq)]
 enum Lock {
@@ -179,28 +179,8 @@ fn run_counter(percpu: bool, threads: usize, dur: Duration) -> f64 {
     dur.as_nanos() as f64 * threads as f64 / total as f64
 }
 
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
 fn main() {
-    let quick =
-        std::env::args().any(|a| a == "--quick") || std::env::var("KSYNC_BENCH_QUICK").is_ok();
-    let env = |k: &str, d: u64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let (ms, reps) = if quick {
-        (50, 3)
-    } else {
-        (
-            env("KSYNC_BENCH_MS", 200),
-            env("KSYNC_BENCH_REPS", 7) as usize,
-        )
-    };
+    let (ms, reps) = common::settings();
     let dur = Duration::from_millis(ms);
     let locks = Locks {
         fenced: PercpuRwLock::new(0),

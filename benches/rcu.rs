@@ -27,6 +27,9 @@
 //!
 //! Run: `cargo bench --bench rcu [-- --quick]`.
 
+mod common;
+
+use common::{Line, median};
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
@@ -37,9 +40,6 @@ use core_affinity::CoreId;
 use ksync::rcu::{self, RcuHead, RcuPtr};
 use ksync::seqlock::SeqLock;
 
-#[repr(align(128))]
-struct Line<T>(T);
-
 /// RCU readers report a quiescent state every this many reads.
 const QS_EVERY: u64 = 64;
 
@@ -47,11 +47,6 @@ fn pin(cores: &[CoreId], t: usize) {
     if let Some(core) = cores.get(t) {
         core_affinity::set_for_current(*core);
     }
-}
-
-fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
 }
 
 /// `q`-quantile (0..=1) of a sorted slice.
@@ -333,22 +328,7 @@ fn run_seq(p: &Pairs, which: Seq, threads: usize, writer: Option<Duration>, dur:
 // ---- main --------------------------------------------------------------------
 
 fn main() {
-    let quick =
-        std::env::args().any(|a| a == "--quick") || std::env::var("KSYNC_BENCH_QUICK").is_ok();
-    let env = |k: &str, d: u64| {
-        std::env::var(k)
-            .ok()
-            .and_then(|v| v.parse().ok())
-            .unwrap_or(d)
-    };
-    let (ms, reps) = if quick {
-        (50, 3)
-    } else {
-        (
-            env("KSYNC_BENCH_MS", 200),
-            env("KSYNC_BENCH_REPS", 7) as usize,
-        )
-    };
+    let (ms, reps) = common::settings();
     let dur = Duration::from_millis(ms);
     println!(
         "# RCU benchmark: {ms} ms per measurement, {reps} interleaved reps, medians (min-max)\n"

@@ -43,6 +43,14 @@ unsafe fn mark(head: *mut RcuHead) {
     unsafe { (*obj.counter).fetch_add(1, SeqCst) };
 }
 
+/// `n` objects sharing one counter, leaked (callbacks may outlive a test
+/// that fails).
+fn leaked_objs(n: usize) -> (&'static AtomicUsize, &'static [Obj]) {
+    let counter: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    let objs = (0..n).map(|_| Obj::new(counter)).collect::<Vec<_>>();
+    (counter, Box::leak(objs.into_boxed_slice()))
+}
+
 fn queue(obj: &Obj) {
     let head = &obj.head as *const RcuHead as *mut RcuHead;
     // SAFETY: `obj` outlives the callback (barrier before it is dropped),
@@ -125,13 +133,7 @@ fn barrier_runs_every_queued_callback() {
     let _serial = serial();
     const THREADS: usize = 3;
     const PER_THREAD: usize = 200;
-    let counter = Box::leak(Box::new(AtomicUsize::new(0)));
-    let objs: &'static [Obj] = Box::leak(
-        (0..THREADS * PER_THREAD)
-            .map(|_| Obj::new(counter))
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
+    let (counter, objs) = leaked_objs(THREADS * PER_THREAD);
     let queued = Barrier::new(THREADS + 1);
     let done = AtomicBool::new(false);
     thread::scope(|s| {
@@ -176,13 +178,7 @@ fn concurrent_queueing_and_barriers() {
     let _serial = serial();
     const THREADS: usize = 3;
     const PER_THREAD: usize = 300;
-    let counter = Box::leak(Box::new(AtomicUsize::new(0)));
-    let objs: &'static [Obj] = Box::leak(
-        (0..THREADS * PER_THREAD)
-            .map(|_| Obj::new(counter))
-            .collect::<Vec<_>>()
-            .into_boxed_slice(),
-    );
+    let (counter, objs) = leaked_objs(THREADS * PER_THREAD);
     within_20s("queueing with barriers", move || {
         thread::scope(|s| {
             for t in 0..THREADS {
