@@ -181,6 +181,11 @@ impl Engine {
             return false;
         }
         let nr = kernel::nr_cpus();
+        // The count first, then the mask with a Release read-modify-write:
+        // a late report that clears its bit in the new mask (its view of
+        // the previous grace period was stale) synchronises with this
+        // start, so its decrement lands on the new count, not before it.
+        self.pending_count.store(nr, Ordering::Relaxed);
         for (w, word) in self.pending.iter().enumerate() {
             let bits = nr.saturating_sub(w * BITS).min(BITS);
             let mask = if bits == BITS {
@@ -188,9 +193,8 @@ impl Engine {
             } else {
                 (1 << bits) - 1
             };
-            word.store(mask, Ordering::Relaxed);
+            word.swap(mask, Ordering::Release);
         }
-        self.pending_count.store(nr, Ordering::Relaxed);
         // Release: the mask is visible to whoever sees the new state.
         self.gp_seq.store(seq + 1, Ordering::Release);
         true
@@ -207,7 +211,10 @@ impl Engine {
         let mut cleared = 0;
         let mut mask = 0;
         for (cpu, state) in self.cpus.iter().enumerate() {
-            if state.watching.load(Ordering::Relaxed) & 1 == 0 {
+            // Acquire pairs with the full fence before the CPU's increment
+            // into the extended quiescent state: its read sections before it
+            // happen-before the end of this grace period.
+            if state.watching.load(Ordering::Acquire) & 1 == 0 {
                 mask |= 1 << (cpu % BITS);
             }
             if cpu % BITS == BITS - 1 || cpu + 1 == nr {

@@ -92,7 +92,7 @@ impl RcuSync {
         let was = {
             let _irq = IrqState::save();
             self.lock.lock();
-            let was = self.state.load(Ordering::Relaxed);
+            let was = self.state.load(Ordering::Acquire);
             match was {
                 IDLE => self.state.store(ENTER, Ordering::Relaxed),
                 // Never idle since the last writer's grace period.

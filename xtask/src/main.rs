@@ -363,6 +363,8 @@ fn test(kvm: bool, host_only: bool) -> ExitCode {
         "--test",
         "loom_seqlock",
         "--test",
+        "loom_rcu",
+        "--test",
         "loom_call_rcu",
         "--test",
         "srcu",
