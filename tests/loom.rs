@@ -27,37 +27,9 @@ use ksync::LockRef;
 use ksync::lockref::DEAD;
 use ksync::spinlock::{RawTicketLock, RawTtasLock};
 
-/// Counts how often each outcome of a model occurred over all its
-/// executions, to check that loom explored them all.
-struct Outcomes(std::sync::Arc<[std::sync::atomic::AtomicUsize; 4]>);
-
-impl Outcomes {
-    fn new() -> Self {
-        Self(std::sync::Arc::new(Default::default()))
-    }
-
-    fn record(&self, which: usize) {
-        self.0[which].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Asserts that each of the first `n` outcomes occurred.
-    fn assert_all_seen(&self, n: usize) {
-        let counts: Vec<usize> = self.0[..n]
-            .iter()
-            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
-            .collect();
-        assert!(
-            counts.iter().all(|&c| c > 0),
-            "loom did not explore every outcome: {counts:?}"
-        );
-    }
-}
-
-impl Clone for Outcomes {
-    fn clone(&self) -> Self {
-        Self(std::sync::Arc::clone(&self.0))
-    }
-}
+#[path = "common/outcomes.rs"]
+mod outcomes;
+use outcomes::Outcomes;
 
 /// Drops a reference the caller holds: lockless, or under the lock by hand
 /// when `put_return` gives up. Returns whether the count reached zero.

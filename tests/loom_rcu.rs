@@ -58,38 +58,9 @@ use ksync::rcu::{self, RcuSync};
 /// The value a freed element holds.
 const FREED: usize = usize::MAX;
 
-/// Counts how often each outcome of a model occurred over all its
-/// executions, to check that loom explored the interesting ones (a model
-/// in which the reader never sees the old element proves nothing).
-struct Outcomes(std::sync::Arc<[std::sync::atomic::AtomicUsize; 4]>);
-
-impl Outcomes {
-    fn new() -> Self {
-        Self(std::sync::Arc::new(Default::default()))
-    }
-
-    fn record(&self, which: usize) {
-        self.0[which].fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-    }
-
-    /// Asserts that each of the first `n` outcomes occurred.
-    fn assert_all_seen(&self, n: usize) {
-        let counts: Vec<usize> = self.0[..n]
-            .iter()
-            .map(|c| c.load(std::sync::atomic::Ordering::Relaxed))
-            .collect();
-        assert!(
-            counts.iter().all(|&c| c > 0),
-            "loom did not explore every outcome: {counts:?}"
-        );
-    }
-}
-
-impl Clone for Outcomes {
-    fn clone(&self) -> Self {
-        Self(std::sync::Arc::clone(&self.0))
-    }
-}
+#[path = "common/outcomes.rs"]
+mod outcomes;
+use outcomes::Outcomes;
 
 /// `loom::model` with the preemption bound set to `bound` whatever
 /// `LOOM_MAX_PREEMPTIONS` says: higher where that stays cheap or the bug
