@@ -20,11 +20,19 @@
 //! | context switch, return to user mode, a long loop's iteration | [`quiescent_state`] |
 //! | idle loop entry / exit | [`idle_enter`] / [`idle_exit`] |
 //! | CPU goes down (on that CPU, after its last reader) | [`cpu_offline`] |
+//! | the tick, on every CPU | [`process_callbacks`] (runs ready [`call_rcu`] callbacks in a bounded batch), [`check_stall`] |
 //!
 //! CPUs start offline: a CPU that never called [`cpu_online`], an offline
 //! one and an idle one are in an *extended quiescent state* and never hold
 //! up a grace period. Reporting a quiescent state inside a read section is
 //! a bug: debug builds count read-section nesting per CPU and panic.
+//!
+//! Writers wait with [`synchronize`], poll with cookies ([`get_state`],
+//! [`start_poll`], [`poll`], [`cond_synchronize`]), or hand the freeing to
+//! a callback with [`call_rcu`] (an intrusive [`RcuHead`], no allocation;
+//! [`barrier`] waits for all of them). A grace period that runs longer than
+//! [`set_stall_timeout`] is reported by [`check_stall`] through the
+//! kernel's [`rcu_stall`](crate::kernel::Kernel::rcu_stall) hook.
 //!
 //! For read sections that may sleep or migrate, [`srcu`] provides SRCU
 //! domains on per-CPU counters, independent of this engine.

@@ -352,6 +352,14 @@ fn test(kvm: bool, host_only: bool) -> ExitCode {
         tally_tests(&mut t, name, ok, &text);
     }
 
+    // The benches run (quick settings): each checks its own results (for
+    // example that every callback ran); their timings are not judged here.
+    let mut benches = cargo(&[
+        "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--", "--quick",
+    ]);
+    let (ok, _) = run_logged("benches (--quick smoke run)", &mut benches);
+    t.check("benches run (--quick)", ok);
+
     // loom models (a 4-CPU build keeps the per-CPU models small).
     let mut loom = cargo(&[
         "test",
