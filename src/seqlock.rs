@@ -156,9 +156,16 @@ use crate::sync::{AtomicU32, AtomicUsize, Ordering, const_fn, fence, spin_loop};
 /// Implemented for the integer and float primitives, `bool`, `()`, `char`
 /// and the `NonZero*` integers no wider than a word (see the third rule
 /// below), `Option`s of all `NonZero*` integers, [`Wrapping`],
-/// [`Saturating`], [`PhantomData`] and arrays of `SeqData` types. Tuples
-/// are not included: their layout is unspecified and `(u8, u32)` has
-/// padding. Use an array or a `#[repr(C)]` struct.
+/// [`Saturating`], [`PhantomData`], arrays of `SeqData` types, and tuples
+/// of up to six `SeqData` types **without padding** — `(u64, u64)` or
+/// `(u32, u16, u16)`, checked at compile time when a `SeqLock` of the
+/// tuple is built (`(u64, u32)` has four padding bytes and fails the
+/// build). Other structs: a `#[repr(C)]` struct with the impl below.
+///
+/// ```compile_fail
+/// // (u64, u32) has padding: the build fails with an explanation.
+/// let lock = ksync::seqlock::SeqLock::new((0u64, 0u32));
+/// ```
 ///
 /// # Safety
 ///
@@ -228,7 +235,13 @@ use crate::sync::{AtomicU32, AtomicUsize, Ordering, const_fn, fence, spin_loop};
 /// [`Saturating`]: core::num::Saturating
 /// [`PhantomData`]: core::marker::PhantomData
 #[doc(alias("NoUninit", "IntoBytes"))]
-pub unsafe trait SeqData: Copy {}
+pub unsafe trait SeqData: Copy {
+    /// Evaluated when a [`SeqLock`] of the type is built: a compile-time
+    /// check for impls whose rules depend on the layout (tuples must have
+    /// no padding). Leave it out.
+    #[doc(hidden)]
+    const LAYOUT_CHECK: () = ();
+}
 
 macro_rules! seq_data {
     (#[$cfg:meta] $($ty:ty),* $(,)?) => {
@@ -306,11 +319,43 @@ seq_data!(
 // array of padding-free, pointer-free elements has neither; the array has
 // the element's alignment and every element starts at a multiple of it, so
 // the array's chunks are the elements' chunks and validity survives mixing.
-unsafe impl<T: SeqData, const N: usize> SeqData for [T; N] {}
+unsafe impl<T: SeqData, const N: usize> SeqData for [T; N] {
+    const LAYOUT_CHECK: () = T::LAYOUT_CHECK;
+}
 // SAFETY: `#[repr(transparent)]` over `T`.
-unsafe impl<T: SeqData> SeqData for num::Wrapping<T> {}
+unsafe impl<T: SeqData> SeqData for num::Wrapping<T> {
+    const LAYOUT_CHECK: () = T::LAYOUT_CHECK;
+}
 // SAFETY: `#[repr(transparent)]` over `T`.
-unsafe impl<T: SeqData> SeqData for num::Saturating<T> {}
+unsafe impl<T: SeqData> SeqData for num::Saturating<T> {
+    const LAYOUT_CHECK: () = T::LAYOUT_CHECK;
+}
+
+macro_rules! seq_data_tuple {
+    ($($name:ident),+) => {
+        // SAFETY: every field is `SeqData`, and `LAYOUT_CHECK` (evaluated
+        // when a `SeqLock` of the tuple is built, failing the build
+        // otherwise) proves that the fields' sizes add up to the tuple's,
+        // so there is no padding. Each field sits at a multiple of its own
+        // alignment, so, as for a `#[repr(C)]` struct, a word holds whole
+        // fields or chunks of fields that accept any bit pattern.
+        unsafe impl<$($name: SeqData),+> SeqData for ($($name,)+) {
+            const LAYOUT_CHECK: () = {
+                $(let () = $name::LAYOUT_CHECK;)+
+                assert!(
+                    mem::size_of::<Self>() == 0 $(+ mem::size_of::<$name>())+,
+                    "this tuple has padding, which a SeqLock cannot copy without undefined \
+                     behaviour: reorder or widen its fields (e.g. (u64, u32) -> (u64, u32, u32))"
+                );
+            };
+        }
+    };
+}
+seq_data_tuple!(A, B);
+seq_data_tuple!(A, B, C);
+seq_data_tuple!(A, B, C, D);
+seq_data_tuple!(A, B, C, D, E);
+seq_data_tuple!(A, B, C, D, E, F);
 // SAFETY: zero-sized: no bytes, no validity.
 unsafe impl<T: ?Sized> SeqData for core::marker::PhantomData<T> {}
 
@@ -662,6 +707,7 @@ impl<T: SeqData> Storage<T> {
             assert!(mem::align_of::<AtomicUsize>() == mem::align_of::<usize>());
             assert!(mem::size_of::<AtomicUsize>() == WORD);
         }
+        let () = T::LAYOUT_CHECK;
         Self {
             cell: crate::sync::UnsafeCell::new(Padded::new(value)),
         }
@@ -694,6 +740,7 @@ impl<T: SeqData> Storage<T> {
 #[cfg(loom)]
 impl<T: SeqData> Storage<T> {
     fn new(value: T) -> Self {
+        let () = T::LAYOUT_CHECK;
         let padded = Padded::new(value);
         let src = (&raw const padded).cast::<usize>();
         let words = (0..Padded::<T>::WORDS)

@@ -141,6 +141,30 @@ fn user_struct_keeps_its_invariant() {
     );
 }
 
+/// A tuple without padding is `SeqData`: a pair whose halves must agree is
+/// never seen torn.
+#[test]
+fn padding_free_tuple() {
+    let lock = SeqLock::new((0u64, !0u64, 0u32, 0u32));
+    let stop = AtomicBool::new(false);
+    thread::scope(|s| {
+        s.spawn(|| {
+            for i in 1..=WRITES {
+                lock.store((i, !i, i as u32, !(i as u32)));
+            }
+            stop.store(true, SeqCst);
+        });
+        s.spawn(|| {
+            while !stop.load(SeqCst) {
+                let (a, not_a, b, not_b) = lock.read();
+                assert_eq!((not_a, not_b), (!a, !b), "torn tuple");
+                assert_eq!(a as u32, b);
+            }
+        });
+    });
+    assert_eq!(lock.read().0, WRITES);
+}
+
 /// Sizes that are not a multiple of the word: the copy covers a zeroed
 /// tail after `T`. `[u8; 13]` is two words on 64-bit targets (four on
 /// 32-bit) with three (or three) tail bytes; `[bool; 3]` less than one.

@@ -606,6 +606,15 @@ impl<T> RcuPtr<T> {
         }
     }
 
+    crate::sync::const_fn! {
+        /// A pointer to `target` (null allowed), under the contract of
+        /// [`publish`](Self::publish).
+        #[doc(alias = "RCU_INITIALIZER")]
+        pub fn new(target: *mut T) -> Self {
+            Self { ptr: crate::sync::AtomicPtr::new(target) }
+        }
+    }
+
     /// The current target, valid for the read section of `guard`.
     ///
     /// Acquire: pairs with the Release in [`publish`](Self::publish), so
@@ -641,6 +650,13 @@ impl<T> RcuPtr<T> {
     #[inline]
     pub fn load(&self) -> *mut T {
         self.ptr.load(Ordering::Acquire)
+    }
+}
+
+#[cfg(not(loom))]
+impl<T> Default for RcuPtr<T> {
+    fn default() -> Self {
+        Self::null()
     }
 }
 
