@@ -346,7 +346,9 @@ fn main() {
         std: Line(std::sync::RwLock::new(42)),
         epoch: Line(crossbeam_epoch::Atomic::new(42)),
     };
-    readers.rcu.0.publish(value);
+    // SAFETY: `value` is freed only at the end, after the readers are gone
+    // and it is unpublished.
+    unsafe { readers.rcu.0.publish(value) };
     let threads = [1, 2];
     let mut samples = vec![vec![Vec::new(); READERS.len()]; threads.len()];
     for _ in 0..reps {
@@ -402,7 +404,8 @@ fn main() {
     }
 
     // The readers are gone (joined): unpublish and free.
-    readers.rcu.0.publish(std::ptr::null_mut());
+    // SAFETY: null.
+    unsafe { readers.rcu.0.publish(std::ptr::null_mut()) };
     // SAFETY: from `Box::into_raw` above; unpublished from both pointers'
     // readers, which have all been joined.
     drop(unsafe { Box::from_raw(value) });

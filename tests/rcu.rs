@@ -185,7 +185,8 @@ fn pipeline(wait: fn(), rounds: u64, until_error: bool) -> Pipe {
                 for _ in 0..20 {
                     std::hint::spin_loop();
                 }
-                let old = current.publish(e as *const Elem as *mut Elem);
+                // SAFETY: elements are leaked: valid forever.
+                let old = unsafe { current.publish(e as *const Elem as *mut Elem) };
                 // SAFETY: elements are leaked, so `old` is valid or null.
                 if let Some(old) = unsafe { old.as_ref() } {
                     // Runs of four rounds retire through `call_rcu` (one in

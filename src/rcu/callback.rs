@@ -443,7 +443,8 @@ pub const CALLBACK_BATCH: usize = 16;
 /// rcu::cpu_online();
 /// for value in 0..3 {
 ///     let new = Box::into_raw(Box::new(Node { value, head: RcuHead::new() }));
-///     let old = CURRENT.publish(new);
+///     // SAFETY: `new` is freed only by `free_node`, after a grace period.
+///     let old = unsafe { CURRENT.publish(new) };
 ///     if !old.is_null() {
 ///         // SAFETY: `old` is unpublished and stays valid until `free_node`.
 ///         unsafe { rcu::call_rcu(&raw mut (*old).head, free_node) };
@@ -451,7 +452,7 @@ pub const CALLBACK_BATCH: usize = 16;
 /// }
 /// assert_eq!(CURRENT.read(&rcu::read_lock()).map(|n| n.value), Some(2));
 /// rcu::barrier(); // both old nodes are freed now
-/// # let last = CURRENT.publish(core::ptr::null_mut());
+/// # let last = unsafe { CURRENT.publish(core::ptr::null_mut()) };
 /// # unsafe { rcu::call_rcu(&raw mut (*last).head, free_node) };
 /// # rcu::barrier();
 /// # rcu::cpu_offline();
@@ -692,8 +693,9 @@ mod free {
     ///
     /// static NAME: RcuPtr<String> = RcuPtr::null();
     ///
-    /// NAME.publish(Box::into_raw(Box::new("old".to_string())));
-    /// let old = NAME.publish(Box::into_raw(Box::new("new".to_string())));
+    /// // SAFETY (both): fresh boxes, freed only after a grace period.
+    /// unsafe { NAME.publish(Box::into_raw(Box::new("old".to_string()))) };
+    /// let old = unsafe { NAME.publish(Box::into_raw(Box::new("new".to_string()))) };
     /// // SAFETY: `old` came from `Box::into_raw` and is unpublished.
     /// rcu::defer_free(unsafe { Box::from_raw(old) });
     /// rcu::barrier(); // "old" is dropped now

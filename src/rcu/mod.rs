@@ -574,13 +574,16 @@ pub fn gp_seq() -> usize {
 ///
 /// static CONFIG: RcuPtr<u32> = RcuPtr::null();
 ///
-/// let old = CONFIG.publish(Box::into_raw(Box::new(7)));
+/// // SAFETY: a fresh box, freed only after it is unpublished and a grace
+/// // period has passed (below).
+/// let old = unsafe { CONFIG.publish(Box::into_raw(Box::new(7))) };
 /// assert!(old.is_null());
 /// {
 ///     let guard = rcu::read_lock();
 ///     assert_eq!(CONFIG.read(&guard), Some(&7));
 /// }
-/// let old = CONFIG.publish(Box::into_raw(Box::new(8)));
+/// // SAFETY: as above.
+/// let old = unsafe { CONFIG.publish(Box::into_raw(Box::new(8))) };
 /// rcu::synchronize(); // no reader can still see `old`
 /// // SAFETY: unpublished and a grace period has passed.
 /// drop(unsafe { Box::from_raw(old) });
@@ -606,12 +609,28 @@ impl<T> RcuPtr<T> {
         }
     }
 
-    crate::sync::const_fn! {
-        /// A pointer to `target` (null allowed), under the contract of
-        /// [`publish`](Self::publish).
-        #[doc(alias = "RCU_INITIALIZER")]
-        pub fn new(target: *mut T) -> Self {
-            Self { ptr: crate::sync::AtomicPtr::new(target) }
+    /// A pointer to `target` (null allowed).
+    ///
+    /// # Safety
+    /// As for [`publish`](Self::publish): a non-null `target` stays valid
+    /// for shared access from any CPU until it is unpublished and a grace
+    /// period has passed.
+    #[doc(alias = "RCU_INITIALIZER")]
+    #[cfg(not(loom))]
+    pub const unsafe fn new(target: *mut T) -> Self {
+        Self {
+            ptr: crate::sync::AtomicPtr::new(target),
+        }
+    }
+
+    /// A pointer to `target` (null allowed).
+    ///
+    /// # Safety
+    /// As for [`publish`](Self::publish).
+    #[cfg(loom)]
+    pub unsafe fn new(target: *mut T) -> Self {
+        Self {
+            ptr: crate::sync::AtomicPtr::new(target),
         }
     }
 
@@ -631,14 +650,16 @@ impl<T> RcuPtr<T> {
 
     /// Replaces the target with `new` (null allowed) and returns the old
     /// one, which readers may still see: free it only after a grace period
-    /// ([`synchronize`], a completed cookie, ...).
+    /// ([`synchronize`], a completed cookie, [`call_rcu`], ...).
     ///
-    /// `new` must be valid for shared access from any CPU until it is
-    /// unpublished and a grace period has passed; writers serialise among
-    /// themselves (a lock).
+    /// # Safety
+    /// A non-null `new` must be valid for shared access (`&T`) from any
+    /// CPU until it is unpublished (replaced by a later `publish`) and a
+    /// grace period has passed since: safe code reads it through
+    /// [`read`](Self::read).
     #[doc(alias = "rcu_assign_pointer")]
     #[inline]
-    pub fn publish(&self, new: *mut T) -> *mut T {
+    pub unsafe fn publish(&self, new: *mut T) -> *mut T {
         // Release pairs with the Acquire in `read`; Acquire makes the old
         // target's contents ours to drop.
         self.ptr.swap(new, Ordering::AcqRel)

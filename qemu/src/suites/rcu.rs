@@ -540,7 +540,9 @@ impl<R: Rcu> RcuTorture<R> {
         w.seq += 1;
         let element = &self.pool.elements[index];
         element.fill(w.seq);
-        let old = self.ptr.publish(ptr::from_ref(element).cast_mut());
+        // SAFETY: the pool's elements are statics, valid forever; an element
+        // is reused only after a grace period since it was unpublished.
+        let old = unsafe { self.ptr.publish(ptr::from_ref(element).cast_mut()) };
         self.publications.fetch_add(1, Ordering::Relaxed);
         let old = self.pool.index_of(old);
         // Relaxed: a marker for readers that still hold it (0 or 1 is
@@ -705,8 +707,11 @@ impl<R: Rcu> Suite for RcuTorture<R> {
             element.home.store(home, Ordering::Relaxed);
         }
         self.pool.elements[0].fill(1);
-        self.ptr
-            .publish(ptr::from_ref(&self.pool.elements[0]).cast_mut());
+        // SAFETY: as in `replace`: a static pool element.
+        unsafe {
+            self.ptr
+                .publish(ptr::from_ref(&self.pool.elements[0]).cast_mut())
+        };
         self.pool
             .free
             .store(((1u64 << POOL) - 2) as u32, Ordering::Relaxed);
