@@ -11,7 +11,9 @@
 //! * [`percpu_rwlock`]: a reader-writer lock whose readers touch only
 //!   their own CPU's count; [`brlock`]: per-CPU spinlocks.
 //! * [`rcu`]: read-copy-update with quiescent-state-based grace periods,
-//!   polled cookies and [`rcu::RcuSync`].
+//!   polled cookies, allocation-free [`rcu::call_rcu`] and
+//!   [`rcu::barrier`], stall detection, [`rcu::RcuSync`], and
+//!   [`rcu::srcu`] domains whose readers may sleep.
 //! * [`seqlock`]: sequence counters and seqlocks whose readers copy the
 //!   data with atomic loads and retry, free of undefined behaviour.
 //! * [`kernel`]: the hooks a kernel provides once ([`set_kernel!`]): CPU id,

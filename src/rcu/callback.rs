@@ -580,7 +580,8 @@ fn process_cpu(cpu: &Cpu, limit: usize) -> usize {
 /// freeing the memory the callbacks use.
 ///
 /// Reports this CPU's quiescent states while it waits, so it must not be
-/// called inside a read section.
+/// called inside a read section, nor from a callback (it would wait for
+/// itself).
 ///
 /// # Panics
 /// In debug builds, inside a read-side critical section.
