@@ -25,11 +25,14 @@
 //! Linux runs the `EXIT` → `IDLE` step from an RCU callback and needs
 //! `REPLAY` when a writer comes and goes while that callback is queued.
 //! Here `exit` takes a polled grace-period [`Cookie`] instead, and the step
-//! happens lazily, when anyone calls [`poll_idle`](RcuSync::poll_idle) (the
-//! gated lock's slow readers and its writers do) after the cookie
+//! happens lazily, when anyone calls [`is_idle`](RcuSync::is_idle) or
+//! [`poll_idle`](RcuSync::poll_idle) (the gated lock's readers and its
+//! writers do) after the cookie
 //! completes: a later `exit` simply takes a fresher cookie, which is what
 //! `REPLAY` achieves. A writer arriving in `EXIT` needs no grace period at
-//! all: the gate has not been idle since the previous writer's.
+//! all: the gate has not been idle since the previous writer's. (A queued
+//! callback would also pin the gate in memory while it waits, and a Rust
+//! value, such as a lock that embeds the gate, may be moved.)
 
 use core::fmt;
 
@@ -71,13 +74,32 @@ impl RcuSync {
     /// Whether no writer is around, so a reader may take its fast path.
     /// Call it inside an RCU read section (for QSBR: between two quiescent
     /// states), which the fast path must also be inside.
+    ///
+    /// One load while the gate is idle or closed. After the last writer
+    /// left, it also completes the reopening once its grace period has
+    /// passed (as [`poll_idle`](Self::poll_idle)), so the gate is idle
+    /// again for anyone who asks after that grace period:
+    ///
+    /// ```
+    /// let gate = ksync::rcu::RcuSync::new();
+    /// gate.enter();
+    /// assert!(!gate.is_idle());
+    /// gate.exit();
+    /// ksync::rcu::synchronize();
+    /// assert!(gate.is_idle());
+    /// ```
     #[doc(alias = "rcu_sync_is_idle")]
     #[inline]
     pub fn is_idle(&self) -> bool {
         // Relaxed: the grace period in `enter` orders readers that saw
         // IDLE before the writer; readers that see anything else take a
-        // slow path with its own barriers.
-        self.state.load(Ordering::Relaxed) == IDLE
+        // slow path with its own barriers, and `poll_idle` issues W1
+        // before it reports the gate idle.
+        match self.state.load(Ordering::Relaxed) {
+            IDLE => true,
+            EXIT => self.poll_idle(),
+            _ => false,
+        }
     }
 
     /// Closes the gate: returns once every reader that saw it idle has
