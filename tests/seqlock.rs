@@ -145,7 +145,7 @@ fn user_struct_keeps_its_invariant() {
 /// never seen torn.
 #[test]
 fn padding_free_tuple() {
-    let lock = SeqLock::new((0u64, !0u64, 0u32, 0u32));
+    let lock = SeqLock::new((0u64, !0u64, 0u32, !0u32));
     let stop = AtomicBool::new(false);
     thread::scope(|s| {
         s.spawn(|| {
