@@ -40,6 +40,9 @@
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
+// loom builds: constructors are not `const`, so the `Default` impls (for
+// `static`-friendly types) are left out; loom's IRQ state is `()`.
+#![cfg_attr(loom, allow(clippy::new_without_default, clippy::unit_arg))]
 
 #[cfg(any(test, loom, feature = "test-hooks"))]
 extern crate std;

@@ -134,7 +134,7 @@ impl PerCpuCounter {
     #[cfg(loom)]
     pub fn with_batch(batch: i32) -> Self {
         assert!(
-            batch >= 0 && batch <= MAX_BATCH,
+            (0..=MAX_BATCH).contains(&batch),
             "percpu_counter: batch out of 0..=MAX_BATCH"
         );
         Self {

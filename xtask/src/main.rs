@@ -318,6 +318,14 @@ fn test(kvm: bool, host_only: bool) -> ExitCode {
         let (ok, _) = run_logged(&name, &mut cmd);
         t.check(&name, ok);
     }
+    // The loom build of the library (its constructors and atomics differ).
+    let mut loom_clippy = cargo(&["clippy", "--lib", "--", "-D", "warnings"]);
+    loom_clippy
+        .env("RUSTFLAGS", "--cfg loom")
+        .env("KSYNC_MAX_CPUS", "4")
+        .env("CARGO_TARGET_DIR", root().join("target/loom"));
+    let (ok, _) = run_logged("clippy --lib --cfg loom", &mut loom_clippy);
+    t.check("clippy --lib --cfg loom", ok);
     let mut doc = cargo(&["doc", "--no-deps", "--lib"]);
     doc.env("RUSTDOCFLAGS", "-D warnings");
     let (ok, _) = run_logged("cargo doc -D warnings", &mut doc);
