@@ -12,10 +12,8 @@
 //! Non-loom builds get loom's API shape where the two differ (`UnsafeCell`'s
 //! `with`/`with_mut`), following tokio's loom shim.
 
-#![allow(unused_imports, dead_code)]
-
 #[cfg(not(loom))]
-pub(crate) use core::sync::atomic::{Ordering, compiler_fence, fence};
+pub(crate) use core::sync::atomic::{Ordering, fence};
 
 #[cfg(all(not(loom), target_has_atomic = "32"))]
 pub(crate) use core::sync::atomic::{
@@ -45,13 +43,6 @@ pub(crate) use loom::sync::atomic::{
 pub(crate) use core::sync::atomic::AtomicUsize as StatCounter;
 #[cfg(not(target_has_atomic = "ptr"))]
 pub(crate) use portable_atomic::AtomicUsize as StatCounter;
-
-/// loom has no `compiler_fence`; a full fence is the conservative stand-in.
-#[cfg(loom)]
-#[allow(dead_code)]
-pub(crate) fn compiler_fence(order: Ordering) {
-    fence(order)
-}
 
 /// One iteration of a busy-wait loop. Under loom it yields to the model
 /// scheduler, which needs to know the thread is waiting.

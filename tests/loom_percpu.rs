@@ -54,6 +54,7 @@ fn rwlock_reader_writer_exclusion() {
             thread::spawn(move || {
                 if lock.try_read() {
                     // loom flags a race if the writer is inside too.
+                    // SAFETY: loom checks this access against the others (a race fails the model).
                     let v = data.with(|p| unsafe { *p });
                     // SAFETY: read-locked above.
                     unsafe { lock.unlock_read() };
@@ -64,6 +65,7 @@ fn rwlock_reader_writer_exclusion() {
             })
         };
         if lock.try_write() {
+            // SAFETY: loom checks this access against the others (a race fails the model).
             data.with_mut(|p| unsafe { *p = 1 });
             // SAFETY: write-locked above.
             unsafe { lock.unlock_write() };
@@ -85,6 +87,7 @@ fn rwlock_read_section_happens_before_writer() {
                 lock.read();
                 // Written inside the read section (a reader may write data
                 // that only it touches; the writer reads it afterwards).
+                // SAFETY: loom checks this access against the others (a race fails the model).
                 seen.with_mut(|p| unsafe { *p = 5 });
                 // SAFETY: read-locked above.
                 unsafe { lock.unlock_read() };
@@ -94,6 +97,7 @@ fn rwlock_read_section_happens_before_writer() {
         // If the reader got in first, its write must be visible now
         // (loom reports a race if B/C do not order it); otherwise the
         // reader is waiting for us and has not written.
+        // SAFETY: loom checks this access against the others (a race fails the model).
         let v = seen_by_reader.with(|p| unsafe { *p });
         assert!(v == 0 || v == 5);
         // SAFETY: write-locked above.
@@ -115,6 +119,7 @@ fn rwlock_writer_writer_exclusion() {
                 thread::spawn(move || {
                     lock.write();
                     assert!(!inside.swap(true, SeqCst));
+                    // SAFETY: loom checks this access against the others (a race fails the model).
                     data.with_mut(|p| unsafe { *p += 1 });
                     inside.store(false, SeqCst);
                     // SAFETY: write-locked above.
@@ -125,6 +130,7 @@ fn rwlock_writer_writer_exclusion() {
         for w in ws {
             w.join().unwrap();
         }
+        // SAFETY: loom checks this access against the others (a race fails the model).
         assert_eq!(data.with(|p| unsafe { *p }), 2);
     });
 }

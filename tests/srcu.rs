@@ -396,6 +396,7 @@ mod loom_models {
             thread::yield_now();
             drop(w.srcu.read_lock());
             thread::yield_now();
+            // SAFETY: loom checks this access against the others (a race fails the model).
             let v = w.elements[i].with(|p| unsafe { *p });
             assert_eq!(v, i, "read a freed element");
             drop(outer);
@@ -430,6 +431,7 @@ mod loom_models {
                 }
                 thread::yield_now();
             };
+            // SAFETY: loom checks this access against the others (a race fails the model).
             let v = w.elements[i].with(|p| unsafe { *p });
             assert_eq!(v, i, "read a freed element");
             drop(guard);

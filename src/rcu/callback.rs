@@ -38,7 +38,7 @@
 use core::fmt;
 use core::ptr;
 
-use super::{STATE_MASK, engine, get_state, quiescent_state, seq_ge};
+use super::{engine, get_state, quiescent_state, seq_ge};
 use crate::kernel;
 use crate::percpu::PerCpu;
 use crate::spinlock::{IrqState, RawTicketLock};
@@ -213,26 +213,21 @@ impl List {
         }
     }
 
-    /// Moves callbacks whose cookie completed at `seq` to `done`. Returns
-    /// whether any moved.
-    fn advance(&mut self, seq: usize) -> bool {
-        let mut moved = false;
+    /// Moves callbacks whose cookie completed at `seq` to `done`.
+    fn advance(&mut self, seq: usize) {
         if !self.wait.is_empty() && seq_ge(seq, self.wait.seq) {
             // SAFETY: under the list lock (all `List` methods are).
             unsafe { self.done.splice(&mut self.wait) };
-            moved = true;
         }
         if self.wait.is_empty() && !self.next.is_empty() {
             if seq_ge(seq, self.next.seq) {
                 // SAFETY: as above.
                 unsafe { self.done.splice(&mut self.next) };
-                moved = true;
             } else {
                 self.wait = self.next;
                 self.next = Seg::EMPTY;
             }
         }
-        moved
     }
 
     /// Queues `h` for the grace period `cookie`.
@@ -516,31 +511,32 @@ pub fn process_callbacks() -> usize {
 /// [`process_callbacks`] with a batch limit of `limit` per list.
 pub fn process_callbacks_max(limit: usize) -> usize {
     let cbs = callbacks();
-    let mut ran = process_cpu(cbs.cpus.cpu(kernel::cpu_id()), limit);
+    let mut ran = process_cpu(cbs.cpus.cpu(kernel::cpu_id()), limit, false);
     // Relaxed: a hint; the lists are checked under their locks.
     if cbs.orphans.load(Ordering::Relaxed) != 0 {
         for cpu in cbs.cpus.iter() {
-            if cpu.due.load(Ordering::Relaxed) != DUE_NEVER {
-                let orphaned = cpu.locked(|list| list.orphaned());
-                if orphaned {
-                    ran += process_cpu(cpu, limit);
-                }
-            }
+            ran += process_cpu(cpu, limit, true);
         }
     }
     ran
 }
 
-/// Runs up to `limit` completed callbacks of `cpu`'s list.
-fn process_cpu(cpu: &Cpu, limit: usize) -> usize {
+/// Runs up to `limit` completed callbacks of `cpu`'s list (only if the CPU
+/// is offline, with `orphans_only`).
+fn process_cpu(cpu: &Cpu, limit: usize, orphans_only: bool) -> usize {
+    // Relaxed: a hint, re-checked under the lock. Checked first, so that
+    // a CPU with nothing queued does not even read `gp_seq`.
+    let due = cpu.due.load(Ordering::Relaxed);
+    if due == DUE_NEVER {
+        return 0;
+    }
     // Acquire pairs with the Release that ended the grace period.
     let seq = engine().gp_seq.load(Ordering::Acquire);
-    let due = cpu.due.load(Ordering::Relaxed);
-    if !(due == DUE_NOW || (due & STATE_MASK == 0 && seq_ge(seq, due))) {
+    if due != DUE_NOW && !seq_ge(seq, due) {
         return 0;
     }
     let (mut cur, n) = cpu.locked(|list| {
-        if list.invoking {
+        if list.invoking || (orphans_only && !list.offline) {
             return (ptr::null_mut(), 0);
         }
         list.advance(seq);
@@ -618,7 +614,7 @@ pub fn barrier() {
     while cbs.barrier_left.load(Ordering::Acquire) != 0 {
         let mut ran = 0;
         for cpu in cbs.cpus.iter() {
-            ran += process_cpu(cpu, usize::MAX);
+            ran += process_cpu(cpu, usize::MAX, false);
         }
         if ran == 0 {
             quiescent_state();

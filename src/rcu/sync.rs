@@ -155,8 +155,7 @@ impl RcuSync {
         let left = self.writers.fetch_sub(1, Ordering::Relaxed) - 1;
         debug_assert!(left != u32::MAX, "rcu_sync: exit without enter");
         if left == 0 {
-            self.exit_cookie
-                .store(cookie_bits(start_poll()), Ordering::Relaxed);
+            self.exit_cookie.store(start_poll().0, Ordering::Relaxed);
             self.state.store(EXIT, Ordering::Relaxed);
         }
         // SAFETY: locked above.
@@ -184,10 +183,6 @@ impl RcuSync {
             _ => false,
         }
     }
-}
-
-fn cookie_bits(cookie: Cookie) -> usize {
-    cookie.0
 }
 
 #[cfg(not(loom))]
