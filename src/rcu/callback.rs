@@ -341,6 +341,8 @@ impl Cpu {
             let list = unsafe { &mut *list };
             let was_orphan = list.orphaned();
             let r = f(list);
+            // Relaxed: `orphans` is a hint for `process_callbacks`, which
+            // re-checks each list under its lock.
             match (was_orphan, list.orphaned()) {
                 (false, true) => {
                     callbacks().orphans.fetch_add(1, Ordering::Relaxed);
@@ -597,6 +599,7 @@ pub fn barrier() {
         let head = &cpu.barrier_head as *const RcuHead as *mut RcuHead;
         cpu.locked(|list| {
             if list.len != 0 {
+                // Relaxed: ordered before the Release decrement below.
                 cbs.barrier_left.fetch_add(1, Ordering::Relaxed);
                 // SAFETY: the barrier head is ours (under `barrier_lock`)
                 // and idle: the previous barrier waited for it to run.
@@ -635,6 +638,7 @@ pub fn pending_callbacks() -> usize {
     callbacks()
         .cpus
         .iter()
+        // Relaxed: a snapshot for statistics and tests.
         .map(|cpu| cpu.len.load(Ordering::Relaxed))
         .sum()
 }
@@ -643,6 +647,7 @@ pub fn pending_callbacks() -> usize {
 /// calls [`process_callbacks`] before idling, while it does).
 #[doc(alias = "rcu_needs_cpu")]
 pub fn has_callbacks() -> bool {
+    // Relaxed: a hint; running the callbacks re-checks under the lock.
     callbacks()
         .cpus
         .cpu(kernel::cpu_id())

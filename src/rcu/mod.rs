@@ -279,6 +279,8 @@ impl Engine {
         }
         let _irq = IrqState::save();
         self.lock.lock();
+        // Relaxed: `requested` and the state of `gp_seq` only change under
+        // `lock` (the fast path above only skips work that is already due).
         if !seq_ge(self.requested.load(Ordering::Relaxed), cookie) {
             self.requested.store(cookie, Ordering::Relaxed);
         }
@@ -292,11 +294,16 @@ impl Engine {
 
     /// This CPU passed a quiescent state.
     fn report(&self, cpu: usize) {
+        // Acquire pairs with the Release publishing a new grace period (its
+        // mask is then visible). A stale value only delays the report, and
+        // the clear below is an AcqRel read-modify-write on the mask that
+        // the start published with a Release swap.
         let seq = self.gp_seq.load(Ordering::Acquire);
         if seq & STATE_MASK == 0 {
             return;
         }
         let bit = 1 << (cpu % BITS);
+        // Relaxed: a filter; the clear decides.
         if self.pending[cpu / BITS].load(Ordering::Relaxed) & bit == 0 {
             return;
         }
@@ -422,6 +429,7 @@ pub struct ReadGuard {
 #[doc(alias = "rcu_read_lock")]
 #[inline]
 pub fn read_lock() -> ReadGuard {
+    // Relaxed (nesting, here and below): only this CPU touches its count.
     #[cfg(debug_assertions)]
     {
         let cpu = kernel::cpu_id();
@@ -515,6 +523,7 @@ pub fn poll(cookie: Cookie) -> bool {
     if cookie == Cookie::COMPLETED {
         return true;
     }
+    // Acquire pairs with the Release store that ended the grace period.
     let done = seq_ge(engine().gp_seq.load(Ordering::Acquire), cookie.0);
     if done {
         // W1: the readers' accesses happen-before the caller's free.

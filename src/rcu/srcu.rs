@@ -526,6 +526,8 @@ fn this_cpu_inc(counter: impl Fn(&Counts) -> &AtomicI32, cpus: &PerCpu<Counts>) 
     let counts = cpus.get();
     #[cfg(not(loom))]
     crate::arch::local_add(counter(&counts), 1);
+    // loom models no interrupts: an atomic add with the same (Relaxed)
+    // ordering as the arch's local add stands in for it.
     #[cfg(loom)]
     counter(&counts).fetch_add(1, Ordering::Relaxed);
 }

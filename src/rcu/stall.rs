@@ -195,6 +195,9 @@ pub fn stall_count() -> usize {
 pub fn check_stall(now: u64) -> Option<StallReport> {
     let d = detector();
     let now = now as usize;
+    // Relaxed throughout: the detector only reports, it orders nothing;
+    // its own fields change under `d.lock`, and a stale `gp_seq` or mask
+    // word only makes a report a check late (or drops it, see `snapshot`).
     let timeout = d.timeout.load(Ordering::Relaxed);
     let seq = engine().gp_seq.load(Ordering::Relaxed);
     if timeout == 0 || seq & STATE_MASK == 0 {

@@ -114,6 +114,10 @@ impl RcuSync {
         let was = {
             let _irq = IrqState::save();
             self.lock.lock();
+            // Acquire pairs with the Release store of PASSED after the first
+            // writer's grace period (made outside the lock). The other
+            // accesses to `state`, `writers` and `exit_cookie` here and in
+            // `exit`/`poll_idle` are Relaxed: they happen under `lock`.
             let was = self.state.load(Ordering::Acquire);
             match was {
                 IDLE => self.state.store(ENTER, Ordering::Relaxed),
@@ -166,6 +170,8 @@ impl RcuSync {
     /// period has passed since, the gate becomes idle. Cheap when there is
     /// nothing to do. Returns whether the gate is idle.
     pub fn poll_idle(&self) -> bool {
+        // Relaxed: a filter, re-checked under the lock; `poll` orders the
+        // writer's section before a reader that then sees IDLE (W1).
         match self.state.load(Ordering::Relaxed) {
             IDLE => true,
             EXIT if poll(Cookie(self.exit_cookie.load(Ordering::Relaxed))) => {
