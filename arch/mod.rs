@@ -97,6 +97,9 @@ mod x86_64;
 #[cfg(all(target_arch = "aarch64", not(any(loom, miri))))]
 mod aarch64;
 
+#[cfg(all(target_arch = "riscv64", target_os = "none", not(any(loom, miri))))]
+mod riscv64;
+
 // ---- lockref step -------------------------------------------------------
 
 #[cfg(all(target_arch = "aarch64", not(any(loom, miri))))]
@@ -110,8 +113,103 @@ pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt};
 
 // ---- local interrupt control -------------------------------------------
 
+// One positive chain, ending in the fallback:
+// - x86_64 bare metal: `pushfq`/`cli` (ring 0 may; hosted builds would fault);
 #[cfg(all(target_arch = "x86_64", target_os = "none", not(any(loom, miri))))]
 pub(crate) use x86_64::{IrqFlags, irq_restore, irq_save};
+// - aarch64 bare metal: `DAIF` (EL1 may);
+#[cfg(all(target_arch = "aarch64", target_os = "none", not(any(loom, miri))))]
+pub(crate) use aarch64::{IrqFlags, irq_restore, irq_save};
+// - riscv64 bare metal: `sstatus.SIE` (S-mode, what OpenSBI enters);
+#[cfg(all(target_arch = "riscv64", target_os = "none", not(any(loom, miri))))]
+pub(crate) use riscv64::{IrqFlags, irq_restore, irq_save};
+// - everything else (single-core MCUs, hosted builds, loom, Miri):
+//   `critical-section`, the right tool on one core (loom: nothing to mask).
+#[cfg(not(all(
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    ),
+    target_os = "none",
+    not(any(loom, miri))
+)))]
+pub(crate) use generic::{IrqFlags, irq_restore, irq_save};
+
+/// The default of [`Kernel::irq_save`](crate::kernel::Kernel::irq_save):
+/// the native instructions as a word, or (no native path) the
+/// `critical-section` state kept on a per-CPU stack.
+#[inline(always)]
+pub(crate) fn kernel_irq_save(cpu_id: fn() -> usize) -> usize {
+    #[cfg(all(
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        ),
+        target_os = "none",
+        not(any(loom, miri))
+    ))]
+    {
+        let _ = cpu_id;
+        irq_save() as usize
+    }
+    #[cfg(not(all(
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        ),
+        target_os = "none",
+        not(any(loom, miri))
+    )))]
+    generic::kernel_irq_save(cpu_id)
+}
+
+/// The default of [`Kernel::irq_restore`](crate::kernel::Kernel::irq_restore).
+///
+/// # Safety
+/// `flags` must come from the matching [`kernel_irq_save`] on this CPU, in
+/// reverse nesting order.
+#[inline(always)]
+pub(crate) unsafe fn kernel_irq_restore(cpu_id: fn() -> usize, flags: usize) {
+    #[cfg(all(
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        ),
+        target_os = "none",
+        not(any(loom, miri))
+    ))]
+    {
+        let _ = cpu_id;
+        // SAFETY: forwarded caller contract; the word is the native flags.
+        unsafe { irq_restore(flags as IrqFlags) }
+    }
+    #[cfg(not(all(
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        ),
+        target_os = "none",
+        not(any(loom, miri))
+    )))]
+    // SAFETY: forwarded caller contract.
+    unsafe {
+        generic::kernel_irq_restore(cpu_id, flags)
+    }
+}
+
+// ---- hypervisor detection ---------------------------------------------------
+
+// - x86_64: CPUID's hypervisor bit (any privilege level);
+#[cfg(all(target_arch = "x86_64", not(any(loom, miri))))]
+pub(crate) use x86_64::hypervisor_present;
+// - elsewhere nothing reliable to read: the kernel says so itself.
+#[cfg(not(all(target_arch = "x86_64", not(any(loom, miri)))))]
+pub(crate) use generic::hypervisor_present;
 
 // ---- per-CPU local add -----------------------------------------------------
 
@@ -129,16 +227,6 @@ pub(crate) use aarch64::local_add;
     not(any(loom, miri))
 )))]
 pub(crate) use generic::local_add;
-
-#[cfg(all(target_arch = "aarch64", target_os = "none", not(any(loom, miri))))]
-pub(crate) use aarch64::{IrqFlags, irq_restore, irq_save};
-
-#[cfg(not(all(
-    any(target_arch = "x86_64", target_arch = "aarch64"),
-    target_os = "none",
-    not(any(loom, miri))
-)))]
-pub(crate) use generic::{IrqFlags, irq_restore, irq_save};
 
 /// Keeps the signature of every backend's step identical (checked at
 /// compile time on every target that has one).

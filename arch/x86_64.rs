@@ -65,3 +65,14 @@ pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
         unsafe { core::arch::asm!("sti", options(nostack)) };
     }
 }
+
+/// Whether CPUID reports a hypervisor (leaf 1, ECX bit 31, which real
+/// hardware keeps clear): the CPU is a vCPU that the host may deschedule.
+/// CPUID works at every privilege level.
+pub(crate) fn hypervisor_present() -> bool {
+    #[allow(unused_unsafe)]
+    // SAFETY: CPUID leaf 1 exists on every x86_64 CPU and has no side
+    // effects (the intrinsic is `unsafe` only on older compilers).
+    let leaf = unsafe { core::arch::x86_64::__cpuid(1) };
+    leaf.ecx & (1 << 31) != 0
+}

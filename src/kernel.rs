@@ -37,14 +37,20 @@
 //!   symbol (`_ksync_set_kernel_v1_cpu_id`: "call `ksync::set_kernel!`"),
 //!   and one that provides them twice gets a duplicate-symbol error.
 //!
-//! # Interrupts are not a hook
+//! # Interrupts are a hook too
 //!
-//! Local interrupt save/restore keeps its architecture default everywhere
-//! (see [`IrqState`](crate::spinlock::IrqState)): on x86_64 and aarch64
-//! bare metal there is one right way at ring 0 / EL1, and on every other
-//! target it already goes through the `critical-section` implementation the
-//! binary provides, which is a link-time hook of its own. That also keeps
-//! the IRQ-saving spinlocks usable without `set_kernel!`.
+//! Local interrupt save/restore ([`Kernel::irq_save`],
+//! [`Kernel::irq_restore`]) defaults to the architecture's instructions on
+//! x86_64, aarch64 and riscv64 bare metal, so most kernels never write it;
+//! see [`irq`] for the other targets and for the IRQ-saving locks in
+//! binaries that never call `set_kernel!`.
+//!
+//! # Oversubscribed CPUs
+//!
+//! [`set_vcpu_preemptible`] and [`set_spin_wait`] tell the locks that a CPU
+//! may be descheduled while it spins (a guest with more vCPUs than host
+//! cores) and what a waiter may do about it. They are settings, not hooks,
+//! so plain spinlocks keep working without `set_kernel!`.
 //!
 //! # Host tests
 //!
@@ -118,6 +124,32 @@ pub unsafe trait Kernel {
     /// Ends one [`preempt_disable`](Kernel::preempt_disable).
     fn preempt_enable() {}
 
+    /// Saves the local interrupt state and disables interrupts on this
+    /// CPU; the returned word goes back to
+    /// [`irq_restore`](Kernel::irq_restore). Calls nest. The default is the
+    /// architecture's (see [`irq`]): `pushfq; cli` on x86_64, `DAIF` on
+    /// aarch64, `sstatus.SIE` on riscv64 (all bare metal), the binary's
+    /// `critical-section` implementation elsewhere.
+    #[doc(alias = "local_irq_save")]
+    #[inline]
+    fn irq_save() -> usize {
+        crate::arch::kernel_irq_save(Self::cpu_id)
+    }
+
+    /// Restores the state saved by the matching
+    /// [`irq_save`](Kernel::irq_save) (interrupts enabled again only if
+    /// they were enabled then).
+    ///
+    /// # Safety
+    /// `flags` comes from the matching `irq_save` on this CPU; saves are
+    /// restored in reverse order.
+    #[doc(alias = "local_irq_restore")]
+    #[inline]
+    unsafe fn irq_restore(flags: usize) {
+        // SAFETY: forwarded caller contract.
+        unsafe { crate::arch::kernel_irq_restore(Self::cpu_id, flags) }
+    }
+
     /// An RCU grace period has been running for longer than the stall
     /// timeout ([`rcu::check_stall`](crate::rcu::check_stall)): print the
     /// report (it implements `Display`), dump the stalled CPUs' stacks, or
@@ -161,6 +193,16 @@ macro_rules! set_kernel {
                 <$kernel as $crate::kernel::Kernel>::preempt_enable()
             }
             #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_irq_save() -> usize {
+                <$kernel as $crate::kernel::Kernel>::irq_save()
+            }
+            #[unsafe(no_mangle)]
+            unsafe fn _ksync_set_kernel_v1_irq_restore(flags: usize) {
+                // SAFETY: ksync calls it only with the word of the
+                // matching save, in nesting order.
+                unsafe { <$kernel as $crate::kernel::Kernel>::irq_restore(flags) }
+            }
+            #[unsafe(no_mangle)]
             fn _ksync_set_kernel_v1_rcu_stall(report: &$crate::rcu::StallReport) {
                 <$kernel as $crate::kernel::Kernel>::rcu_stall(report)
             }
@@ -177,7 +219,25 @@ unsafe extern "Rust" {
     safe fn _ksync_set_kernel_v1_nr_cpus() -> usize;
     safe fn _ksync_set_kernel_v1_preempt_disable();
     safe fn _ksync_set_kernel_v1_preempt_enable();
+    safe fn _ksync_set_kernel_v1_irq_save() -> usize;
+    unsafe fn _ksync_set_kernel_v1_irq_restore(flags: usize);
     safe fn _ksync_set_kernel_v1_rcu_stall(report: &crate::rcu::StallReport);
+}
+
+/// The kernel's [`Kernel::irq_save`].
+#[inline]
+pub(crate) fn irq_save_hook() -> usize {
+    _ksync_set_kernel_v1_irq_save()
+}
+
+/// The kernel's [`Kernel::irq_restore`].
+///
+/// # Safety
+/// As for [`Kernel::irq_restore`].
+#[inline]
+pub(crate) unsafe fn irq_restore_hook(flags: usize) {
+    // SAFETY: forwarded caller contract.
+    unsafe { _ksync_set_kernel_v1_irq_restore(flags) }
 }
 
 /// Hands a stall report to the kernel's [`Kernel::rcu_stall`].
@@ -271,6 +331,12 @@ impl Drop for PreemptGuard {
         _ksync_set_kernel_v1_preempt_enable();
     }
 }
+
+pub mod irq;
+mod spin;
+
+pub(crate) use spin::{Backoff, Waiter, kick_waiters};
+pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};
 
 #[cfg(feature = "test-hooks")]
 pub mod host;

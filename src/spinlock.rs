@@ -45,7 +45,7 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use crate::arch;
+use crate::kernel::{Backoff, Waiter, kick_waiters, vcpu_preemptible};
 use crate::sync::{AtomicBool, AtomicU16, Ordering, const_fn, relax};
 pub use spin::relax::{Loop, RelaxStrategy, Spin};
 
@@ -54,9 +54,17 @@ pub type TicketMutex<T> = lock_api::Mutex<RawTicketLock, T>;
 /// A [`lock_api::Mutex`] over a [`RawTtasLock`].
 pub type TtasMutex<T> = lock_api::Mutex<RawTtasLock, T>;
 /// A [`TicketMutex`] that saves and disables local interrupts while held.
+/// Interrupts are masked through the kernel's hooks ([`KernelIrq`]); see
+/// [`ArchIrqTicketMutex`] for binaries without [`set_kernel!`](crate::set_kernel).
 pub type IrqTicketMutex<T> = lock_api::Mutex<RawIrqSave<RawTicketLock>, T>;
 /// A [`TtasMutex`] that saves and disables local interrupts while held.
 pub type IrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock>, T>;
+/// An [`IrqTicketMutex`] that masks interrupts with the architecture's
+/// instructions ([`ArchIrq`]) instead of the kernel's hooks: usable in a
+/// binary that never calls [`set_kernel!`](crate::set_kernel).
+pub type ArchIrqTicketMutex<T> = lock_api::Mutex<RawIrqSave<RawTicketLock, ArchIrq>, T>;
+/// An [`IrqTtasMutex`] masking with [`ArchIrq`], as [`ArchIrqTicketMutex`].
+pub type ArchIrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock, ArchIrq>, T>;
 
 // ---- ticket lock ------------------------------------------------------------
 
@@ -150,20 +158,49 @@ impl<R> RawTicketLock<R> {
         );
         // Release pairs with the Acquire loads in `lock` and `try_lock`.
         self.owner.store(owner.wrapping_add(1), Ordering::Release);
+        if vcpu_preemptible() {
+            kick_waiters();
+        }
     }
 }
 
 impl<R: RelaxStrategy> RawTicketLock<R> {
-    /// Takes a ticket and spins until it is served.
+    /// Takes a ticket and spins until it is served; when CPUs may be
+    /// descheduled while spinning ([`vcpu_preemptible`]), takes the lock
+    /// by test-and-set instead (see [`lock_preemptible`](Self::lock_preemptible)).
     #[doc(alias = "arch_spin_lock")]
     #[inline]
     pub fn lock(&self) {
+        if vcpu_preemptible() {
+            return self.lock_preemptible();
+        }
         // Relaxed: taking a ticket orders nothing; the Acquire load that
         // sees our ticket served does.
         let ticket = self.next.fetch_add(1, Ordering::Relaxed);
         // Acquire pairs with the Release store in `unlock`.
         while self.owner.load(Ordering::Acquire) != ticket {
             relax::<R>();
+        }
+    }
+
+    /// Takes the lock without a ticket: waits (read-only, with bounded
+    /// exponential backoff, giving the CPU away now and then through the
+    /// kernel's [`SpinWait`](crate::kernel::SpinWait)) until it looks free,
+    /// then tries [`try_lock`](Self::try_lock). A waiter that is
+    /// descheduled holds no place in a queue, so the lock never waits for
+    /// it: fairness is traded for progress, as Linux's `virt_spin_lock`
+    /// does in guests. Used by [`lock`](Self::lock) when
+    /// [`vcpu_preemptible`] is set; a lock may be taken both ways at once
+    /// (a test-and-set taker only succeeds when no ticket is outstanding).
+    #[doc(alias = "virt_spin_lock")]
+    #[inline(never)]
+    pub fn lock_preemptible(&self) {
+        let mut backoff = Backoff::new();
+        loop {
+            if !self.is_locked() && self.try_lock() {
+                return;
+            }
+            backoff.backoff::<R>();
         }
     }
 }
@@ -237,14 +274,42 @@ impl<R> RawTtasLock<R> {
         debug_assert!(self.is_locked(), "unlock of a TTAS lock that is not held");
         // Release pairs with the Acquire exchange in `lock`/`try_lock`.
         self.locked.store(false, Ordering::Release);
+        if vcpu_preemptible() {
+            kick_waiters();
+        }
     }
 }
 
 impl<R: RelaxStrategy> RawTtasLock<R> {
     /// Spins until the lock is taken.
+    ///
+    /// When CPUs may be descheduled while spinning ([`vcpu_preemptible`]),
+    /// a waiter gives the CPU away now and then (the kernel's
+    /// [`SpinWait`](crate::kernel::SpinWait)) so a descheduled holder can
+    /// run.
     #[inline]
     pub fn lock(&self) {
+        // Acquire pairs with the Release store in `unlock`.
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+        self.lock_contended();
+    }
+
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let preemptible = vcpu_preemptible();
+        let mut waiter = Waiter::new();
         loop {
+            // Test before test-and-set: read-only spinning leaves the line
+            // shared instead of bouncing it between waiters.
+            while self.locked.load(Ordering::Relaxed) {
+                waiter.wait::<R>(preemptible);
+            }
             // Acquire pairs with the Release store in `unlock`.
             if self
                 .locked
@@ -252,11 +317,6 @@ impl<R: RelaxStrategy> RawTtasLock<R> {
                 .is_ok()
             {
                 return;
-            }
-            // Test before test-and-set: read-only spinning leaves the line
-            // shared instead of bouncing it between waiters.
-            while self.locked.load(Ordering::Relaxed) {
-                relax::<R>();
             }
         }
     }
@@ -278,45 +338,7 @@ impl<R> fmt::Debug for RawTtasLock<R> {
 
 // ---- IRQ saving -------------------------------------------------------------
 
-/// Saved local interrupt state, restored when dropped.
-///
-/// `!Send`: interrupt state belongs to the CPU that saved it.
-#[must_use = "dropping the state restores interrupts at once"]
-pub struct IrqState {
-    flags: arch::IrqFlags,
-    not_send: PhantomData<*mut ()>,
-}
-
-impl IrqState {
-    /// Saves the local interrupt state and disables interrupts on this CPU
-    /// (through the `critical-section` implementation on targets without a
-    /// native path, see the crate docs).
-    #[doc(alias = "local_irq_save")]
-    #[inline]
-    pub fn save() -> Self {
-        Self {
-            flags: arch::irq_save(),
-            not_send: PhantomData,
-        }
-    }
-}
-
-impl Drop for IrqState {
-    #[doc(alias = "local_irq_restore")]
-    #[inline]
-    fn drop(&mut self) {
-        // SAFETY: `flags` came from `irq_save` on this CPU (the type is not
-        // `Send`); nesting order is the documented duty of the user, as for
-        // `local_irq_restore`.
-        unsafe { arch::irq_restore(self.flags) }
-    }
-}
-
-impl fmt::Debug for IrqState {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("IrqState")
-    }
-}
+pub use crate::kernel::irq::{ArchIrq, IrqControl, IrqState, KernelIrq};
 
 /// Adapter that saves and disables local interrupts *before* spinning on
 /// the inner lock `L`, and restores the saved state after unlocking.
@@ -333,17 +355,32 @@ impl fmt::Debug for IrqState {
 /// *TICKS.lock() += 1; // interrupts off from before the spin to the drop
 /// assert_eq!(*TICKS.lock(), 1);
 /// ```
+///
+/// `I` is how interrupts are masked ([`KernelIrq`]: the kernel's hooks;
+/// [`ArchIrq`]: the architecture's instructions, no hooks needed).
 #[doc(alias = "spin_lock_irqsave")]
 #[derive(Default, Debug)]
 #[repr(transparent)]
-pub struct RawIrqSave<L> {
+pub struct RawIrqSave<L, I = KernelIrq> {
     inner: L,
+    irq: PhantomData<I>,
 }
 
 impl<L> RawIrqSave<L> {
-    /// Wraps `inner`.
+    /// Wraps `inner`, masking through the kernel's hooks.
     pub const fn new(inner: L) -> Self {
-        Self { inner }
+        Self::with_irq(inner)
+    }
+}
+
+impl<L, I> RawIrqSave<L, I> {
+    /// Wraps `inner`, masking with `I` (name it:
+    /// `RawIrqSave::<_, ArchIrq>::with_irq(lock)`).
+    pub const fn with_irq(inner: L) -> Self {
+        Self {
+            inner,
+            irq: PhantomData,
+        }
     }
 }
 
@@ -438,22 +475,22 @@ unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTtasLock<R> {
 // guard state adds the saved interrupt state, restored only after the inner
 // unlock, and is `!Send` because of it.
 #[cfg(not(loom))]
-unsafe impl<L: lock_api::RawMutex> lock_api::RawMutex for RawIrqSave<L> {
+unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqSave<L, I> {
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self { inner: L::INIT };
-    type Guard = (L::Guard, IrqState);
+    const INIT: Self = Self::with_irq(L::INIT);
+    type Guard = (L::Guard, IrqState<I>);
 
     #[inline]
     fn lock(&self) -> Self::Guard {
         // Interrupts off before spinning: a handler on this CPU must not
         // find the lock held by the code it interrupted.
-        let irq = IrqState::save();
+        let irq = IrqState::<I>::save_with();
         (self.inner.lock(), irq)
     }
 
     #[inline]
     fn try_lock(&self) -> Option<Self::Guard> {
-        let irq = IrqState::save();
+        let irq = IrqState::<I>::save_with();
         // On failure `irq` drops here and restores the state.
         self.inner.try_lock().map(|g| (g, irq))
     }
@@ -474,7 +511,7 @@ unsafe impl<L: lock_api::RawMutex> lock_api::RawMutex for RawIrqSave<L> {
 
 // SAFETY: as for `RawMutex` above, with the inner lock's fair unlock.
 #[cfg(not(loom))]
-unsafe impl<L: lock_api::RawMutexFair> lock_api::RawMutexFair for RawIrqSave<L> {
+unsafe impl<L: lock_api::RawMutexFair, I: IrqControl> lock_api::RawMutexFair for RawIrqSave<L, I> {
     #[inline]
     unsafe fn unlock_fair(&self, (guard, irq): Self::Guard) {
         // SAFETY: forwarded caller contract.

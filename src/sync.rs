@@ -44,6 +44,13 @@ pub(crate) use core::sync::atomic::AtomicUsize as StatCounter;
 #[cfg(not(target_has_atomic = "ptr"))]
 pub(crate) use portable_atomic::AtomicUsize as StatCounter;
 
+/// Atomics that hold configuration, never part of a modelled algorithm
+/// (the spin-wait policy): `core`'s even under loom, so they can live in
+/// `static`s. Only loads and stores are used, which every target has.
+pub(crate) mod config {
+    pub(crate) use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+}
+
 /// One iteration of a busy-wait loop. Under loom it yields to the model
 /// scheduler, which needs to know the thread is waiting.
 #[inline(always)]

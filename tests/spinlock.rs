@@ -8,17 +8,18 @@
 #![cfg(not(loom))]
 
 mod common;
-use common::Budget;
+use common::{Budget, PATIENCE, tickets};
 
 use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Barrier, Mutex, mpsc};
+use std::sync::{Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
+use ksync::kernel::host::irqs_disabled;
 use ksync::lock_api::{self, MutexGuard, RawMutex};
 use ksync::spinlock::{
-    IrqState, IrqTicketMutex, IrqTtasMutex, Loop, RawIrqSave, RawTicketLock, RawTtasLock, Spin,
-    TicketMutex, TtasMutex,
+    ArchIrq, ArchIrqTicketMutex, IrqState, IrqTicketMutex, IrqTtasMutex, Loop, RawIrqSave,
+    RawTicketLock, RawTtasLock, Spin, TicketMutex, TtasMutex,
 };
 
 /// Threads playing CPUs.
@@ -30,58 +31,6 @@ const TOTAL_OPS: usize = if cfg!(debug_assertions) {
 } else {
     1_000_000
 };
-
-/// How long to wait for something that must happen before calling it a
-/// hang.
-const PATIENCE: Duration = Duration::from_secs(20);
-
-/// Spins (yielding) until `cond` holds; panics after [`PATIENCE`].
-fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
-    let start = Instant::now();
-    while !cond() {
-        assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
-        thread::yield_now();
-    }
-}
-
-/// `(owner, next)` of a ticket lock, read from its `Debug` output (the
-/// only place they are visible).
-fn tickets<R>(lock: &RawTicketLock<R>) -> (u16, u16) {
-    let text = format!("{lock:?}");
-    let field = |name: &str| -> u16 {
-        let start = text
-            .find(name)
-            .unwrap_or_else(|| panic!("{name} in {text}"))
-            + name.len();
-        let digits: String = text[start..]
-            .chars()
-            .take_while(char::is_ascii_digit)
-            .collect();
-        digits
-            .parse()
-            .unwrap_or_else(|_| panic!("{name} in {text}"))
-    };
-    (field("owner: "), field("next: "))
-}
-
-/// A raw ticket lock held by this thread, unlocked on drop: also when a
-/// failed assertion unwinds, so that a test fails instead of leaving its
-/// waiters spinning (and `thread::scope` waiting for them) forever.
-struct Held<'a>(&'a RawTicketLock);
-
-impl<'a> Held<'a> {
-    fn lock(lock: &'a RawTicketLock) -> Self {
-        lock.lock();
-        Self(lock)
-    }
-}
-
-impl Drop for Held<'_> {
-    fn drop(&mut self) {
-        // SAFETY: locked by `Held::lock` on this thread, unlocked only here.
-        unsafe { self.0.unlock() }
-    }
-}
 
 // ---- the raw inherent API ------------------------------------------------------
 
@@ -166,83 +115,6 @@ fn raw_locks_in_statics() {
     assert!(!RawMutex::is_locked(&IRQ));
 }
 
-#[test]
-fn ticket_is_contended_while_a_waiter_queues() {
-    let lock: RawTicketLock = RawTicketLock::new();
-    let got_it = AtomicBool::new(false);
-    let held = Held::lock(&lock);
-    thread::scope(|s| {
-        s.spawn(|| {
-            let _held = Held::lock(&lock);
-            got_it.store(true, Ordering::Relaxed);
-        });
-        wait_until("the waiter to queue", || lock.is_contended());
-        assert!(lock.is_locked());
-        assert!(!lock.try_lock(), "try_lock with a waiter queued");
-        assert!(!got_it.load(Ordering::Relaxed));
-        drop(held);
-    });
-    assert!(got_it.load(Ordering::Relaxed));
-    assert!(!lock.is_locked());
-    assert!(!lock.is_contended());
-}
-
-#[test]
-fn ticket_wraparound() {
-    let lock: RawTicketLock = RawTicketLock::new();
-    for _ in 0..0xffff {
-        drop(Held::lock(&lock));
-    }
-    assert_eq!(tickets(&lock), (0xffff, 0xffff));
-    assert!(!lock.is_locked());
-
-    // Holding ticket 0xffff: next has wrapped to 0.
-    let held = Held::lock(&lock);
-    assert_eq!(tickets(&lock), (0xffff, 0));
-    assert!(lock.is_locked());
-    assert!(!lock.is_contended());
-    assert!(!lock.try_lock());
-    thread::scope(|s| {
-        s.spawn(|| drop(Held::lock(&lock)));
-        wait_until("the waiter to queue", || lock.is_contended());
-        assert_eq!(tickets(&lock), (0xffff, 1));
-        drop(held);
-    });
-    assert_eq!(tickets(&lock), (1, 1));
-    assert!(!lock.is_locked());
-
-    // try_lock across the wrap too.
-    for _ in 0..0x1_0005 {
-        assert!(lock.try_lock());
-        assert!(lock.is_locked());
-        // SAFETY: taken by the successful try_lock above.
-        unsafe { lock.unlock() };
-    }
-    assert_eq!(tickets(&lock), (6, 6));
-}
-
-/// Waiters are served in the order they took their tickets.
-#[test]
-fn ticket_hands_over_in_fifo_order() {
-    const WAITERS: u16 = 5;
-    let lock: RawTicketLock = RawTicketLock::new();
-    let order = Mutex::new(Vec::new());
-    let held = Held::lock(&lock);
-    thread::scope(|s| {
-        for i in 0..WAITERS {
-            let (lock, order) = (&lock, &order);
-            s.spawn(move || {
-                let _held = Held::lock(lock);
-                order.lock().unwrap().push(i);
-            });
-            // Spawn the next one only once this one holds its ticket.
-            wait_until("the waiter's ticket", || tickets(lock).1 == i + 2);
-        }
-        drop(held);
-    });
-    assert_eq!(*order.lock().unwrap(), (0..WAITERS).collect::<Vec<_>>());
-}
-
 // ---- lock_api: try_lock, statics ----------------------------------------------
 
 /// `try_lock` fails while the lock is held (here and in another thread) and
@@ -292,7 +164,7 @@ fn irq_try_lock_fails_while_held_and_keeps_interrupts_off() {
         assert!(m.try_lock().is_none());
         // The failed try_lock restored only its own (nested) state:
         // interrupts are still off.
-        let probe = CsProbe::start();
+        let probe = IrqProbe::start();
         probe.assert_blocked();
         drop(guard);
         probe.assert_gets_through();
@@ -300,7 +172,7 @@ fn irq_try_lock_fails_while_held_and_keeps_interrupts_off() {
         *guard += 1;
         drop(guard);
         assert!(!m.is_locked());
-        CsProbe::start().assert_gets_through();
+        IrqProbe::start().assert_gets_through();
     }
     check::<RawTicketLock>();
     check::<RawTtasLock>();
@@ -319,16 +191,16 @@ fn irq_try_lock_failure_restores_interrupts() {
         let (inner, irq) = RawMutex::lock(raw);
         // Interrupts back on, lock still held.
         drop(irq);
-        CsProbe::start().assert_gets_through();
+        IrqProbe::start().assert_gets_through();
         thread::scope(|s| {
             s.spawn(|| assert!(m.try_lock().is_none())).join().unwrap();
         });
-        CsProbe::start().assert_gets_through();
+        IrqProbe::start().assert_gets_through();
         // SAFETY: `inner` is the state of the acquisition above, and the
         // saved interrupt state is a fresh one of this thread.
         unsafe { RawMutex::unlock(raw, (inner, IrqState::save())) };
         assert!(!m.is_locked());
-        CsProbe::start().assert_gets_through();
+        IrqProbe::start().assert_gets_through();
         assert!(m.try_lock().is_some());
     }
     check::<RawTicketLock>();
@@ -419,139 +291,6 @@ fn irq_ttas_mutual_exclusion() {
 
 // ---- ticket fairness -----------------------------------------------------------
 
-/// Every acquisition records how many other acquisitions happened between
-/// its call to `lock` and its entry: with a FIFO lock and `THREADS` threads,
-/// at most `THREADS - 1` (each other thread holds at most one earlier
-/// ticket). Only a thread preempted between reading the counter and taking
-/// its ticket can see more, so nearly all acquisitions must respect the
-/// bound. A lock that lets a waiter be overtaken again and again (TTAS)
-/// does not.
-#[test]
-fn ticket_bypass_is_bounded() {
-    let lock: RawTicketLock = RawTicketLock::new();
-    let acquisitions = AtomicUsize::new(0);
-    let over = AtomicUsize::new(0);
-    let max_bypass = AtomicUsize::new(0);
-    let per_thread: Vec<AtomicUsize> = (0..THREADS).map(|_| AtomicUsize::new(0)).collect();
-    let t0 = Instant::now();
-
-    // Every thread queues behind this one before anyone starts, so each
-    // is served at least once whatever the scheduler does.
-    let held = Held::lock(&lock);
-    thread::scope(|s| {
-        for mine in &per_thread {
-            let (lock, acquisitions, over, max_bypass) = (&lock, &acquisitions, &over, &max_bypass);
-            s.spawn(move || {
-                let mut budget = Budget::new(t0, TOTAL_OPS / THREADS);
-                while budget.next() {
-                    let before = acquisitions.load(Ordering::Relaxed);
-                    let held = Held::lock(lock);
-                    let after = acquisitions.fetch_add(1, Ordering::Relaxed);
-                    mine.fetch_add(1, Ordering::Relaxed);
-                    drop(held);
-                    let bypass = after - before;
-                    max_bypass.fetch_max(bypass, Ordering::Relaxed);
-                    if bypass > THREADS - 1 {
-                        over.fetch_add(1, Ordering::Relaxed);
-                    }
-                }
-            });
-        }
-        wait_until("every thread to queue", || {
-            let (owner, next) = tickets(&lock);
-            next.wrapping_sub(owner) == 1 + THREADS as u16
-        });
-        drop(held);
-    });
-
-    let total = acquisitions.load(Ordering::Relaxed);
-    let over = over.load(Ordering::Relaxed);
-    let counts: Vec<usize> = per_thread
-        .iter()
-        .map(|c| c.load(Ordering::Relaxed))
-        .collect();
-    println!(
-        "{total} acquisitions in {:?}; per thread {counts:?}; {over} over the bound, max bypass {}",
-        t0.elapsed(),
-        max_bypass.load(Ordering::Relaxed)
-    );
-    assert_eq!(counts.iter().sum::<usize>(), total);
-    assert!(
-        counts.iter().all(|&c| c > 0),
-        "a thread starved: {counts:?}"
-    );
-    assert!(
-        over <= total / 100 + 2,
-        "{over} of {total} acquisitions were overtaken more than {} times",
-        THREADS - 1
-    );
-}
-
-/// `unlock_fair` hands the lock to the queued waiter: right after it, the
-/// lock is not free for the taking, even before the waiter runs.
-#[test]
-fn ticket_unlock_fair_hands_over() {
-    let m = TicketMutex::new(0u32);
-    // Without waiters it simply unlocks.
-    let guard = m.lock();
-    MutexGuard::unlock_fair(guard);
-    assert!(!m.is_locked());
-    assert!(m.try_lock().is_some());
-
-    let checked = AtomicBool::new(false);
-    let guard = m.lock();
-    thread::scope(|s| {
-        s.spawn(|| {
-            let mut guard = m.lock();
-            *guard += 1;
-            wait_until("the holder's check", || checked.load(Ordering::Relaxed));
-        });
-        // SAFETY: only reads a snapshot of the lock state through the raw
-        // lock; nothing is locked or unlocked through it.
-        let raw = unsafe { m.raw() };
-        wait_until("the waiter to queue", || raw.is_contended());
-        MutexGuard::unlock_fair(guard);
-        assert!(m.try_lock().is_none(), "unlock_fair let the lock be stolen");
-        assert!(m.is_locked());
-        checked.store(true, Ordering::Relaxed);
-    });
-    assert_eq!(*m.lock(), 1);
-}
-
-/// `bump` with a waiter queued lets it run before re-taking the lock;
-/// without one it keeps the lock.
-#[test]
-fn ticket_bump_yields_to_a_waiter() {
-    let m = TicketMutex::new(0u32);
-    let mut guard = m.lock();
-    MutexGuard::bump(&mut guard);
-    *guard += 1;
-    thread::scope(|s| {
-        s.spawn(|| assert!(m.try_lock().is_none(), "bump released the lock"))
-            .join()
-            .unwrap();
-    });
-    assert_eq!(*guard, 1);
-
-    thread::scope(|s| {
-        s.spawn(|| {
-            let mut guard = m.lock();
-            assert_eq!(*guard, 1);
-            *guard = 10;
-        });
-        // SAFETY: only reads a snapshot of the lock state.
-        let raw = unsafe { m.raw() };
-        wait_until("the waiter to queue", || raw.is_contended());
-        MutexGuard::bump(&mut guard);
-        // The waiter ran in between, and we hold the lock again.
-        assert_eq!(*guard, 10);
-        assert!(m.is_locked());
-        *guard += 1;
-        drop(guard);
-    });
-    assert_eq!(*m.lock(), 11);
-}
-
 #[test]
 fn irq_ticket_unlock_fair_and_bump() {
     let m = IrqTicketMutex::new(0u32);
@@ -561,7 +300,7 @@ fn irq_ticket_unlock_fair_and_bump() {
     assert_eq!(*guard, 1);
     assert!(m.is_locked());
     // Still "interrupts off" after the bump.
-    let probe = CsProbe::start();
+    let probe = IrqProbe::start();
     probe.assert_blocked();
     MutexGuard::unlock_fair(guard);
     probe.assert_gets_through();
@@ -571,9 +310,79 @@ fn irq_ticket_unlock_fair_and_bump() {
 
 // ---- IRQ saving -------------------------------------------------------------------
 
-/// A thread that enters a critical section, which on this host is what an
-/// interrupt handler on another "CPU" would need while interrupts are off
-/// here: the std implementation is one global lock.
+/// This thread's "interrupts off" flag (the host hooks keep one per
+/// thread, as a CPU has), with the old probe's vocabulary.
+struct IrqProbe;
+
+impl IrqProbe {
+    fn start() -> Self {
+        IrqProbe
+    }
+
+    /// Interrupts are off on this thread.
+    fn assert_blocked(&self) {
+        assert!(
+            irqs_disabled(),
+            "interrupts were on inside an IRQ-saving section"
+        );
+    }
+
+    /// Interrupts are on again.
+    fn assert_gets_through(self) {
+        assert!(!irqs_disabled(), "interrupts were not restored");
+    }
+}
+
+/// Masking interrupts on one "CPU" never excludes another: two threads are
+/// inside IRQ-saving sections at the same time (with a machine-wide lock
+/// the second would wait for the first, and the rendezvous would time out).
+#[test]
+fn irq_masking_is_per_cpu_not_a_global_lock() {
+    let inside = Barrier::new(2);
+    let a = IrqTicketMutex::new(0u32);
+    let b = IrqTicketMutex::new(0u32);
+    let (tx, rx) = mpsc::channel();
+    thread::scope(|s| {
+        for lock in [&a, &b] {
+            let (inside, tx) = (&inside, tx.clone());
+            s.spawn(move || {
+                let _irq = IrqState::save();
+                let mut guard = lock.lock();
+                assert!(irqs_disabled());
+                *guard += 1;
+                inside.wait();
+                tx.send(()).unwrap();
+            });
+        }
+        for _ in 0..2 {
+            rx.recv_timeout(PATIENCE)
+                .expect("two CPUs could not both have interrupts off");
+        }
+    });
+    assert_eq!((*a.lock(), *b.lock()), (1, 1));
+    assert!(!irqs_disabled());
+}
+
+/// `ArchIrq` needs no kernel hooks; on this host it is the
+/// critical-section implementation (the std one: a global lock).
+#[test]
+fn arch_irq_locks_use_the_architecture_default() {
+    let m = ArchIrqTicketMutex::new(0u32);
+    let guard = m.lock();
+    assert!(!irqs_disabled(), "ArchIrq went through the kernel hooks");
+    let probe = CsProbe::start();
+    probe.assert_blocked();
+    drop(guard);
+    probe.assert_gets_through();
+    let state = IrqState::<ArchIrq>::save_with();
+    let probe = CsProbe::start();
+    probe.assert_blocked();
+    drop(state);
+    probe.assert_gets_through();
+}
+
+/// A thread that enters a critical section: blocked while another thread
+/// holds one, since the std implementation is one global lock.
 struct CsProbe {
     entered: mpsc::Receiver<()>,
     thread: Option<thread::JoinHandle<()>>,
@@ -611,9 +420,9 @@ impl CsProbe {
 
 #[test]
 fn irq_state_save_and_restore() {
-    CsProbe::start().assert_gets_through();
+    IrqProbe::start().assert_gets_through();
     let outer = IrqState::save();
-    let probe = CsProbe::start();
+    let probe = IrqProbe::start();
     probe.assert_blocked();
     let inner = IrqState::save();
     assert_eq!(format!("{inner:?}"), "IrqState");
@@ -632,12 +441,12 @@ fn irq_mutexes_disable_interrupts_while_held() {
         let probe;
         if which == 0 {
             let mut guard = a.lock();
-            probe = CsProbe::start();
+            probe = IrqProbe::start();
             probe.assert_blocked();
             *guard += 1;
         } else {
             let mut guard = b.try_lock().unwrap();
-            probe = CsProbe::start();
+            probe = IrqProbe::start();
             probe.assert_blocked();
             *guard += 1;
         }
@@ -652,7 +461,7 @@ fn irq_mutexes_nest() {
     let b = IrqTtasMutex::new(0u32);
     let mut ga = a.lock();
     let mut gb = b.lock();
-    let probe = CsProbe::start();
+    let probe = IrqProbe::start();
     *ga += 1;
     *gb += 1;
     probe.assert_blocked();
@@ -698,5 +507,5 @@ fn irq_mutexes_nest_threaded() {
     });
     let total = total.load(Ordering::Relaxed) as u64;
     assert_eq!((*a.lock(), *b.lock()), (total, total));
-    CsProbe::start().assert_gets_through();
+    IrqProbe::start().assert_gets_through();
 }

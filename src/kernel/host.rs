@@ -60,6 +60,9 @@ impl Drop for ThreadCpu {
 // destructor that frees the id is touched only when the id is claimed.
 #[cfg(not(loom))]
 std::thread_local! {
+    /// This thread's "interrupts off" flag: what a CPU has. Masking
+    /// interrupts on one thread never excludes another.
+    static IRQS_OFF: Cell<bool> = const { Cell::new(false) };
     static CPU_ID: Cell<usize> = const { Cell::new(usize::MAX) };
     static THIS_CPU: ThreadCpu = const { ThreadCpu(Cell::new(None)) };
 }
@@ -135,9 +138,33 @@ unsafe impl Kernel for HostKernel {
         MAX_CPUS
     }
 
+    #[cfg(not(loom))]
+    #[inline]
+    fn irq_save() -> usize {
+        usize::from(IRQS_OFF.with(|off| off.replace(true)))
+    }
+
+    #[cfg(not(loom))]
+    #[inline]
+    unsafe fn irq_restore(flags: usize) {
+        debug_assert!(
+            IRQS_OFF.with(Cell::get),
+            "ksync test hooks: interrupts restored while not disabled"
+        );
+        IRQS_OFF.with(|off| off.set(flags != 0));
+    }
+
     fn rcu_stall(report: &crate::rcu::StallReport) {
         std::eprintln!("{report}");
     }
+}
+
+/// Whether this thread has "interrupts" disabled (inside an IRQ-saving
+/// lock or an [`IrqState`](crate::spinlock::IrqState)): Linux's
+/// `irqs_disabled()` for the host hooks.
+#[cfg(not(loom))]
+pub fn irqs_disabled() -> bool {
+    IRQS_OFF.with(Cell::get)
 }
 
 crate::set_kernel!(HostKernel);

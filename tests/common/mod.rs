@@ -2,7 +2,10 @@
 
 #![allow(dead_code)]
 
+use std::thread;
 use std::time::{Duration, Instant};
+
+use ksync::spinlock::RawTicketLock;
 
 /// Wall-clock budget of each threaded test. Threads playing CPUs spin in
 /// the lockref's ticket lock, and on a loaded 2-core machine a preempted
@@ -103,4 +106,56 @@ where
     assert!(writes > 0, "no writes: the test proved nothing");
     assert_eq!(lock.read().0, writes);
     writes
+}
+
+/// How long to wait for something that must happen before calling it a
+/// hang.
+pub(crate) const PATIENCE: Duration = Duration::from_secs(20);
+
+/// Spins (yielding) until `cond` holds; panics after [`PATIENCE`].
+pub(crate) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
+    let start = Instant::now();
+    while !cond() {
+        assert!(start.elapsed() < PATIENCE, "timed out waiting for {what}");
+        thread::yield_now();
+    }
+}
+
+/// `(owner, next)` of a ticket lock, read from its `Debug` output (the
+/// only place they are visible).
+pub(crate) fn tickets<R>(lock: &RawTicketLock<R>) -> (u16, u16) {
+    let text = format!("{lock:?}");
+    let field = |name: &str| -> u16 {
+        let start = text
+            .find(name)
+            .unwrap_or_else(|| panic!("{name} in {text}"))
+            + name.len();
+        let digits: String = text[start..]
+            .chars()
+            .take_while(char::is_ascii_digit)
+            .collect();
+        digits
+            .parse()
+            .unwrap_or_else(|_| panic!("{name} in {text}"))
+    };
+    (field("owner: "), field("next: "))
+}
+
+/// A raw ticket lock held by this thread, unlocked on drop: also when a
+/// failed assertion unwinds, so that a test fails instead of leaving its
+/// waiters spinning (and `thread::scope` waiting for them) forever.
+pub(crate) struct Held<'a>(&'a RawTicketLock);
+
+impl<'a> Held<'a> {
+    pub(crate) fn lock(lock: &'a RawTicketLock) -> Self {
+        lock.lock();
+        Self(lock)
+    }
+}
+
+impl Drop for Held<'_> {
+    fn drop(&mut self) {
+        // SAFETY: locked by `Held::lock` on this thread, unlocked only here.
+        unsafe { self.0.unlock() }
+    }
 }

@@ -1,0 +1,53 @@
+//! riscv64: local interrupt control in S-mode (bare metal).
+//!
+//! `sstatus.SIE` (bit 1) enables supervisor interrupts on this hart. Saving
+//! is one `csrrci`, which reads `sstatus` and clears SIE in the same
+//! instruction, so no interrupt can slip in between the read and the
+//! clear. Restoring sets SIE again only if it was set (`csrsi`), rather
+//! than writing the whole saved `sstatus` back: that would also undo
+//! changes to other fields (SUM, FS) made inside the critical section.
+//! Both are per-hart: no lock is shared between harts.
+//!
+//! lockref's step and the per-CPU local add use the portable code: core's
+//! 64-bit `compare_exchange` is an LR/SC loop the compiler emits, and a
+//! relaxed `fetch_add` on a CPU's own slot is one `amoadd.w`.
+//!
+//! Used for `target_os = "none"` only: a kernel running in M-mode (no
+//! supervisor) provides its own [`Kernel::irq_save`](crate::kernel::Kernel::irq_save).
+
+/// Saved `sstatus`.
+pub(crate) type IrqFlags = usize;
+
+/// `sstatus.SIE`.
+const SSTATUS_SIE: usize = 1 << 1;
+
+/// Saves `sstatus` and disables supervisor interrupts on this hart.
+#[inline(always)]
+pub(crate) fn irq_save() -> IrqFlags {
+    let flags: usize;
+    // SAFETY: reads `sstatus` and clears SIE atomically; touches no
+    // memory. Not `nomem`: it must be a compiler barrier so protected
+    // accesses do not move before it.
+    unsafe {
+        core::arch::asm!("csrrci {}, sstatus, {sie}", out(reg) flags, sie = const SSTATUS_SIE, options(nostack))
+    };
+    flags
+}
+
+/// Re-enables supervisor interrupts if they were enabled when `flags` was
+/// saved.
+///
+/// # Safety
+/// `flags` must come from the matching [`irq_save`] on this hart, restored
+/// in reverse nesting order.
+#[inline(always)]
+pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
+    if flags & SSTATUS_SIE != 0 {
+        // SAFETY: the caller's `flags` says interrupts were enabled before
+        // the matching save. Not `nomem`: a compiler barrier, so protected
+        // accesses do not move after it.
+        unsafe {
+            core::arch::asm!("csrsi sstatus, {sie}", sie = const SSTATUS_SIE, options(nostack))
+        };
+    }
+}
