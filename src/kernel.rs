@@ -55,7 +55,9 @@
 //! # Host tests
 //!
 //! The `test-hooks` feature (for tests only: it pulls in `std`) provides an
-//! implementation in which every thread is a CPU: see `kernel::host`.
+//! implementation in which every thread is a CPU: see `ksync::host`. It is
+//! a kernel like any other, above the library (it reports offline CPUs to
+//! RCU when threads exit), so it lives at the crate's top, not in here.
 
 /// The largest number of CPUs ksync's per-CPU data supports: every
 /// [`PerCpu`](crate::percpu::PerCpu) has this many slots.
@@ -338,5 +340,3 @@ mod spin;
 pub(crate) use spin::{Backoff, Waiter, kick_waiters};
 pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};
 
-#[cfg(feature = "test-hooks")]
-pub mod host;

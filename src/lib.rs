@@ -25,18 +25,29 @@
 //!
 //! # Interrupts and `critical-section`
 //!
-//! On x86_64 and aarch64 bare metal (`target_os = "none"`) the IRQ-saving
-//! locks mask interrupts with the CPU's own instructions. Everywhere else
-//! they enter a [`critical-section`](https://docs.rs/critical-section), whose
-//! implementation the final binary provides (on targets without
-//! compare-and-swap, such as thumbv6m, the spinlocks' atomics need it too).
+//! Masking local interrupts is a kernel service
+//! ([`Kernel::irq_save`](kernel::Kernel::irq_save)), per CPU and never a
+//! machine-wide lock. Its defaults are the CPU's own instructions on
+//! x86_64, aarch64 and riscv64 bare metal; `critical-section` is used only
+//! where it is the right tool: targets without a native path (single-core
+//! MCUs) and `portable-atomic`'s small atomics on targets without
+//! compare-and-swap. See [`kernel::irq`].
+//!
+//! # Layout
+//!
+//! Layers, each using only those below it: `sync` (the atomics shim) and
+//! `arch/` (the only `asm!`) -> [`kernel`] (the hooks and settings a kernel
+//! provides: CPU id, preemption, interrupts, spin policy) -> [`spinlock`],
+//! [`lockref`], [`seqlock`], [`percpu`] -> [`percpu_counter`],
+//! [`percpu_rwlock`], [`brlock`], [`rcu`] -> `host` (the test kernel, with
+//! `test-hooks`).
 //!
 //! # Features
 //!
 //! * `defmt`: `defmt::Format` for the public types.
 //! * `alloc`: `rcu::defer_free` (Linux's `kfree_rcu`), which allocates.
 //! * `test-hooks`: kernel hooks for host tests in which threads play CPUs
-//!   (`kernel::host`); pulls in `std`, never for kernels.
+//!   (`host`); pulls in `std`, never for kernels.
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -55,6 +66,8 @@ mod arch;
 mod sync;
 
 pub mod brlock;
+#[cfg(feature = "test-hooks")]
+pub mod host;
 pub mod kernel;
 pub mod lockref;
 pub mod percpu;

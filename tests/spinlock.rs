@@ -15,7 +15,7 @@ use std::sync::{Barrier, mpsc};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use ksync::kernel::host::irqs_disabled;
+use ksync::host::irqs_disabled;
 use ksync::lock_api::{self, MutexGuard, RawMutex};
 use ksync::spinlock::{
     ArchIrq, ArchIrqTicketMutex, IrqState, IrqTicketMutex, IrqTtasMutex, Loop, RawIrqSave,

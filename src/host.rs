@@ -7,7 +7,7 @@
 //! preemption off; preemption hooks do nothing (a thread cannot "migrate").
 //! More live threads than [`MAX_CPUS`] is a panic naming both numbers.
 //!
-//! [`nr_cpus`](super::nr_cpus) is [`MAX_CPUS`] (set `KSYNC_MAX_CPUS` for
+//! [`nr_cpus`](crate::kernel::nr_cpus) is [`MAX_CPUS`] (set `KSYNC_MAX_CPUS` for
 //! small models).
 
 use std::cell::Cell;
@@ -15,7 +15,7 @@ use std::cell::Cell;
 #[cfg(not(loom))]
 use std::{sync::Mutex, vec::Vec};
 
-use super::{Kernel, MAX_CPUS};
+use crate::kernel::{Kernel, MAX_CPUS};
 
 /// The host implementation of [`Kernel`]; `ksync` registers it itself when
 /// the `test-hooks` feature is on.
