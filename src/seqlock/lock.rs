@@ -325,6 +325,7 @@ impl<T: SeqData> SeqLock<T> {
     /// *lock.get_mut() += 1;
     /// assert_eq!(lock.read(), 2);
     /// ```
+    // Not under loom: its storage holds loom atomics, not a `T` to lend.
     #[cfg(not(loom))]
     #[inline]
     pub fn get_mut(&mut self) -> &mut T {

@@ -50,12 +50,6 @@ pub(super) struct Storage<T> {
     cell: crate::sync::UnsafeCell<Padded<T>>,
 }
 
-#[cfg(loom)]
-pub(super) struct Storage<T> {
-    words: std::vec::Vec<AtomicUsize>,
-    _data: core::marker::PhantomData<T>,
-}
-
 #[cfg(not(loom))]
 impl<T: SeqData> Storage<T> {
     pub(super) const fn new(value: T) -> Self {
@@ -91,6 +85,16 @@ impl<T: SeqData> Storage<T> {
         // SAFETY: `&mut self` excludes every other access to the cell.
         self.cell.with_mut(|p| unsafe { &mut (*p).value })
     }
+}
+
+// The loom build's storage: loom's atomics are objects of their own that
+// cannot be laid over a `Padded<T>`, so each word is a separate loom atomic
+// (and `new` cannot be `const`, nor `get_mut` lend a `&mut T`). Everything
+// from `load` down is shared by both builds.
+#[cfg(loom)]
+pub(super) struct Storage<T> {
+    words: std::vec::Vec<AtomicUsize>,
+    _data: core::marker::PhantomData<T>,
 }
 
 #[cfg(loom)]
