@@ -4,18 +4,20 @@
 //!
 //! ARMv8.0 has only load-exclusive/store-exclusive (LL/SC) pairs; ARMv8.1
 //! adds the LSE atomics, among them `cas`. With `target_feature = "lse"`
-//! the step loads the word, checks it in Rust and swaps it with one `cas`
-//! (`casa` for acquire, `casl` for release). The instructions are written
-//! out rather than left to `compare_exchange` because on
-//! `aarch64-unknown-linux-gnu` core atomics call an out-of-line helper that
-//! picks LL/SC or LSE at run time, a call the lockref fast path should not
-//! pay.
+//! the step checks the word it saw in Rust (`Rule::check`, as the portable
+//! step does) and swaps it with one `cas` (`casa` for acquire, `casl` for
+//! release). The instructions are written out rather than left to
+//! `compare_exchange` because on `aarch64-unknown-linux-gnu` core atomics
+//! call an out-of-line helper that picks LL/SC or LSE at run time, a call
+//! the lockref fast path should not pay.
 //!
 //! Without LSE, the whole step — load-exclusive, the lock-free and range
 //! checks, the add and the store-exclusive — is one `asm!` block: the
 //! architecture allows no memory accesses between an `ldxr` and its `stxr`
 //! if progress is to be guaranteed, which a compiler-generated split would
-//! not promise. Acquire and release variants use `ldaxr` and `stlxr`.
+//! not promise. The block makes the same check as `Rule::check`, with the
+//! field positions of `lockref::word` as `const` operands. Acquire and
+//! release variants use `ldaxr` and `stlxr`.
 //!
 //! References: Arm ARM (DDI 0487) B2.9 "Synchronization and semaphores"
 //! and C6.2 (`LDXR`, `STXR`, `CAS`).
@@ -26,7 +28,9 @@
 //! `msr daifset, #3`; restoring writes the saved value back. Used only on
 //! bare metal (`target_os = "none"`), where the kernel runs at EL1.
 
-use super::{Attempt, Rule};
+#[cfg(not(target_feature = "lse"))]
+use crate::lockref::word as layout;
+use crate::lockref::word::{Attempt, Rule};
 use crate::sync::{AtomicU64, Ordering};
 
 // ---- LSE: cas ------------------------------------------------------------
@@ -82,16 +86,12 @@ pub(crate) fn lockref_attempt(
     rule: Rule,
     order: Ordering,
 ) -> Attempt {
-    use super::{count_delta, count_of, lock_is_free};
     let old = *seen;
-    if !lock_is_free(old) {
-        return Attempt::Locked;
-    }
-    let count = count_of(old);
-    if !rule.admits(count) {
-        return Attempt::Refused(count);
-    }
-    let new = old.wrapping_add(count_delta(rule.delta));
+    let update = match rule.check(old) {
+        Ok(update) => update,
+        Err(outcome) => return outcome,
+    };
+    let new = update.word;
     let ptr = word.as_ptr();
     // SAFETY: `ptr` points into a live `AtomicU64`, which is 8-byte aligned
     // and only ever accessed atomically.
@@ -104,7 +104,7 @@ pub(crate) fn lockref_attempt(
         }
     };
     if found == old {
-        Attempt::Done(count + rule.delta)
+        Attempt::Done(update.count)
     } else {
         *seen = found;
         Attempt::Lost
@@ -113,7 +113,8 @@ pub(crate) fn lockref_attempt(
 
 // ---- LL/SC: ldxr/stxr ------------------------------------------------------
 
-/// Status codes of the LL/SC block.
+/// Status codes of the LL/SC block. `DONE` and `LOST` are what `stxr`
+/// writes to its status register.
 #[cfg(not(target_feature = "lse"))]
 mod status {
     pub(super) const DONE: u64 = 0;
@@ -121,6 +122,10 @@ mod status {
     pub(super) const LOCKED: u64 = 2;
     pub(super) const REFUSED: u64 = 3;
 }
+
+// The LL/SC block extracts the owner ticket with a mask, not a shift.
+#[cfg(not(target_feature = "lse"))]
+const _: () = assert!(layout::OWNER_SHIFT == 0);
 
 #[cfg(not(target_feature = "lse"))]
 macro_rules! llsc {
@@ -145,14 +150,16 @@ macro_rules! llsc {
             unsafe {
                 core::arch::asm!(
                     concat!($ld, " {old}, [{ptr}]"),
-                    // Lock half free? owner (bits 0..16) == next (16..32).
-                    "ubfx {t1}, {old}, #16, #16",
-                    "and  {t2}, {old}, #0xffff",
+                    // Lock half free? owner == next. The owner is the low
+                    // ticket (`OWNER_SHIFT` is 0, asserted below), so a
+                    // mask extracts it.
+                    "ubfx {t1}, {old}, #{next_shift}, #{ticket_bits}",
+                    "and  {t2}, {old}, #{ticket_mask}",
                     "cmp  {t1}, {t2}",
                     "b.ne 2f",
-                    // Count (bits 32..64, signed) within [lo, lo + span]?
+                    // Count (the signed high half) within [lo, lo + span]?
                     // One unsigned compare of count - lo against span.
-                    "asr  {t1}, {old}, #32",
+                    "asr  {t1}, {old}, #{count_shift}",
                     "sub  {t1}, {t1}, {lo}",
                     "cmp  {t1}, {span}",
                     "b.hi 3f",
@@ -163,11 +170,11 @@ macro_rules! llsc {
                     "b    4f",
                     "2:",
                     "clrex",
-                    "mov  {status}, #2",
+                    "mov  {status}, #{locked}",
                     "b    4f",
                     "3:",
                     "clrex",
-                    "mov  {status}, #3",
+                    "mov  {status}, #{refused}",
                     "4:",
                     old = out(reg) old,
                     status = out(reg) status,
@@ -178,6 +185,12 @@ macro_rules! llsc {
                     lo = in(reg) lo,
                     span = in(reg) span,
                     add = in(reg) add,
+                    next_shift = const layout::NEXT_SHIFT,
+                    ticket_bits = const layout::TICKET_BITS,
+                    ticket_mask = const layout::TICKET_MASK,
+                    count_shift = const layout::COUNT_SHIFT,
+                    locked = const status::LOCKED,
+                    refused = const status::REFUSED,
                     options(nostack),
                 );
             }
@@ -209,11 +222,10 @@ pub(crate) fn lockref_attempt(
     rule: Rule,
     order: Ordering,
 ) -> Attempt {
-    use super::{count_delta, count_of};
     let ptr = word.as_ptr();
     let lo = i64::from(rule.lo);
     let span = (i64::from(rule.hi) - lo) as u64;
-    let add = count_delta(rule.delta);
+    let add = layout::count_delta(rule.delta);
     // SAFETY: `ptr` points into a live `AtomicU64`, which is 8-byte aligned
     // and only ever accessed atomically.
     let (st, old) = unsafe {
@@ -226,10 +238,10 @@ pub(crate) fn lockref_attempt(
     };
     *seen = old;
     match st {
-        status::DONE => Attempt::Done(count_of(old) + rule.delta),
+        status::DONE => Attempt::Done(layout::count_of(old) + rule.delta),
         status::LOST => Attempt::Lost,
         status::LOCKED => Attempt::Locked,
-        _ => Attempt::Refused(count_of(old)),
+        _ => Attempt::Refused(layout::count_of(old)),
     }
 }
 

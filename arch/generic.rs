@@ -7,7 +7,7 @@
 //! arches that normally use their own.
 
 #[cfg(target_has_atomic = "64")]
-use super::{Attempt, Rule, count_delta, count_of, lock_is_free};
+use crate::lockref::word::{Attempt, Rule};
 #[cfg(target_has_atomic = "64")]
 use crate::sync::{AtomicU64, Ordering};
 
@@ -31,16 +31,12 @@ pub(crate) fn lockref_attempt(
     order: Ordering,
 ) -> Attempt {
     let old = *seen;
-    if !lock_is_free(old) {
-        return Attempt::Locked;
-    }
-    let count = count_of(old);
-    if !rule.admits(count) {
-        return Attempt::Refused(count);
-    }
-    let new = old.wrapping_add(count_delta(rule.delta));
-    match word.compare_exchange(old, new, order, Ordering::Relaxed) {
-        Ok(_) => Attempt::Done(count + rule.delta),
+    let update = match rule.check(old) {
+        Ok(update) => update,
+        Err(outcome) => return outcome,
+    };
+    match word.compare_exchange(old, update.word, order, Ordering::Relaxed) {
+        Ok(_) => Attempt::Done(update.count),
         Err(current) => {
             *seen = current;
             Attempt::Lost
@@ -203,7 +199,7 @@ mod tests {
     use std::vec::Vec;
 
     use super::lockref_attempt;
-    use crate::arch::{Attempt, Rule, count_of};
+    use crate::lockref::word::{self as layout, Attempt, Rule};
     use crate::sync::{AtomicU64, Ordering};
 
     const MAX: i32 = i32::MAX;
@@ -219,10 +215,9 @@ mod tests {
     };
     const ORDERS: [Ordering; 3] = [Ordering::Relaxed, Ordering::Acquire, Ordering::Release];
 
-    /// A lockref word: `count` in the high half, `owner`/`next` tickets in
-    /// the low half.
+    /// A lockref word from its count and tickets.
     fn word(count: i32, owner: u16, next: u16) -> u64 {
-        (u64::from(count as u32) << 32) | (u64::from(next) << 16) | u64::from(owner)
+        layout::compose(count, owner, next)
     }
 
     /// Makes one attempt against a fresh word holding `w`, starting from an
@@ -450,9 +445,9 @@ mod tests {
                 for _ in 0..LOCKER_ROUNDS {
                     let mut w = word.load(Ordering::Relaxed);
                     let ticket = loop {
-                        let next = (w >> 16) as u16;
-                        assert_eq!(w as u16, next, "only this thread locks");
-                        let taken = (w & !0xffff_0000) | (u64::from(next.wrapping_add(1)) << 16);
+                        let next = layout::next(w);
+                        assert_eq!(layout::owner(w), next, "only this thread locks");
+                        let taken = layout::take_ticket(w);
                         match word.compare_exchange(w, taken, Ordering::Acquire, Ordering::Relaxed)
                         {
                             Ok(_) => break next,
@@ -469,9 +464,9 @@ mod tests {
                         );
                     }
                     if ticket == u16::MAX {
-                        word.fetch_sub(0xffff, Ordering::Release);
+                        word.fetch_sub(layout::OWNER_WRAP, Ordering::Release);
                     } else {
-                        word.fetch_add(1, Ordering::Release);
+                        word.fetch_add(layout::OWNER_ONE, Ordering::Release);
                     }
                 }
             })
@@ -482,9 +477,13 @@ mod tests {
         }
         locker.join().unwrap();
         let w = word.load(Ordering::Relaxed);
-        assert_eq!(count_of(w), base);
-        assert_eq!(w as u16, (w >> 16) as u16, "lock left free");
-        assert_eq!(w as u16, LOCKER_ROUNDS as u16, "every lock was served");
+        assert_eq!(layout::count_of(w), base);
+        assert!(layout::lock_is_free(w), "lock left free");
+        assert_eq!(
+            layout::owner(w),
+            LOCKER_ROUNDS as u16,
+            "every lock was served"
+        );
     }
 }
 

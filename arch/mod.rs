@@ -4,8 +4,12 @@
 //! Two services are chosen here, each arm with its reason, each list ending
 //! in a portable fallback:
 //!
-//! * **lockref's lockless step** — one attempt at "if the lock half of the
-//!   word is free and the count is in range, add a delta to the count":
+//! * **lockref's lockless step** — one attempt at a `Rule`: "if the lock
+//!   half of the word is free and the count is in range, add a delta to the
+//!   count". The word's layout, the rule and the check belong to
+//!   `lockref::word`; a backend supplies the atomic update (the LL/SC block
+//!   makes the check in asm, with that module's shifts as operands):
+//!   - loom and Miri always take the portable step, which they can check;
 //!   - aarch64 with LSE (`target_feature = "lse"`): `cas`, inlined (core's
 //!     atomics call an out-of-line helper on `aarch64-*-linux-gnu`);
 //!   - aarch64 without LSE: the whole check-and-update in one LDXR/STXR
@@ -14,7 +18,7 @@
 //!     `compare_exchange`, which is exactly `lock cmpxchg` on x86_64 (the
 //!     compiler already uses its ZF result; hand-written asm bought nothing
 //!     measurable, see the README's benchmark notes);
-//!   - loom and Miri always take the portable step, which they can check.
+//!   - no 64-bit compare-and-swap: no step; lockref takes its lock.
 //! * **local interrupt save/restore** for the IRQ-saving locks:
 //!   - x86_64 and aarch64 bare metal (`target_os = "none"`): `pushfq`/`cli`
 //!     and `DAIF`;
@@ -36,56 +40,9 @@
 #![allow(dead_code)]
 
 #[cfg(target_has_atomic = "64")]
+use crate::lockref::word::{Attempt, Rule};
+#[cfg(target_has_atomic = "64")]
 use crate::sync::{AtomicU64, Ordering};
-
-/// The rule of one lockless lockref update: if the lock is free and
-/// `lo <= count <= hi`, the count becomes `count + delta`.
-#[derive(Clone, Copy, Debug)]
-pub(crate) struct Rule {
-    pub(crate) lo: i32,
-    pub(crate) hi: i32,
-    pub(crate) delta: i32,
-}
-
-impl Rule {
-    /// Whether `count` is in `lo..=hi`, as one unsigned comparison.
-    #[inline(always)]
-    pub(crate) const fn admits(self, count: i32) -> bool {
-        (count.wrapping_sub(self.lo) as u32) <= (self.hi.wrapping_sub(self.lo) as u32)
-    }
-}
-
-/// The outcome of one lockless attempt.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum Attempt {
-    /// The update was made; the new count.
-    Done(i32),
-    /// The lock is free but the count (given) is outside the rule's range.
-    Refused(i32),
-    /// The lock half is held.
-    Locked,
-    /// Another CPU changed the word first (or an exclusive store failed).
-    Lost,
-}
-
-/// Lock half of the lockref word (low 32 bits): owner ticket in bits 0..16,
-/// next ticket in bits 16..32; free when they are equal.
-#[inline(always)]
-pub(crate) const fn lock_is_free(word: u64) -> bool {
-    (word as u16) == ((word >> 16) as u16)
-}
-
-/// Count half of the lockref word (high 32 bits, signed).
-#[inline(always)]
-pub(crate) const fn count_of(word: u64) -> i32 {
-    (word >> 32) as u32 as i32
-}
-
-/// The value to add to a word to add `delta` to its count.
-#[inline(always)]
-pub(crate) const fn count_delta(delta: i32) -> u64 {
-    ((delta as i64) << 32) as u64
-}
 
 // Always compiled: it is the fallback of both services, and the unit tests
 // run its lockref step on every arch (dead code where a native path exists).
@@ -102,14 +59,16 @@ mod riscv64;
 
 // ---- lockref step -------------------------------------------------------
 
-#[cfg(all(target_arch = "aarch64", not(any(loom, miri))))]
-pub(crate) use aarch64::{STEP_LOADS_WORD, lockref_attempt};
-
-#[cfg(all(
-    target_has_atomic = "64",
-    any(loom, miri, not(target_arch = "aarch64"))
-))]
-pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt};
+cfg_select! {
+    // loom and Miri run no `asm!`; they check the portable step.
+    any(loom, miri) => { pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt}; }
+    // LL/SC must be one asm block; LSE `cas` avoids core's outlined helper.
+    target_arch = "aarch64" => { pub(crate) use aarch64::{STEP_LOADS_WORD, lockref_attempt}; }
+    // x86_64 and the rest: `compare_exchange` (`lock cmpxchg` on x86_64).
+    target_has_atomic = "64" => { pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt}; }
+    // No 64-bit CAS: no lockless step (lockref takes its lock every time).
+    _ => {}
+}
 
 // ---- local interrupt control -------------------------------------------
 

@@ -97,8 +97,8 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use crate::arch::{Attempt, Rule};
 use crate::sync::{Ordering, StatCounter, const_fn, fence};
+use word::{Attempt, Rule};
 
 #[cfg(target_has_atomic = "64")]
 use crate::{
@@ -108,6 +108,8 @@ use crate::{
 
 #[cfg(not(target_has_atomic = "64"))]
 use crate::{spinlock::RawTicketLock, sync::AtomicI32};
+
+pub(crate) mod word;
 
 /// The count a dead lockref holds after [`LockRefGuard::mark_dead`] (any
 /// negative count is dead).
@@ -138,6 +140,12 @@ pub struct LockRef {
 ///
 /// While it is held nobody else changes the count: lockless updates see the
 /// lock taken and fall back to it.
+///
+/// # Invariants
+///
+/// From its creation until it drops, the guard holds `lockref`'s lock, taken
+/// by the `raw_lock` that returned `ticket`, and nothing else releases that
+/// lock: the guard is the lock's one owner.
 #[must_use = "dropping the guard unlocks at once"]
 pub struct LockRefGuard<'a> {
     lockref: &'a LockRef,
@@ -153,7 +161,7 @@ impl LockRef {
         /// A new, unlocked lockref holding `count`.
         #[doc(alias = "lockref_init")]
         pub fn new(count: i32) -> Self {
-            Self { word: AtomicU64::new((count as u32 as u64) << 32) }
+            Self { word: AtomicU64::new(word::with_count(count)) }
         }
     }
 
@@ -182,25 +190,25 @@ impl LockRef {
 
     /// Takes a ticket and waits for it; returns the ticket.
     fn raw_lock(&self) -> u16 {
-        let mut word = self.word.load(Ordering::Relaxed);
+        let mut seen = self.word.load(Ordering::Relaxed);
         loop {
-            let next = (word >> 16) as u16;
-            let taken = (word & !0xffff_0000) | (u64::from(next.wrapping_add(1)) << 16);
+            let next = word::next(seen);
+            let taken = word::take_ticket(seen);
             // Acquire pairs with the Release unlock when the lock was free
             // and this exchange takes it at once.
             match self
                 .word
-                .compare_exchange_weak(word, taken, Ordering::Acquire, Ordering::Relaxed)
+                .compare_exchange_weak(seen, taken, Ordering::Acquire, Ordering::Relaxed)
             {
-                Ok(_) if word as u16 == next => return next,
+                Ok(_) if word::owner(seen) == next => return next,
                 Ok(_) => {
                     // Acquire pairs with the Release unlock that serves us.
-                    while self.word.load(Ordering::Acquire) as u16 != next {
+                    while word::owner(self.word.load(Ordering::Acquire)) != next {
                         spin_loop();
                     }
                     return next;
                 }
-                Err(current) => word = current,
+                Err(current) => seen = current,
             }
         }
     }
@@ -215,15 +223,15 @@ impl LockRef {
         // subtracting. Release pairs with the Acquire in `raw_lock` and with
         // Acquire lockless steps that read the unlocked word.
         if ticket == u16::MAX {
-            self.word.fetch_sub(0xffff, Ordering::Release);
+            self.word.fetch_sub(word::OWNER_WRAP, Ordering::Release);
         } else {
-            self.word.fetch_add(1, Ordering::Release);
+            self.word.fetch_add(word::OWNER_ONE, Ordering::Release);
         }
     }
 
     #[inline]
     fn load_count(&self) -> i32 {
-        arch::count_of(self.word.load(Ordering::Relaxed))
+        word::count_of(self.word.load(Ordering::Relaxed))
     }
 
     /// # Safety
@@ -232,7 +240,7 @@ impl LockRef {
         // A read-modify-write of the count half only: waiters change the
         // lock half concurrently. Relaxed: the unlock publishes it.
         self.word
-            .fetch_add(arch::count_delta(new.wrapping_sub(old)), Ordering::Relaxed);
+            .fetch_add(word::count_delta(new.wrapping_sub(old)), Ordering::Relaxed);
     }
 
     /// Exclusive access to the count: no atomics at all, since nobody else
@@ -247,14 +255,13 @@ impl LockRef {
     #[cfg(not(loom))]
     #[inline]
     pub fn get_mut(&mut self) -> &mut i32 {
-        let word: *mut u64 = self.word.get_mut();
-        let half = if cfg!(target_endian = "little") { 1 } else { 0 };
-        // SAFETY: `word` is a unique, 8-byte aligned, live u64 (we hold
+        let ptr: *mut u64 = self.word.get_mut();
+        // SAFETY: `ptr` is a unique, 8-byte aligned, live u64 (we hold
         // `&mut self`, and no guard can exist, as guards borrow `self`); its
-        // count half is the i32 at index 1 (little-endian) or 0 (big-endian),
-        // in bounds and 4-byte aligned. The returned borrow keeps `self`
-        // exclusively borrowed.
-        unsafe { &mut *word.cast::<i32>().add(half) }
+        // count half is the i32 at `COUNT_INDEX` (1 on little-endian, 0 on
+        // big-endian), in bounds and 4-byte aligned. The returned borrow
+        // keeps `self` exclusively borrowed.
+        unsafe { &mut *ptr.cast::<i32>().add(word::COUNT_INDEX) }
     }
 }
 
@@ -473,6 +480,8 @@ impl LockRef {
     #[inline]
     pub fn lock(&self) -> LockRefGuard<'_> {
         let ticket = self.raw_lock();
+        // INVARIANT: `raw_lock` returns once the lock is taken with
+        // `ticket`; the new guard is the only one that will release it.
         LockRefGuard {
             lockref: self,
             ticket,
@@ -507,7 +516,8 @@ impl LockRefGuard<'_> {
     #[inline]
     pub fn set_count(&mut self, count: i32) {
         let old = self.count();
-        // SAFETY: the guard holds the lock and `old` is the current count.
+        // SAFETY: the guard holds the lock (type invariant), so nobody else
+        // changes the count and `old`, read just above, is the current one.
         unsafe { self.lockref.store_count_locked(old, count) }
     }
 
@@ -529,8 +539,9 @@ impl LockRefGuard<'_> {
 impl Drop for LockRefGuard<'_> {
     #[inline]
     fn drop(&mut self) {
-        // SAFETY: the guard holds the lock with `self.ticket` (invariant of
-        // its only constructor, `LockRef::lock`).
+        // SAFETY: by the type invariant the guard holds the lock with
+        // `self.ticket` and nothing else releases it; the guard ends here,
+        // so it is released exactly once.
         unsafe { self.lockref.raw_unlock(self.ticket) }
     }
 }
