@@ -103,6 +103,8 @@ use word::{Attempt, Rule};
 #[cfg(target_has_atomic = "64")]
 use crate::{
     arch,
+    kernel::{Backoff, kick_waiters, vcpu_preemptible},
+    spinlock::Spin,
     sync::{AtomicU64, spin_loop},
 };
 
@@ -188,8 +190,13 @@ impl LockRef {
         Attempt::Lost
     }
 
-    /// Takes a ticket and waits for it; returns the ticket.
+    /// Takes a ticket and waits for it; returns the ticket. When CPUs may
+    /// be descheduled while spinning, takes the lock by test-and-set
+    /// instead ([`raw_lock_preemptible`](Self::raw_lock_preemptible)).
     fn raw_lock(&self) -> u16 {
+        if vcpu_preemptible() {
+            return self.raw_lock_preemptible();
+        }
         let mut seen = self.word.load(Ordering::Relaxed);
         loop {
             let next = word::next(seen);
@@ -213,6 +220,40 @@ impl LockRef {
         }
     }
 
+    /// The lock half taken by test-and-set (Linux's `virt_spin_lock`): a
+    /// ticket is taken only when the lock is free, so no waiter holds a
+    /// place in a queue and a descheduled one never stalls the others. The
+    /// word layout is unchanged (free when `owner == next`), so lockless
+    /// steps and FIFO lockers see the lock exactly as before; a CPU in
+    /// either mode excludes a CPU in the other. Waiting is read-only, with
+    /// bounded exponential backoff, giving the CPU away now and then (the
+    /// kernel's [`SpinWait`](crate::kernel::SpinWait)).
+    #[inline(never)]
+    fn raw_lock_preemptible(&self) -> u16 {
+        let mut backoff = Backoff::new();
+        let mut seen = self.word.load(Ordering::Relaxed);
+        loop {
+            if word::lock_is_free(seen) {
+                let next = word::next(seen);
+                // Acquire pairs with the Release unlock that freed it.
+                match self.word.compare_exchange_weak(
+                    seen,
+                    word::take_ticket(seen),
+                    Ordering::Acquire,
+                    Ordering::Relaxed,
+                ) {
+                    Ok(_) => return next,
+                    // A lockless count update or another locker: look
+                    // again at once while the lock stays free.
+                    Err(current) => seen = current,
+                }
+                continue;
+            }
+            backoff.backoff::<Spin>();
+            seen = self.word.load(Ordering::Relaxed);
+        }
+    }
+
     /// Serves the next ticket.
     ///
     /// # Safety
@@ -226,6 +267,9 @@ impl LockRef {
             self.word.fetch_sub(word::OWNER_WRAP, Ordering::Release);
         } else {
             self.word.fetch_add(word::OWNER_ONE, Ordering::Release);
+        }
+        if vcpu_preemptible() {
+            kick_waiters();
         }
     }
 
