@@ -6,7 +6,7 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use crate::qemu;
-use crate::tools::{cargo, ensure_apt_files, ensure_toolchain, root, toolchain_targets};
+use crate::tools::{cargo, ensure_apt_files, ensure_toolchain, root, runs, toolchain_targets};
 
 /// What `cargo xtask test` was asked for.
 pub struct Options {
@@ -238,20 +238,17 @@ pub fn test(options: &Options) -> ExitCode {
 
     // Miri on the code that copies racy data (seqlock): nightly's Miri,
     // installed if missing.
-    let miri_setup = Command::new("rustup")
-        .args([
+    let miri_setup = runs(
+        "rustup",
+        &[
             "component",
             "add",
             "miri",
             "rust-src",
             "--toolchain",
             "nightly",
-        ])
-        .stdout(Stdio::null())
-        .stderr(Stdio::null())
-        .status()
-        .map(|s| s.success())
-        .unwrap_or(false);
+        ],
+    );
     if miri_setup {
         // `rustup run` picks nightly whatever cargo this driver runs under.
         let mut miri = Command::new("rustup");

@@ -177,3 +177,16 @@ pub fn ensure_toolchain() -> Result<(), String> {
         .status();
     Ok(())
 }
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn toolchain_targets_are_read() {
+        let targets = super::toolchain_targets().expect("rust-toolchain.toml parses");
+        assert!(
+            targets.iter().any(|t| t == "x86_64-unknown-none"),
+            "{targets:?}"
+        );
+        assert!(targets.iter().all(|t| !t.is_empty() && !t.contains('"')));
+    }
+}

@@ -218,3 +218,39 @@ impl Config {
         )
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        let configs: Vec<Config> = Config::all_tcg(4)
+            .into_iter()
+            .chain(Config::all_kvm(2))
+            .collect();
+        for (i, a) in configs.iter().enumerate() {
+            assert!(a.name.starts_with(a.arch.name), "{}", a.name);
+            for b in &configs[i + 1..] {
+                assert_ne!(a.name, b.name, "configuration names must be unique");
+                if a.accel == b.accel {
+                    assert_ne!(
+                        a.variant.label, b.variant.label,
+                        "image labels must be unique"
+                    );
+                }
+                // Two images of one target with different flags in one
+                // directory would rebuild each other.
+                if a.arch.target == b.arch.target && a.variant.rustflags != b.variant.rustflags {
+                    assert_ne!(a.variant.target_subdir, b.variant.target_subdir);
+                }
+            }
+        }
+        for arch in ARCHES {
+            assert_ne!(arch.exit.pass, arch.exit.fail, "{}", arch.name);
+            if let Some((silent, _)) = arch.exit.silent_stop {
+                assert_ne!(silent, arch.exit.pass, "{}", arch.name);
+            }
+        }
+    }
+}

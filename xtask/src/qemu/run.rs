@@ -223,3 +223,23 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<i32> {
         }
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::Marker;
+
+    #[test]
+    fn marker_fields() {
+        let m = Marker::parse(
+            r#"KSYNC-RESULT suite=rcu status=FAIL reason="a b" ops=12"#,
+            "KSYNC-RESULT",
+        )
+        .expect("a marker");
+        assert_eq!(m.get("suite"), Some("rcu"));
+        assert_eq!(m.get("reason"), Some("a b"));
+        assert_eq!(m.num("ops"), Some(12.0));
+        assert_eq!(m.get("missing"), None);
+        assert!(Marker::parse("KSYNC-RESULTS x=1", "KSYNC-RESULT").is_none());
+        assert!(Marker::parse("noise", "KSYNC-RESULT").is_none());
+    }
+}
