@@ -227,6 +227,48 @@ fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<i32> {
 #[cfg(test)]
 mod tests {
     use super::Marker;
+    use super::qemu_command;
+    use crate::qemu::arch::Config;
+    use std::path::Path;
+
+    /// The command lines are the ones `qemu/README.md` documents.
+    #[test]
+    fn command_lines() {
+        let line = |config: &Config| {
+            let cmd = qemu_command(config, Path::new("k"), "rcu");
+            let args: Vec<String> = cmd
+                .get_args()
+                .map(|a| a.to_string_lossy().into_owned())
+                .collect();
+            format!("{} {}", cmd.get_program().to_string_lossy(), args.join(" "))
+        };
+        let common = "-smp 4 -m 128M -nodefaults -display none -monitor none -serial stdio";
+        let tail = "-kernel k -fw_cfg name=opt/ksync/run,string=rcu";
+        let expected = [
+            format!(
+                "qemu-system-x86_64 -accel tcg,thread=multi -cpu qemu64 {common} -M q35 \
+                 -no-reboot -device isa-debug-exit,iobase=0xf4,iosize=0x04 {tail}"
+            ),
+            format!(
+                "qemu-system-aarch64 -accel tcg,thread=multi -cpu max {common} -M virt \
+                 -semihosting-config enable=on,target=native {tail}"
+            ),
+            format!(
+                "qemu-system-aarch64 -accel tcg,thread=multi -cpu cortex-a57 {common} -M virt \
+                 -semihosting-config enable=on,target=native {tail}"
+            ),
+        ];
+        let configs = Config::all_tcg(4);
+        let names: Vec<&str> = configs.iter().map(|c| c.name).collect();
+        assert_eq!(names, ["x86_64-tcg", "aarch64-lse", "aarch64-llsc"]);
+        for (config, expected) in configs.iter().zip(&expected) {
+            assert_eq!(line(config), *expected);
+        }
+        let kvm = Config::all_kvm(4);
+        assert_eq!(kvm.len(), 1);
+        assert_eq!(kvm[0].name, "x86_64-kvm");
+        assert!(line(&kvm[0]).starts_with("qemu-system-x86_64 -accel kvm -cpu qemu64 -smp 4"));
+    }
 
     #[test]
     fn marker_fields() {
