@@ -1,0 +1,340 @@
+//! `cargo xtask test`: every check the project has, installing what it
+//! needs, tallied into one closing line `N passed, N failed` (tests and
+//! checks counted together).
+
+use std::process::{Command, ExitCode, Stdio};
+use std::time::Instant;
+
+use crate::qemu;
+use crate::tools::{cargo, ensure_apt_files, ensure_toolchain, root, runs, toolchain_targets};
+
+/// What `cargo xtask test` was asked for.
+pub struct Options {
+    /// Add the x86_64 KVM configuration to the QEMU runs.
+    pub kvm: bool,
+    /// Skip the QEMU system runs.
+    pub host_only: bool,
+}
+
+#[derive(Default)]
+struct Tally {
+    passed: usize,
+    failed: usize,
+    failures: Vec<String>,
+}
+
+impl Tally {
+    fn check(&mut self, name: &str, ok: bool) {
+        if ok {
+            self.passed += 1;
+        } else {
+            self.failed += 1;
+            self.failures.push(name.to_string());
+        }
+        println!("{} {name}", if ok { "PASS" } else { "FAIL" });
+    }
+}
+
+/// Runs a command, echoing its output; returns success and the output.
+fn run_logged(name: &str, cmd: &mut Command) -> (bool, String) {
+    println!("\n==> {name}");
+    let start = Instant::now();
+    let out = match cmd.stderr(Stdio::piped()).stdout(Stdio::piped()).output() {
+        Ok(out) => out,
+        Err(e) => return (false, format!("could not start: {e}")),
+    };
+    let text = format!(
+        "{}{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    // Keep the log readable: per-test lines and summaries, not compile noise.
+    for line in text.lines() {
+        let keep = line.starts_with("test ")
+            || line.contains("test result:")
+            || line.starts_with("error")
+            || line.starts_with("warning")
+            || line.contains("panicked")
+            || line.starts_with("failures")
+            || line.starts_with("  -->")
+            || line.starts_with("Diff in");
+        if keep || !out.status.success() {
+            println!("    {line}");
+        }
+    }
+    println!(
+        "    ({:.1} s, {})",
+        start.elapsed().as_secs_f64(),
+        if out.status.success() { "ok" } else { "FAILED" }
+    );
+    (out.status.success(), text)
+}
+
+/// Adds the `test result:` counts of a cargo test run; a run that failed
+/// without reporting a failed test (a build error, a crash) counts as one
+/// failure.
+fn tally_tests(t: &mut Tally, name: &str, ok: bool, text: &str) {
+    let (mut passed, mut failed) = (0, 0);
+    for line in text.lines().filter(|l| l.contains("test result:")) {
+        let num = |key: &str| -> usize {
+            line.split(';')
+                .find(|part| part.trim_end().ends_with(key))
+                .and_then(|part| part.split_whitespace().rev().nth(1))
+                .and_then(|n| n.parse().ok())
+                .unwrap_or(0)
+        };
+        passed += num("passed");
+        failed += num("failed");
+    }
+    t.passed += passed;
+    t.failed += failed;
+    if failed > 0 {
+        t.failures.push(format!("{name}: {failed} failed"));
+    }
+    if !ok && failed == 0 {
+        t.failed += 1;
+        t.failures
+            .push(format!("{name}: did not run to completion"));
+    }
+    println!(
+        "{} {name}: {passed} passed, {failed} failed",
+        if ok { "PASS" } else { "FAIL" }
+    );
+}
+
+/// Runs everything; success when nothing failed.
+pub fn test(options: &Options) -> ExitCode {
+    let start = Instant::now();
+    let mut t = Tally::default();
+
+    let setup = ensure_toolchain().and_then(|()| {
+        ensure_apt_files(&[
+            ("qemu-user-static", "/usr/bin/qemu-aarch64-static"),
+            ("gcc-aarch64-linux-gnu", "/usr/bin/aarch64-linux-gnu-gcc"),
+            (
+                "libc6-dev-arm64-cross",
+                "/usr/aarch64-linux-gnu/lib/libc.so",
+            ),
+        ])
+    });
+    if let Err(e) = &setup {
+        println!("setup: {e}");
+    }
+    t.check(
+        "setup: rustup targets and qemu-user packages",
+        setup.is_ok(),
+    );
+
+    // Formatting and lints.
+    let (ok, _) = run_logged(
+        "cargo fmt --check",
+        &mut cargo(&["fmt", "--all", "--check"]),
+    );
+    t.check("fmt --check", ok);
+    let (ok, _) = run_logged(
+        "clippy (host, all targets)",
+        &mut cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    );
+    t.check("clippy host", ok);
+    for (target, flags) in [
+        ("aarch64-unknown-none", ""),
+        ("aarch64-unknown-none", "-C target-feature=+lse"),
+        ("x86_64-unknown-none", ""),
+    ] {
+        let name = format!("clippy --lib {target} {flags}");
+        let mut cmd = cargo(&[
+            "clippy", "--lib", "--target", target, "--", "-D", "warnings",
+        ]);
+        let dir = if flags.is_empty() {
+            "target"
+        } else {
+            "target/lse"
+        };
+        cmd.env("RUSTFLAGS", flags)
+            .env("CARGO_TARGET_DIR", root().join(dir));
+        let (ok, _) = run_logged(&name, &mut cmd);
+        t.check(&name, ok);
+    }
+    // The loom build of the library (its constructors and atomics differ).
+    let mut loom_clippy = cargo(&["clippy", "--lib", "--", "-D", "warnings"]);
+    loom_clippy
+        .env("RUSTFLAGS", "--cfg loom")
+        .env("KSYNC_MAX_CPUS", "4")
+        .env("CARGO_TARGET_DIR", root().join("target/loom"));
+    let (ok, _) = run_logged("clippy --lib --cfg loom", &mut loom_clippy);
+    t.check("clippy --lib --cfg loom", ok);
+    let mut doc = cargo(&["doc", "--no-deps", "--lib"]);
+    doc.env("RUSTDOCFLAGS", "-D warnings");
+    let (ok, _) = run_logged("cargo doc -D warnings", &mut doc);
+    t.check("rustdoc", ok);
+
+    // Build matrix: every target in rust-toolchain.toml, with and without
+    // the optional features.
+    for target in toolchain_targets().unwrap_or_default() {
+        for features in [&[][..], &["--features", "defmt,alloc"][..]] {
+            let mut args = vec!["build", "--lib", "--target", &target];
+            args.extend_from_slice(features);
+            let name = format!("build {target} {}", features.join(" "));
+            let (ok, _) = run_logged(&name, &mut cargo(&args));
+            t.check(name.trim_end(), ok);
+        }
+    }
+    let mut lse = cargo(&["build", "--lib", "--target", "aarch64-unknown-none"]);
+    lse.env("RUSTFLAGS", "-C target-feature=+lse")
+        .env("CARGO_TARGET_DIR", root().join("target/lse"));
+    let (ok, _) = run_logged("build aarch64-unknown-none +lse", &mut lse);
+    t.check("build aarch64-unknown-none +lse", ok);
+
+    // Host tests (unit, integration, doc), debug and release.
+    for (name, args) in [
+        ("host tests (debug)", &["test", "--workspace"][..]),
+        (
+            "host tests (release)",
+            &["test", "--workspace", "--release", "--tests"][..],
+        ),
+    ] {
+        let (ok, text) = run_logged(name, &mut cargo(args));
+        tally_tests(&mut t, name, ok, &text);
+    }
+
+    // The benches run (quick settings): each checks its own results (for
+    // example that every callback ran); their timings are not judged here.
+    let mut benches = cargo(&[
+        "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--", "--quick",
+    ]);
+    let (ok, _) = run_logged("benches (--quick smoke run)", &mut benches);
+    t.check("benches run (--quick)", ok);
+
+    // loom models (a 4-CPU build keeps the per-CPU models small).
+    let mut loom = cargo(&[
+        "test",
+        "--release",
+        "--test",
+        "loom",
+        "--test",
+        "loom_percpu",
+        "--test",
+        "loom_seqlock",
+        "--test",
+        "loom_rcu",
+        "--test",
+        "loom_call_rcu",
+        "--test",
+        "srcu",
+    ]);
+    loom.env("RUSTFLAGS", "--cfg loom")
+        .env("LOOM_MAX_PREEMPTIONS", "2")
+        .env("KSYNC_MAX_CPUS", "4")
+        .env("CARGO_TARGET_DIR", root().join("target/loom"));
+    let (ok, text) = run_logged("loom models", &mut loom);
+    tally_tests(&mut t, "loom models", ok, &text);
+
+    // Miri on the code that copies racy data (seqlock): nightly's Miri,
+    // installed if missing.
+    let miri_setup = runs(
+        "rustup",
+        &[
+            "component",
+            "add",
+            "miri",
+            "rust-src",
+            "--toolchain",
+            "nightly",
+        ],
+    );
+    if miri_setup {
+        // `rustup run` picks nightly whatever cargo this driver runs under.
+        let mut miri = Command::new("rustup");
+        miri.args([
+            "run", "nightly", "cargo", "miri", "test", "--test", "seqlock",
+        ])
+        .current_dir(root())
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC")
+        .env_remove("CARGO")
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_TARGET_DIR", root().join("target/miri"));
+        let (ok, text) = run_logged("miri (seqlock)", &mut miri);
+        tally_tests(&mut t, "miri", ok, &text);
+    } else {
+        t.check(
+            "miri: rustup component add miri rust-src --toolchain nightly",
+            false,
+        );
+    }
+
+    // The same host suite on aarch64 under qemu-user: LL/SC build on the
+    // default CPU and on a CPU without LSE, and the LSE build.
+    for (name, cpu, flags, dir) in [
+        (
+            "aarch64 qemu-user, LL/SC build, -cpu max",
+            "max",
+            "",
+            "target",
+        ),
+        (
+            "aarch64 qemu-user, LL/SC build, -cpu cortex-a57",
+            "cortex-a57",
+            "",
+            "target",
+        ),
+        (
+            "aarch64 qemu-user, +lse build, -cpu max",
+            "max",
+            "-C target-feature=+lse",
+            "target/lse",
+        ),
+    ] {
+        let mut cmd = cargo(&[
+            "test",
+            "--release",
+            "--tests",
+            "--target",
+            "aarch64-unknown-linux-gnu",
+        ]);
+        cmd.env("QEMU_CPU", cpu)
+            .env("RUSTFLAGS", flags)
+            .env("CARGO_TARGET_DIR", root().join(dir));
+        let (ok, text) = run_logged(name, &mut cmd);
+        tally_tests(&mut t, name, ok, &text);
+    }
+
+    // The SMP kernels under QEMU.
+    if !options.host_only {
+        match qemu::ensure_tools() {
+            Ok(()) => {
+                for outcome in qemu::test_all(options.kvm) {
+                    if !outcome.passed {
+                        println!("    {}", outcome.detail);
+                    }
+                    t.check(&format!("qemu {}", outcome.name), outcome.passed);
+                }
+            }
+            Err(e) => {
+                println!("qemu setup: {e}");
+                t.check("qemu setup", false);
+            }
+        }
+    }
+
+    println!("\n{:.0} s", start.elapsed().as_secs_f64());
+    if !t.failures.is_empty() {
+        println!("failures:");
+        for f in &t.failures {
+            println!("    {f}");
+        }
+    }
+    println!("{} passed, {} failed", t.passed, t.failed);
+    if t.failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}

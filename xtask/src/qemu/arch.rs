@@ -1,0 +1,256 @@
+//! The architectures the test kernel runs on, one row of [`ARCHES`] each,
+//! and the configurations (one way of booting one kernel image) made from
+//! them.
+//!
+//! Adding an architecture is one row here plus the kernel's own code in
+//! `qemu/`: the builds, the QEMU command line, the exit-status check, the
+//! tool installation and the demo table all read the row.
+
+/// One architecture: how to build its kernel and boot it under QEMU.
+pub struct Arch {
+    /// Short name, e.g. `x86_64`.
+    pub name: &'static str,
+    /// The rustc target of the kernel.
+    pub target: &'static str,
+    /// The QEMU system emulator.
+    pub qemu: &'static str,
+    /// The Debian package that provides [`Arch::qemu`].
+    pub apt_package: &'static str,
+    /// QEMU's `-M`.
+    pub machine: &'static str,
+    /// Further QEMU arguments: firmware, and the device or interface through
+    /// which the kernel ends QEMU with a status.
+    pub qemu_args: &'static [&'static str],
+    /// What QEMU's exit status says about the kernel's verdict.
+    pub exit: ExitCodes,
+    /// The counter the in-guest benchmark reads, for the demo table.
+    pub counter: &'static str,
+    /// The kernel images, each with the TCG configuration that boots it.
+    pub variants: &'static [Variant],
+    /// A KVM configuration of the first variant, where the host can run
+    /// this architecture under KVM.
+    pub kvm: Option<Kvm>,
+}
+
+/// How QEMU's exit status reflects the kernel's verdict. Only a
+/// cross-check: the verdict itself comes from the marker lines.
+pub struct ExitCodes {
+    /// The status when the kernel reports `PASS`.
+    pub pass: i32,
+    /// The status when the kernel reports `FAIL`.
+    pub fail: i32,
+    /// The status QEMU gives when the machine stops without the kernel
+    /// choosing one, and what that means; `None` when no status tells.
+    pub silent_stop: Option<(i32, &'static str)>,
+}
+
+impl ExitCodes {
+    /// The status QEMU gives when the kernel reports `pass` (or not).
+    pub fn verdict(&self, pass: bool) -> i32 {
+        if pass { self.pass } else { self.fail }
+    }
+}
+
+/// One kernel image of an architecture.
+pub struct Variant {
+    /// The name of the TCG configuration that boots it, e.g. `aarch64-lse`.
+    pub config: &'static str,
+    /// How the image is called in messages, e.g. `aarch64 (+lse)`.
+    pub label: &'static str,
+    /// `CARGO_TARGET_<TARGET>_RUSTFLAGS` for the build; empty for none.
+    /// It replaces the target's `rustflags` in `qemu/.cargo/config.toml`.
+    pub rustflags: &'static str,
+    /// The target directory under `qemu/target` (empty: `qemu/target`
+    /// itself). Images with different rustflags need their own, or each
+    /// build would undo the other's.
+    pub target_subdir: &'static str,
+    /// QEMU's `-cpu` in the TCG configuration.
+    pub cpu: &'static str,
+    /// Whether `cargo xtask run` boots this image.
+    pub demo: bool,
+}
+
+/// A KVM configuration.
+pub struct Kvm {
+    /// Its name, e.g. `x86_64-kvm`.
+    pub config: &'static str,
+    /// QEMU's `-cpu`.
+    pub cpu: &'static str,
+}
+
+/// Every architecture, in the order the configurations run.
+pub const ARCHES: &[Arch] = &[
+    Arch {
+        name: "x86_64",
+        target: "x86_64-unknown-none",
+        qemu: "qemu-system-x86_64",
+        apt_package: "qemu-system-x86",
+        machine: "q35",
+        // A triple fault must end QEMU (status 0), not reboot forever; the
+        // kernel writes its verdict to the debug-exit port.
+        qemu_args: &[
+            "-no-reboot",
+            "-device",
+            "isa-debug-exit,iobase=0xf4,iosize=0x04",
+        ],
+        // isa-debug-exit turns the value v written into status 2v+1.
+        exit: ExitCodes {
+            pass: 33,
+            fail: 1,
+            silent_stop: Some((0, "triple fault or shutdown")),
+        },
+        counter: "TSC (rdtsc)",
+        variants: &[Variant {
+            config: "x86_64-tcg",
+            label: "x86_64",
+            rustflags: "",
+            target_subdir: "",
+            cpu: "qemu64",
+            demo: true,
+        }],
+        kvm: Some(Kvm {
+            config: "x86_64-kvm",
+            cpu: "qemu64",
+        }),
+    },
+    Arch {
+        name: "aarch64",
+        target: "aarch64-unknown-none",
+        qemu: "qemu-system-aarch64",
+        apt_package: "qemu-system-arm",
+        machine: "virt",
+        // The kernel ends QEMU through semihosting's exit call.
+        qemu_args: &["-semihosting-config", "enable=on,target=native"],
+        exit: ExitCodes {
+            pass: 0,
+            fail: 1,
+            silent_stop: None,
+        },
+        counter: "CNTVCT_EL0",
+        variants: &[
+            // ARMv8.1 atomics (CAS, LDADD...): needs a CPU that has them.
+            Variant {
+                config: "aarch64-lse",
+                label: "aarch64 (+lse)",
+                rustflags: "-C target-feature=+lse",
+                target_subdir: "lse",
+                cpu: "max",
+                demo: true,
+            },
+            // LL/SC atomics (LDXR/STXR), on a CPU without LSE: runs on
+            // every ARMv8 CPU.
+            Variant {
+                config: "aarch64-llsc",
+                label: "aarch64 (LL/SC)",
+                rustflags: "",
+                target_subdir: "",
+                cpu: "cortex-a57",
+                demo: false,
+            },
+        ],
+        kvm: None,
+    },
+];
+
+/// How QEMU executes the guest.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum Accel {
+    Tcg,
+    Kvm,
+}
+
+/// One way of running a kernel image.
+pub struct Config {
+    pub name: &'static str,
+    pub arch: &'static Arch,
+    pub variant: &'static Variant,
+    pub accel: Accel,
+    /// QEMU's `-cpu`.
+    pub cpu: &'static str,
+    pub cpus: usize,
+}
+
+impl Config {
+    /// The TCG configurations of every architecture, in table order.
+    pub fn all_tcg(cpus: usize) -> Vec<Config> {
+        ARCHES
+            .iter()
+            .flat_map(|arch| {
+                arch.variants.iter().map(move |variant| Config {
+                    name: variant.config,
+                    arch,
+                    variant,
+                    accel: Accel::Tcg,
+                    cpu: variant.cpu,
+                    cpus,
+                })
+            })
+            .collect()
+    }
+
+    /// The KVM configurations, for the architectures that have one.
+    pub fn all_kvm(cpus: usize) -> Vec<Config> {
+        ARCHES
+            .iter()
+            .filter_map(|arch| {
+                let kvm = arch.kvm.as_ref()?;
+                Some(Config {
+                    name: kvm.config,
+                    arch,
+                    variant: arch.variants.first()?,
+                    accel: Accel::Kvm,
+                    cpu: kvm.cpu,
+                    cpus,
+                })
+            })
+            .collect()
+    }
+
+    /// The QEMU settings in one line, for the logs and tables.
+    pub fn describe(&self) -> String {
+        let accel = match self.accel {
+            Accel::Tcg => "TCG",
+            Accel::Kvm => "KVM",
+        };
+        format!(
+            "-M {} -cpu {} -smp {}, {accel}, {} kernel",
+            self.arch.machine, self.cpu, self.cpus, self.variant.label
+        )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn table_is_consistent() {
+        let configs: Vec<Config> = Config::all_tcg(4)
+            .into_iter()
+            .chain(Config::all_kvm(2))
+            .collect();
+        for (i, a) in configs.iter().enumerate() {
+            assert!(a.name.starts_with(a.arch.name), "{}", a.name);
+            for b in &configs[i + 1..] {
+                assert_ne!(a.name, b.name, "configuration names must be unique");
+                if a.accel == b.accel {
+                    assert_ne!(
+                        a.variant.label, b.variant.label,
+                        "image labels must be unique"
+                    );
+                }
+                // Two images of one target with different flags in one
+                // directory would rebuild each other.
+                if a.arch.target == b.arch.target && a.variant.rustflags != b.variant.rustflags {
+                    assert_ne!(a.variant.target_subdir, b.variant.target_subdir);
+                }
+            }
+        }
+        for arch in ARCHES {
+            assert_ne!(arch.exit.pass, arch.exit.fail, "{}", arch.name);
+            if let Some((silent, _)) = arch.exit.silent_stop {
+                assert_ne!(silent, arch.exit.pass, "{}", arch.name);
+            }
+        }
+    }
+}

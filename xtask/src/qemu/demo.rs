@@ -1,0 +1,180 @@
+//! `demo`: the main job's boots and the per-architecture tables it prints.
+
+use std::fmt::Write as _;
+
+use super::arch::{Accel, Config};
+use super::build::Kernels;
+use super::run::{Marker, Run, run_qemu};
+use super::{CPUS, RUN_SLACK};
+
+/// The main job: boots the demo (every test suite, then the benchmark) on
+/// each architecture's demo image (x86_64, aarch64 `+lse`) with 4 CPUs, and
+/// prints per architecture a table of
+/// the suites (passed, operations per CPU, fairness) and of the in-guest
+/// benchmark. Err if a suite fails or a kernel does not come up.
+pub fn demo() -> Result<(), String> {
+    let configs: Vec<Config> = Config::all_tcg(CPUS)
+        .into_iter()
+        .filter(|c| c.variant.demo)
+        .collect();
+    let kernels = Kernels::build(&configs);
+    let mut errors = Vec::new();
+    for config in &configs {
+        let kernel = kernels.get(config)?;
+        // The demo runs the tests (9 x about 1 s) and the benchmark: generous.
+        let run = run_qemu(config, kernel, "demo", RUN_SLACK * 2, "demo")?;
+        print!("{}", demo_table(config, &run));
+        if let Some(trouble) = run.trouble(config) {
+            errors.push(format!(
+                "{}: {trouble} (log: {})",
+                config.name,
+                run.log.display()
+            ));
+        }
+        let failed: Vec<String> = run
+            .markers("KSYNC-RESULT")
+            .filter(|m| m.get("status") != Some("PASS"))
+            .map(|m| {
+                format!(
+                    "{}/{}: {}",
+                    config.name,
+                    m.get("suite").unwrap_or("?"),
+                    m.get("reason").unwrap_or("?")
+                )
+            })
+            .collect();
+        errors.extend(failed);
+        if run.markers("KSYNC-RESULT").next().is_none() {
+            errors.push(format!(
+                "{}: no suite reported (log: {})",
+                config.name,
+                run.log.display()
+            ));
+        }
+    }
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(errors.join("\n"))
+    }
+}
+
+/// The per-architecture table of a demo run.
+fn demo_table(config: &Config, run: &Run) -> String {
+    let mut out = String::new();
+    let boot = run.markers("KSYNC-BOOT").next();
+    let arch = boot
+        .as_ref()
+        .and_then(|m| m.get("arch"))
+        .unwrap_or(config.arch.name)
+        .to_string();
+    let online = run
+        .markers("KSYNC-CPUS")
+        .next()
+        .and_then(|m| m.get("online").map(str::to_string))
+        .unwrap_or("?".into());
+    let _ = writeln!(
+        out,
+        "\n== {arch}: {} — {online} CPUs online ==",
+        config.describe()
+    );
+    let results: Vec<Marker> = run
+        .markers("KSYNC-RESULT")
+        .filter(|m| m.get("kind") == Some("test"))
+        .collect();
+    let passed = results
+        .iter()
+        .filter(|m| m.get("status") == Some("PASS"))
+        .count();
+    let _ = writeln!(out, "suites passed: {passed}/{}", results.len());
+    let _ = writeln!(
+        out,
+        "{:<17} {:<6} {:>10} {:>21} {:>14} {:>16}",
+        "suite", "result", "ops", "ops/CPU min..max", "fairness", "IRQs/CPU (work)"
+    );
+    for r in &results {
+        let (lo, hi) = (
+            r.num("cpu_min").unwrap_or(0.0),
+            r.num("cpu_max").unwrap_or(0.0),
+        );
+        let fairness = if lo > 0.0 {
+            format!("max/min {:.2}", hi / lo)
+        } else {
+            "max/min inf".to_string()
+        };
+        let _ = writeln!(
+            out,
+            "{:<17} {:<6} {:>10} {:>21} {:>14} {:>16}",
+            r.get("suite").unwrap_or("?"),
+            r.get("status").unwrap_or("?"),
+            r.get("ops").unwrap_or("?"),
+            format!(
+                "{}..{}",
+                r.get("cpu_min").unwrap_or("?"),
+                r.get("cpu_max").unwrap_or("?")
+            ),
+            fairness,
+            format!(
+                "{}..{}",
+                r.get("irq_min").unwrap_or("?"),
+                r.get("irq_max").unwrap_or("?")
+            ),
+        );
+        if r.get("status") != Some("PASS") {
+            let _ = writeln!(out, "  reason: {}", r.get("reason").unwrap_or("?"));
+        }
+    }
+    let bench: Vec<Marker> = run.markers("KSYNC-BENCH").collect();
+    if !bench.is_empty() {
+        let counter = config.arch.counter;
+        let hz = bench[0].num("counter_hz").unwrap_or(0.0);
+        let label = match config.accel {
+            Accel::Tcg => "TCG: emulated cost, NOT hardware performance",
+            Accel::Kvm => "KVM: nested virtualisation, noisy",
+        };
+        let _ = writeln!(
+            out,
+            "benchmark: one get+put pair per op, counter {counter} at {:.1} MHz ({label})",
+            hz / 1e6
+        );
+        let _ = writeln!(
+            out,
+            "{:<20} {:>26} {:>26}",
+            "op",
+            "1 CPU: ticks (ns) / op",
+            format!("{online} CPUs: ticks (ns) / op")
+        );
+        let mut ops: Vec<&str> = Vec::new();
+        for b in &bench {
+            if let Some(op) = b.get("op")
+                && !ops.contains(&op)
+            {
+                ops.push(op);
+            }
+        }
+        for op in ops {
+            let cell = |one: bool| {
+                bench
+                    .iter()
+                    .find(|b| b.get("op") == Some(op) && (b.get("cpus") == Some("1")) == one)
+                    .map(|b| {
+                        format!(
+                            "{} ({})",
+                            b.get("ticks_per_op").unwrap_or("?"),
+                            b.get("ns_per_op").unwrap_or("?")
+                        )
+                    })
+                    .unwrap_or_else(|| "-".into())
+            };
+            let _ = writeln!(out, "{:<20} {:>26} {:>26}", op, cell(true), cell(false));
+        }
+        if config.accel == Accel::Tcg {
+            let _ = writeln!(
+                out,
+                "  (several vCPUs on fewer host cores: the shared ticket lock waits for the host to\n   \
+                 schedule each waiting vCPU in turn, so its {online}-CPU figure measures that; see qemu/README.md)"
+            );
+        }
+    }
+    out
+}

@@ -1,0 +1,234 @@
+//! `test_all`: every configuration x every suite and control, one boot per
+//! suite, each judged by its marker lines.
+
+use std::fs;
+use std::path::Path;
+use std::thread;
+use std::time::{Duration, Instant};
+
+use super::arch::{Accel, Config};
+use super::build::Kernels;
+use super::run::{Marker, run_qemu};
+use super::{CPUS, KVM_SLACK, Outcome, RUN_SLACK};
+
+#[derive(Clone)]
+struct SuiteInfo {
+    name: String,
+    kind: String,
+    budget: Duration,
+}
+
+/// Asks a kernel for its suites (`list`): the kernel is the one source of
+/// truth, so a new suite needs no change here.
+fn list_suites(config: &Config, kernel: &Path) -> Result<Vec<SuiteInfo>, String> {
+    let run = run_qemu(config, kernel, "list", RUN_SLACK, "list")?;
+    let suites: Vec<SuiteInfo> = run
+        .markers("KSYNC-SUITE")
+        .map(|m| SuiteInfo {
+            name: m.get("name").unwrap_or("?").to_string(),
+            kind: m.get("kind").unwrap_or("?").to_string(),
+            budget: Duration::from_millis(m.num("budget_ms").unwrap_or(1000.0) as u64),
+        })
+        .collect();
+    if suites.is_empty() || run.trouble(config).is_some() {
+        return Err(format!(
+            "listing the suites failed in {}: {} (log: {})",
+            config.name,
+            run.trouble(config)
+                .unwrap_or_else(|| "no KSYNC-SUITE lines".into()),
+            run.log.display()
+        ));
+    }
+    Ok(suites)
+}
+
+// ---- test_all -------------------------------------------------------------------
+
+/// Builds and runs every configuration x every suite and control, one boot
+/// per suite; a control counts as passed when its failure was detected.
+/// Prints progress lines as it goes. `kvm` (or `KSYNC_QEMU_KVM=1`) adds the
+/// KVM configurations (x86_64) when `/dev/kvm` is usable.
+pub fn test_all(kvm: bool) -> Vec<Outcome> {
+    let start = Instant::now();
+    let mut outcomes = Vec::new();
+    let kvm = kvm || std::env::var("KSYNC_QEMU_KVM").is_ok_and(|v| v == "1");
+    let mut configs = Config::all_tcg(CPUS);
+    if kvm {
+        let cpus = thread::available_parallelism()
+            .map_or(2, |n| n.get())
+            .min(CPUS);
+        let kvm_configs = Config::all_kvm(cpus);
+        if kvm_usable() {
+            configs.extend(kvm_configs);
+        } else {
+            let names: Vec<&str> = kvm_configs.iter().map(|c| c.name).collect();
+            println!(
+                "[qemu] KVM requested but /dev/kvm is not usable here: skipping {}",
+                names.join(", ")
+            );
+        }
+    }
+    let kernels = Kernels::build(&configs);
+    let mut registry: Option<Vec<SuiteInfo>> = None;
+    for config in &configs {
+        let kernel = match kernels.get(config) {
+            Ok(kernel) => kernel,
+            Err(e) => {
+                outcomes.push(Outcome {
+                    name: format!("{}/build", config.name),
+                    passed: false,
+                    detail: e,
+                });
+                continue;
+            }
+        };
+        if registry.is_none() {
+            match list_suites(config, kernel) {
+                Ok(suites) => registry = Some(suites),
+                Err(e) => {
+                    outcomes.push(Outcome {
+                        name: format!("{}/list", config.name),
+                        passed: false,
+                        detail: e,
+                    });
+                    continue;
+                }
+            }
+        }
+        let suites = registry.clone().unwrap_or_default();
+        println!("[qemu] {}: {}", config.name, config.describe());
+        for suite in &suites {
+            let outcome = run_suite(config, kernel, suite);
+            println!(
+                "[qemu]   {:<40} {}  {}",
+                outcome.name,
+                if outcome.passed { "ok  " } else { "FAIL" },
+                first_line(&outcome.detail)
+            );
+            outcomes.push(outcome);
+        }
+    }
+    let failed = outcomes.iter().filter(|o| !o.passed).count();
+    println!(
+        "[qemu] {} passed, {failed} failed ({:.0} s)",
+        outcomes.len() - failed,
+        start.elapsed().as_secs_f64()
+    );
+    outcomes
+}
+
+fn kvm_usable() -> bool {
+    fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/kvm")
+        .is_ok()
+}
+
+/// One boot running one suite, judged.
+fn run_suite(config: &Config, kernel: &Path, suite: &SuiteInfo) -> Outcome {
+    let control = suite.kind == "control";
+    let name = if control {
+        format!("{}/control:{}", config.name, suite.name)
+    } else {
+        format!("{}/{}", config.name, suite.name)
+    };
+    let timeout = suite.budget
+        + RUN_SLACK
+        + if config.accel == Accel::Kvm {
+            KVM_SLACK
+        } else {
+            Duration::ZERO
+        };
+    let run = match run_qemu(config, kernel, &suite.name, timeout, &suite.name) {
+        Ok(run) => run,
+        Err(e) => {
+            return Outcome {
+                name,
+                passed: false,
+                detail: e,
+            };
+        }
+    };
+    let result = run.result(&suite.name);
+    let trouble = run.trouble(config);
+    let log = format!("log: {}", run.log.display());
+    let (passed, detail) = match (&result, control) {
+        (None, _) => (
+            false,
+            format!(
+                "no result: {} ({log})",
+                trouble.unwrap_or_else(|| "no KSYNC-RESULT line".into())
+            ),
+        ),
+        (Some(r), false) => {
+            let status = r.get("status").unwrap_or("?");
+            let summary = summarize(r, run.elapsed);
+            match (status, trouble) {
+                ("PASS", None) => (true, summary),
+                ("PASS", Some(t)) => (false, format!("{summary}; but {t} ({log})")),
+                (_, _) => (
+                    false,
+                    format!("{}: {summary} ({log})", r.get("reason").unwrap_or("failed")),
+                ),
+            }
+        }
+        (Some(r), true) => {
+            let status = r.get("status").unwrap_or("?");
+            let reason = r.get("reason").unwrap_or("-");
+            // Only the suite's own checks count: not a hang caught by the
+            // watchdog, nor the runner's interrupt check, nor an RCU stall
+            // report (the kernel's `runner::STALL_REASON`).
+            let detected = status == "FAIL"
+                && !reason.starts_with("watchdog")
+                && !reason.contains("no timer interrupt")
+                && !reason.starts_with("rcu stall");
+            let clean_exit = run.status == Some(config.arch.exit.verdict(false));
+            if detected && clean_exit {
+                (
+                    true,
+                    format!(
+                        "failure detected as it must be: \"{reason}\" after {} ops",
+                        r.get("ops").unwrap_or("?")
+                    ),
+                )
+            } else if detected {
+                (
+                    false,
+                    format!(
+                        "detected \"{reason}\" but the run ended badly: {} ({log})",
+                        trouble.unwrap_or_default()
+                    ),
+                )
+            } else {
+                (
+                    false,
+                    format!(
+                        "the broken variant was NOT caught (status {status}, reason \"{reason}\"): the checks cannot fail ({log})"
+                    ),
+                )
+            }
+        }
+    };
+    Outcome {
+        name,
+        passed,
+        detail,
+    }
+}
+
+fn summarize(r: &Marker, elapsed: Duration) -> String {
+    format!(
+        "{} ops, per CPU {}..{}, timer IRQs with work per CPU {}..{} ({:.1} s)",
+        r.get("ops").unwrap_or("?"),
+        r.get("cpu_min").unwrap_or("?"),
+        r.get("cpu_max").unwrap_or("?"),
+        r.get("irq_min").unwrap_or("?"),
+        r.get("irq_max").unwrap_or("?"),
+        elapsed.as_secs_f64()
+    )
+}
+
+fn first_line(text: &str) -> &str {
+    text.lines().next().unwrap_or("")
+}
