@@ -219,6 +219,8 @@ pub fn test(options: &Options) -> ExitCode {
         "--test",
         "loom",
         "--test",
+        "loom_preemptible",
+        "--test",
         "loom_percpu",
         "--test",
         "loom_seqlock",
