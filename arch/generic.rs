@@ -44,23 +44,23 @@ pub(crate) fn lockref_attempt(
     }
 }
 
-/// Adds `amount` to this CPU's per-CPU counter slot: interrupts off around a
-/// relaxed load and store, so an interrupt handler on this CPU cannot slip
-/// an update in between (no other CPU writes the slot). Under loom and Miri
-/// there are no interrupts to exclude.
+/// Adds `amount` to this CPU's per-CPU counter slot: one relaxed
+/// `fetch_add`.
+///
+/// No interrupt masking is needed: an atomic read-modify-write on the
+/// slot cannot be split by an interrupt handler on this CPU (riscv64: one
+/// `amoadd.w`; aarch64 without LSE: an LL/SC loop, whose store fails if an
+/// interrupt intervened; targets without atomic RMWs: portable-atomic's,
+/// which these single-core targets run in a critical section). Only this
+/// CPU writes the slot, so the RMW never contends. Under loom it is the
+/// same `fetch_add`, so the models see the real interleavings.
+///
+/// Relaxed: the slot orders nothing by itself; its users pair their own
+/// fences with it (the rw lock's A/B, SRCU's A/B) or read it under a lock
+/// (the counter's fold and sum).
 #[inline]
 pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
-    use crate::sync::Ordering::Relaxed;
-    // The arch's interrupt control (DAIF on aarch64 bare metal), not
-    // necessarily this module's critical-section one.
-    #[cfg(not(any(loom, miri)))]
-    let flags = super::irq_save();
-    slot.store(slot.load(Relaxed).wrapping_add(amount), Relaxed);
-    #[cfg(not(any(loom, miri)))]
-    // SAFETY: the state saved just above, on this CPU, in nesting order.
-    unsafe {
-        super::irq_restore(flags)
-    };
+    slot.fetch_add(amount, crate::sync::Ordering::Relaxed);
 }
 
 /// Saved local interrupt state: whatever the `critical-section`

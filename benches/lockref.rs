@@ -17,13 +17,11 @@ use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
 use std::time::{Duration, Instant};
 
 use core_affinity::CoreId;
+// Keeps each shared object (and each control flag) on its own cache lines.
+use crossbeam_utils::CachePadded;
 use ksync::LockRef;
 use ksync::spinlock::{TicketMutex, TtasMutex};
 use spin::mutex::SpinMutex;
-
-/// Keeps each shared object (and each control flag) on its own cache lines.
-#[repr(align(128))]
-struct Line<T>(T);
 
 /// The implementations, in table order (`as usize` indexes the results).
 #[derive(Clone, Copy)]
@@ -164,9 +162,9 @@ fn measure<F: Fn() + Sync>(
     cores: &[CoreId],
     pair: F,
 ) -> (f64, Vec<(u64, Option<u64>)>) {
-    let ready = Line(AtomicUsize::new(0));
-    let go = Line(AtomicBool::new(false));
-    let stop = Line(AtomicBool::new(false));
+    let ready = CachePadded::new(AtomicUsize::new(0));
+    let go = CachePadded::new(AtomicBool::new(false));
+    let stop = CachePadded::new(AtomicBool::new(false));
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|i| {
@@ -174,12 +172,12 @@ fn measure<F: Fn() + Sync>(
                     (cores[i % cores.len()], &pair, &ready, &go, &stop);
                 s.spawn(move || {
                     core_affinity::set_for_current(core);
-                    ready.0.fetch_add(1, Release);
-                    while !go.0.load(Acquire) {
+                    ready.fetch_add(1, Release);
+                    while !go.load(Acquire) {
                         std::thread::yield_now();
                     }
                     let (mut n, cpu0) = (0u64, cpu_ns());
-                    while !stop.0.load(Relaxed) {
+                    while !stop.load(Relaxed) {
                         pair();
                         if think_iters != 0 {
                             think(think_iters);
@@ -190,13 +188,13 @@ fn measure<F: Fn() + Sync>(
                 })
             })
             .collect();
-        while ready.0.load(Acquire) < threads {
+        while ready.load(Acquire) < threads {
             std::thread::yield_now();
         }
         let t0 = Instant::now();
-        go.0.store(true, Release);
+        go.store(true, Release);
         std::thread::sleep(dur);
-        stop.0.store(true, Relaxed);
+        stop.store(true, Relaxed);
         let elapsed = t0.elapsed().as_nanos() as f64;
         let counts = workers
             .into_iter()
@@ -208,7 +206,7 @@ fn measure<F: Fn() + Sync>(
 
 /// One measurement of `imp`, on a fresh object.
 fn run(imp: Impl, threads: usize, think_iters: u64, dur: Duration, cores: &[CoreId]) -> Sample {
-    let fallbacks = Line(AtomicU64::new(0));
+    let fallbacks = CachePadded::new(AtomicU64::new(0));
     // A macro rather than a closure taking `&dyn Fn`: the pair must be
     // inlined into the measuring loop, not called indirectly.
     macro_rules! pairs {
@@ -218,9 +216,9 @@ fn run(imp: Impl, threads: usize, think_iters: u64, dur: Duration, cores: &[Core
     }
     macro_rules! mutex_pairs {
         ($mutex:expr) => {{
-            let m = Line($mutex);
+            let m = CachePadded::new($mutex);
             pairs!(|| {
-                let m = black_box(&m.0);
+                let m = black_box(&*m);
                 *m.lock() += 1;
                 *m.lock() -= 1;
             })
@@ -228,12 +226,12 @@ fn run(imp: Impl, threads: usize, think_iters: u64, dur: Duration, cores: &[Core
     }
     let (elapsed, counts) = match imp {
         Impl::Lockless => {
-            let lr = Line(LockRef::new(1));
+            let lr = CachePadded::new(LockRef::new(1));
             pairs!(|| {
-                let lr = black_box(&lr.0);
+                let lr = black_box(&*lr);
                 lr.get();
                 if lr.put_return().is_none() {
-                    fallbacks.0.fetch_add(1, Relaxed);
+                    fallbacks.fetch_add(1, Relaxed);
                     if let Some(mut g) = lr.put_or_lock() {
                         let c = g.count();
                         g.set_count(c - 1);
@@ -242,9 +240,9 @@ fn run(imp: Impl, threads: usize, think_iters: u64, dur: Duration, cores: &[Core
             })
         }
         Impl::Locked => {
-            let lr = Line(LockRef::new(1));
+            let lr = CachePadded::new(LockRef::new(1));
             pairs!(|| {
-                let lr = black_box(&lr.0);
+                let lr = black_box(&*lr);
                 for delta in [1, -1] {
                     let mut g = lr.lock();
                     let c = g.count();
@@ -256,9 +254,9 @@ fn run(imp: Impl, threads: usize, think_iters: u64, dur: Duration, cores: &[Core
         Impl::Ticket => mutex_pairs!(TicketMutex::<i32>::new(1)),
         Impl::Ttas => mutex_pairs!(TtasMutex::<i32>::new(1)),
         Impl::Raw => {
-            let a = Line(AtomicI64::new(1));
+            let a = CachePadded::new(AtomicI64::new(1));
             pairs!(|| {
-                let a = black_box(&a.0);
+                let a = black_box(&*a);
                 a.fetch_add(1, Relaxed);
                 a.fetch_sub(1, Release);
             })
@@ -272,7 +270,7 @@ fn run(imp: Impl, threads: usize, think_iters: u64, dur: Duration, cores: &[Core
         ns_per_pair: elapsed * threads as f64 / pairs.max(1) as f64,
         fairness: *lo as f64 / (*hi).max(1) as f64,
         pairs,
-        fallbacks: fallbacks.0.load(Relaxed),
+        fallbacks: fallbacks.load(Relaxed),
         cpu_share: cpu.map(|c| *c.iter().min().unwrap() as f64 / elapsed),
     }
 }
@@ -306,13 +304,13 @@ fn on_core<T: Send>(core: CoreId, f: impl FnOnce() -> T + Send) -> T {
 /// same shape (count half + 1): `(get ns, cas ns)`, order alternating by rep.
 fn uncontended(rep: usize, dur: Duration) -> (f64, f64) {
     let get = || {
-        let lr = Line(LockRef::new(1));
-        per_call(dur, || black_box(&lr.0).get())
+        let lr = CachePadded::new(LockRef::new(1));
+        per_call(dur, || black_box(&*lr).get())
     };
     let cas = || {
-        let w = Line(AtomicU64::new(1 << 32));
+        let w = CachePadded::new(AtomicU64::new(1 << 32));
         per_call(dur, || {
-            let w = black_box(&w.0);
+            let w = black_box(&*w);
             let v = w.load(Relaxed);
             let _ = black_box(w.compare_exchange(v, v + (1 << 32), Relaxed, Relaxed));
         })

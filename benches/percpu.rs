@@ -21,7 +21,7 @@
 
 mod common;
 
-use common::{Line, median};
+use common::{CachePadded, median};
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::sync::atomic::Ordering::Relaxed;
@@ -72,7 +72,7 @@ fn run_rw(
     writer: Option<Duration>,
     dur: Duration,
 ) -> (f64, Vec<u64>) {
-    let stop = Line(AtomicBool::new(false));
+    let stop = CachePadded::new(AtomicBool::new(false));
     let barrier = Barrier::new(threads + 1);
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let results: Vec<(u64, Vec<u64>)> = std::thread::scope(|s| {
@@ -88,7 +88,7 @@ fn run_rw(
                     let mut reads = 0u64;
                     let mut lat = Vec::new();
                     let mut next_write = Instant::now() + writer.unwrap_or(Duration::MAX / 4);
-                    while !stop.0.load(Relaxed) {
+                    while !stop.load(Relaxed) {
                         for _ in 0..64 {
                             let v = match which {
                                 Lock::Fenced => *locks.fenced.read(),
@@ -128,7 +128,7 @@ fn run_rw(
             .collect();
         barrier.wait();
         std::thread::sleep(dur);
-        stop.0.store(true, Relaxed);
+        stop.store(true, Relaxed);
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     });
     let reads: u64 = results.iter().map(|r| r.0).sum();
@@ -139,8 +139,8 @@ fn run_rw(
 /// ns per add per thread: per-CPU counter or a shared `fetch_add`.
 fn run_counter(percpu: bool, threads: usize, dur: Duration) -> f64 {
     let counter = PerCpuCounter::new();
-    let shared = Line(AtomicI64::new(0));
-    let stop = Line(AtomicBool::new(false));
+    let shared = CachePadded::new(AtomicI64::new(0));
+    let stop = CachePadded::new(AtomicBool::new(false));
     let barrier = Barrier::new(threads + 1);
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     let total: u64 = std::thread::scope(|s| {
@@ -154,12 +154,12 @@ fn run_counter(percpu: bool, threads: usize, dur: Duration) -> f64 {
                     }
                     barrier.wait();
                     let mut n = 0u64;
-                    while !stop.0.load(Relaxed) {
+                    while !stop.load(Relaxed) {
                         for _ in 0..64 {
                             if percpu {
                                 counter.add(black_box(1));
                             } else {
-                                shared.0.fetch_add(black_box(1), Relaxed);
+                                shared.fetch_add(black_box(1), Relaxed);
                             }
                         }
                         n += 64;
@@ -170,7 +170,7 @@ fn run_counter(percpu: bool, threads: usize, dur: Duration) -> f64 {
             .collect();
         barrier.wait();
         std::thread::sleep(dur);
-        stop.0.store(true, Relaxed);
+        stop.store(true, Relaxed);
         handles.into_iter().map(|h| h.join().unwrap()).sum()
     });
     if percpu {

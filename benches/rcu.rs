@@ -29,7 +29,7 @@
 
 mod common;
 
-use common::{Line, median};
+use common::{CachePadded, median};
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::sync::atomic::Ordering::{Acquire, Relaxed};
@@ -70,7 +70,7 @@ fn run_threads<R: Send>(
     dur: Duration,
     body: impl Fn(usize, &AtomicBool) -> R + Sync,
 ) -> Vec<R> {
-    let stop = Line(AtomicBool::new(false));
+    let stop = CachePadded::new(AtomicBool::new(false));
     let barrier = Barrier::new(threads + 1);
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     std::thread::scope(|s| {
@@ -81,7 +81,7 @@ fn run_threads<R: Send>(
                     pin(cores, t);
                     rcu::cpu_online();
                     barrier.wait();
-                    let r = body(t, &stop.0);
+                    let r = body(t, stop);
                     rcu::cpu_offline();
                     r
                 })
@@ -89,7 +89,7 @@ fn run_threads<R: Send>(
             .collect();
         barrier.wait();
         std::thread::sleep(dur);
-        stop.0.store(true, Relaxed);
+        stop.store(true, Relaxed);
         handles.into_iter().map(|h| h.join().unwrap()).collect()
     })
 }
@@ -112,11 +112,11 @@ const READERS: [(Reader, &str); 4] = [
 ];
 
 struct Readers {
-    rcu: Line<RcuPtr<u64>>,
+    rcu: CachePadded<RcuPtr<u64>>,
     /// The same pointer as `rcu`.
-    plain: Line<AtomicPtr<u64>>,
-    std: Line<std::sync::RwLock<u64>>,
-    epoch: Line<crossbeam_epoch::Atomic<u64>>,
+    plain: CachePadded<AtomicPtr<u64>>,
+    std: CachePadded<std::sync::RwLock<u64>>,
+    epoch: CachePadded<crossbeam_epoch::Atomic<u64>>,
 }
 
 /// Runs `read` in batches of 64 until `stop`; returns the number of reads.
@@ -141,18 +141,18 @@ fn run_reader(r: &Readers, which: Reader, threads: usize, dur: Duration) -> f64 
     let reads: u64 = run_threads(threads, dur, |_, stop| match which {
         Reader::Rcu => read_loop(stop, true, || {
             let guard = rcu::read_lock();
-            r.rcu.0.read(&guard).map_or(0, |v| *v)
+            r.rcu.read(&guard).map_or(0, |v| *v)
         }),
         Reader::Plain => read_loop(stop, false, || {
-            let p = r.plain.0.load(Acquire);
+            let p = r.plain.load(Acquire);
             // SAFETY: `p` points to the value published in `main`, freed
             // only after every reader thread has been joined.
             unsafe { *p }
         }),
-        Reader::Std => read_loop(stop, false, || *r.std.0.read().unwrap()),
+        Reader::Std => read_loop(stop, false, || *r.std.read().unwrap()),
         Reader::Epoch => read_loop(stop, false, || {
             let guard = crossbeam_epoch::pin();
-            let shared = r.epoch.0.load(Acquire, &guard);
+            let shared = r.epoch.load(Acquire, &guard);
             // SAFETY: non-null (set in `main`), never replaced while readers
             // run, and freed only after they have been joined.
             unsafe { *shared.deref() }
@@ -274,8 +274,8 @@ const WRITERS: [(Option<Duration>, &str); 2] = [
 ];
 
 struct Pairs {
-    seq: Line<SeqLock<[u64; 2]>>,
-    spin: Line<spin::RwLock<[u64; 2]>>,
+    seq: CachePadded<SeqLock<[u64; 2]>>,
+    spin: CachePadded<spin::RwLock<[u64; 2]>>,
 }
 
 /// ns per read per thread. Writes add one to both words; readers check
@@ -287,9 +287,9 @@ fn run_seq(p: &Pairs, which: Seq, threads: usize, writer: Option<Duration>, dur:
         while !stop.load(Relaxed) {
             for _ in 0..64 {
                 let d = match which {
-                    Seq::SeqLock => p.seq.0.read_with(|v| v[0] ^ v[1]),
+                    Seq::SeqLock => p.seq.read_with(|v| v[0] ^ v[1]),
                     Seq::Spin => {
-                        let v = p.spin.0.read();
+                        let v = p.spin.read();
                         v[0] ^ v[1]
                     }
                 };
@@ -303,12 +303,12 @@ fn run_seq(p: &Pairs, which: Seq, threads: usize, writer: Option<Duration>, dur:
                 if now >= next_write {
                     match which {
                         Seq::SeqLock => {
-                            let mut w = p.seq.0.write();
+                            let mut w = p.seq.write();
                             w[0] += 1;
                             w[1] += 1;
                         }
                         Seq::Spin => {
-                            let mut w = p.spin.0.write();
+                            let mut w = p.spin.write();
                             w[0] += 1;
                             w[1] += 1;
                         }
@@ -341,14 +341,14 @@ fn main() {
     // 1. Reader cost.
     let value = Box::into_raw(Box::new(42u64));
     let readers = Readers {
-        rcu: Line(RcuPtr::null()),
-        plain: Line(AtomicPtr::new(value)),
-        std: Line(std::sync::RwLock::new(42)),
-        epoch: Line(crossbeam_epoch::Atomic::new(42)),
+        rcu: CachePadded::new(RcuPtr::null()),
+        plain: CachePadded::new(AtomicPtr::new(value)),
+        std: CachePadded::new(std::sync::RwLock::new(42)),
+        epoch: CachePadded::new(crossbeam_epoch::Atomic::new(42)),
     };
     // SAFETY: `value` is freed only at the end, after the readers are gone
     // and it is unpublished.
-    unsafe { readers.rcu.0.publish(value) };
+    unsafe { readers.rcu.publish(value) };
     let threads = [1, 2];
     let mut samples = vec![vec![Vec::new(); READERS.len()]; threads.len()];
     for _ in 0..reps {
@@ -381,7 +381,7 @@ fn main() {
     let mut lat: Vec<Vec<u64>> = vec![Vec::new(); SYNC_QS.len()];
     for _ in 0..reps {
         for (i, &qs) in SYNC_QS.iter().enumerate() {
-            lat[i].extend(run_sync(&readers.rcu.0, qs, dur));
+            lat[i].extend(run_sync(&readers.rcu, qs, dur));
         }
     }
     println!("\n## synchronize latency, ns (updater thread + reader thread)\n");
@@ -405,12 +405,12 @@ fn main() {
 
     // The readers are gone (joined): unpublish and free.
     // SAFETY: null.
-    unsafe { readers.rcu.0.publish(std::ptr::null_mut()) };
+    unsafe { readers.rcu.publish(std::ptr::null_mut()) };
     // SAFETY: from `Box::into_raw` above; unpublished from both pointers'
     // readers, which have all been joined.
     drop(unsafe { Box::from_raw(value) });
     // SAFETY: no thread uses the epoch pointer any more.
-    drop(unsafe { readers.epoch.0.into_owned() });
+    drop(unsafe { CachePadded::into_inner(readers.epoch).into_owned() });
 
     // 3. call_rcu.
     let mut enqueue = vec![Vec::new(); BATCHES.len()];
@@ -435,8 +435,8 @@ fn main() {
 
     // 4. seqlock vs spin::RwLock.
     let pairs = Pairs {
-        seq: Line(SeqLock::new([0; 2])),
-        spin: Line(spin::RwLock::new([0; 2])),
+        seq: CachePadded::new(SeqLock::new([0; 2])),
+        spin: CachePadded::new(spin::RwLock::new([0; 2])),
     };
     let configs: Vec<(usize, usize)> = threads
         .iter()

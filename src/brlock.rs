@@ -28,18 +28,17 @@ use core::ops::{Deref, DerefMut};
 use crate::kernel::{self, PreemptGuard};
 use crate::percpu::{ConstInit, PerCpu};
 use crate::spinlock::{IrqState, RawTicketLock};
-use crate::sync::UnsafeCell;
+use crate::sync::{UnsafeCell, const_fn, init};
 
 struct Slot<T> {
     lock: RawTicketLock,
     data: UnsafeCell<T>,
 }
 
-#[cfg(not(loom))]
-impl<T: ConstInit> ConstInit for Slot<T> {
-    const INIT: Self = Slot {
+crate::sync::const_init! {
+    impl[T: ConstInit] for Slot<T> = Slot {
         lock: RawTicketLock::new(),
-        data: UnsafeCell::new(T::INIT),
+        data: UnsafeCell::new(init::<T>()),
     };
 }
 
@@ -56,16 +55,14 @@ unsafe impl<T: Send> Sync for BrLock<T> {}
 unsafe impl<T: Send> Send for BrLock<T> {}
 
 impl<T: ConstInit> BrLock<T> {
-    /// Every CPU's `T` starts as `T::INIT`. `const`, for `static`s.
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self {
-            slots: PerCpu::new(),
+    const_fn! {
+        /// Every CPU's `T` starts as `T::INIT`. `const`, for `static`s.
+        pub fn new() -> Self {
+            Self { slots: PerCpu::new() }
         }
     }
 }
 
-#[cfg(not(loom))]
 impl<T: ConstInit> Default for BrLock<T> {
     fn default() -> Self {
         Self::new()
@@ -108,13 +105,12 @@ impl<T> BrLock<T> {
     #[doc(alias = "lg_local_lock_cpu")]
     #[track_caller]
     pub fn cpu_lock(&self, cpu: usize) -> LocalGuard<'_, T> {
-        let nr = kernel::nr_cpus();
-        if cpu >= nr {
-            kernel::cpu_out_of_range(cpu, nr, "nr_cpus");
-        }
         self.lock_slot(cpu, kernel::preempt_disable(), None)
     }
 
+    /// # Panics
+    /// If `cpu` is not a possible CPU ([`PerCpu::cpu`] checks).
+    #[track_caller]
     fn lock_slot(
         &self,
         cpu: usize,
@@ -223,13 +219,10 @@ impl<T> GlobalGuard<'_, T> {
     /// CPU `cpu`'s `T`.
     ///
     /// # Panics
-    /// If `cpu` is at or past the number of possible CPUs.
+    /// If `cpu` is at or past the number of possible CPUs (the message
+    /// names the id and the limit).
     #[track_caller]
     pub fn cpu_mut(&mut self, cpu: usize) -> &mut T {
-        let nr = kernel::nr_cpus();
-        if cpu >= nr {
-            kernel::cpu_out_of_range(cpu, nr, "nr_cpus");
-        }
         // SAFETY: every slot's lock is held by this guard, borrowed mutably.
         self.lock
             .slots

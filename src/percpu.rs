@@ -38,6 +38,7 @@ use core::ops::Deref;
 pub use crossbeam_utils::CachePadded;
 
 use crate::kernel::{self, MAX_CPUS, PreemptGuard};
+use crate::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, array, const_fn, init};
 
 /// Types with a constant initial value, so that a [`PerCpu`] of them can be
 /// built in a `static` ([`PerCpu::new`] is `const`).
@@ -46,50 +47,37 @@ use crate::kernel::{self, MAX_CPUS, PreemptGuard};
 /// primitives; implement it for your own types whose initial value is a
 /// constant expression.
 pub trait ConstInit {
-    /// The initial value of every slot.
-    const INIT: Self;
+    // `const INIT: Self`; a function under loom, whose atomics cannot be
+    // constants (see the atomics shim).
+    crate::sync::const_init_item! {
+        /// The initial value of every slot.
+    }
 }
 
-macro_rules! const_init {
-    ($($ty:ty = $init:expr),* $(,)?) => {
-        $(impl ConstInit for $ty { const INIT: Self = $init; })*
-    };
+crate::sync::const_init! {
+    impl for AtomicBool = AtomicBool::new(false);
+    impl for AtomicI32 = AtomicI32::new(0);
+    impl for AtomicU32 = AtomicU32::new(0);
+    impl for AtomicUsize = AtomicUsize::new(0);
+    impl for bool = false;
+    impl for u8 = 0;
+    impl for u16 = 0;
+    impl for u32 = 0;
+    impl for u64 = 0;
+    impl for usize = 0;
+    impl for i8 = 0;
+    impl for i16 = 0;
+    impl for i32 = 0;
+    impl for i64 = 0;
+    impl for isize = 0;
+    impl for () = ();
+    impl[T: ConstInit] for CachePadded<T> = CachePadded::new(init::<T>());
 }
 
-#[cfg(not(loom))]
-mod impls {
-    use super::ConstInit;
-    use crate::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize};
-    const_init!(
-        AtomicBool = AtomicBool::new(false),
-        AtomicI32 = AtomicI32::new(0),
-        AtomicU32 = AtomicU32::new(0),
-        AtomicUsize = AtomicUsize::new(0),
-    );
-    #[cfg(target_has_atomic = "64")]
-    const_init!(
-        crate::sync::AtomicI64 = crate::sync::AtomicI64::new(0),
-        crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0),
-    );
-}
-
-const_init!(
-    bool = false,
-    u8 = 0,
-    u16 = 0,
-    u32 = 0,
-    u64 = 0,
-    usize = 0,
-    i8 = 0,
-    i16 = 0,
-    i32 = 0,
-    i64 = 0,
-    isize = 0,
-    () = (),
-);
-
-impl<T: ConstInit> ConstInit for CachePadded<T> {
-    const INIT: Self = CachePadded::new(T::INIT);
+#[cfg(target_has_atomic = "64")]
+crate::sync::const_init! {
+    impl for crate::sync::AtomicI64 = crate::sync::AtomicI64::new(0);
+    impl for crate::sync::AtomicU64 = crate::sync::AtomicU64::new(0);
 }
 
 /// One cache-padded `T` per possible CPU.
@@ -99,10 +87,10 @@ pub struct PerCpu<T> {
 }
 
 impl<T: ConstInit> PerCpu<T> {
-    /// Every slot holds `T::INIT`. `const`, for `static`s.
-    pub const fn new() -> Self {
-        Self {
-            slots: [const { CachePadded::new(T::INIT) }; MAX_CPUS],
+    const_fn! {
+        /// Every slot holds `T::INIT`. `const`, for `static`s.
+        pub fn new() -> Self {
+            Self { slots: array![CachePadded::new(init::<T>()); MAX_CPUS] }
         }
     }
 }
@@ -142,16 +130,21 @@ impl<T> PerCpu<T> {
     /// CPU `cpu`'s slot.
     ///
     /// # Panics
-    /// If `cpu` is at or past [`MAX_CPUS`]: the message names the id and
-    /// the limit.
+    /// If `cpu` is at or past the number of possible CPUs
+    /// ([`nr_cpus`](kernel::nr_cpus), at most [`MAX_CPUS`]): the message
+    /// names the id and the limit.
     #[doc(alias("per_cpu", "per_cpu_ptr"))]
     #[inline]
     #[track_caller]
     pub fn cpu(&self, cpu: usize) -> &T {
-        match self.slots.get(cpu) {
-            Some(slot) => slot,
-            None => kernel::cpu_out_of_range(cpu, MAX_CPUS, "MAX_CPUS"),
+        // Possible CPUs only: a slot past `nr_cpus` is never summed by
+        // `iter` (nor locked by a brlock's global lock).
+        let nr = kernel::nr_cpus();
+        if cpu >= nr {
+            kernel::cpu_out_of_range(cpu, nr, "nr_cpus");
         }
+        // `nr_cpus` has checked `nr <= MAX_CPUS`.
+        &self.slots[cpu]
     }
 
     /// The slots of the possible CPUs (`0..nr_cpus()`), in id order.

@@ -5,8 +5,8 @@
 //! transfer per update once two CPUs update it; here an update touches only
 //! this CPU's slot — without a `lock`-prefixed or exclusive-pair
 //! instruction where the architecture allows (x86_64: one `add` to memory;
-//! aarch64 with LSE: `stadd`; elsewhere interrupts off around a load and a
-//! store) — and moves the slot's value into the shared total under a lock
+//! aarch64 with LSE: `stadd`; elsewhere an atomic add on this CPU's own
+//! slot, such as riscv64's `amoadd.w`) — and moves the slot's value into the shared total under a lock
 //! only when the slot reaches `batch` in absolute value.
 //!
 //! # Reading
@@ -46,13 +46,8 @@ use core::fmt;
 use crate::arch;
 use crate::kernel;
 use crate::percpu::PerCpu;
-use crate::spinlock::{IrqState, RawTicketLock};
-use crate::sync::{AtomicI32, Ordering, StatCounter};
-
-#[cfg(target_has_atomic = "64")]
-use crate::sync::AtomicI64;
-#[cfg(not(target_has_atomic = "64"))]
-use crate::sync::UnsafeCell;
+use crate::spinlock::{RawTicketLock, lock_irqsave};
+use crate::sync::{AtomicI32, LockedI64, Ordering, StatCounter, const_fn};
 
 /// The largest batch: keeps `2 * batch` (a slot pushed past the batch by an
 /// interrupt) inside an `i32`.
@@ -64,20 +59,12 @@ pub struct PerCpuCounter {
     /// Serialises folds into `total` with `sum` and `set`.
     lock: RawTicketLock,
     /// The folded part. Written only under `lock`.
-    #[cfg(target_has_atomic = "64")]
-    total: AtomicI64,
-    #[cfg(not(target_has_atomic = "64"))]
-    total: UnsafeCell<i64>,
+    total: LockedI64,
     /// 0: the default, `max(32, 2 * nr_cpus())`.
     batch: i32,
     /// Each CPU's unfolded part; |slot| < batch (see the module docs).
     slots: PerCpu<AtomicI32>,
 }
-
-// SAFETY (only needed without 64-bit atomics, where `total` is an
-// `UnsafeCell`): `total` is read and written only with `lock` held.
-#[cfg(not(target_has_atomic = "64"))]
-unsafe impl Sync for PerCpuCounter {}
 
 static OVERFLOWS: StatCounter = StatCounter::new(0);
 static DEFAULT_BATCH: StatCounter = StatCounter::new(0);
@@ -102,46 +89,32 @@ pub fn default_batch() -> i32 {
 }
 
 impl PerCpuCounter {
-    /// A counter at zero with the default batch (see [`default_batch`]).
-    #[cfg(not(loom))]
-    #[doc(alias = "percpu_counter_init")]
-    pub const fn new() -> Self {
-        Self::with_batch(0)
-    }
-
-    /// A counter at zero that folds every `batch` units (0: the default).
-    ///
-    /// # Panics
-    /// If `batch` is negative or above [`MAX_BATCH`].
-    #[cfg(not(loom))]
-    pub const fn with_batch(batch: i32) -> Self {
-        assert!(
-            batch >= 0 && batch <= MAX_BATCH,
-            "percpu_counter: batch out of 0..=MAX_BATCH"
-        );
-        Self {
-            lock: RawTicketLock::new(),
-            #[cfg(target_has_atomic = "64")]
-            total: AtomicI64::new(0),
-            #[cfg(not(target_has_atomic = "64"))]
-            total: UnsafeCell::new(0),
-            batch,
-            slots: PerCpu::new(),
+    const_fn! {
+        /// A counter at zero with the default batch (see [`default_batch`]).
+        #[doc(alias = "percpu_counter_init")]
+        pub fn new() -> Self {
+            Self::with_batch(0)
         }
     }
 
-    /// A counter at zero that folds every `batch` units (loom builds).
-    #[cfg(loom)]
-    pub fn with_batch(batch: i32) -> Self {
-        assert!(
-            (0..=MAX_BATCH).contains(&batch),
-            "percpu_counter: batch out of 0..=MAX_BATCH"
-        );
-        Self {
-            lock: RawTicketLock::new(),
-            total: AtomicI64::new(0),
-            batch,
-            slots: PerCpu::from_fn(|_| AtomicI32::new(0)),
+    const_fn! {
+        /// A counter at zero that folds every `batch` units (0: the default).
+        ///
+        /// # Panics
+        /// If `batch` is negative or above [`MAX_BATCH`].
+        // `RangeInclusive::contains` is not `const`.
+        #[allow(clippy::manual_range_contains)]
+        pub fn with_batch(batch: i32) -> Self {
+            assert!(
+                batch >= 0 && batch <= MAX_BATCH,
+                "percpu_counter: batch out of 0..=MAX_BATCH"
+            );
+            Self {
+                lock: RawTicketLock::new(),
+                total: LockedI64::new(0),
+                batch,
+                slots: PerCpu::new(),
+            }
         }
     }
 
@@ -182,20 +155,20 @@ impl PerCpuCounter {
     #[cold]
     #[inline(never)]
     fn fold(&self, slot: &AtomicI32, amount: i64) {
-        // Interrupts off: a handler on this CPU must neither deadlock on
-        // the lock nor change the slot between our load and store.
-        let _irq = IrqState::save();
-        self.lock.lock();
-        let local = slot.load(Ordering::Relaxed);
-        // SAFETY: the lock is held.
-        let total = unsafe { self.total_locked() };
-        let exact = i128::from(total) + i128::from(local) + i128::from(amount);
-        let new = exact.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
-        // SAFETY: the lock is held.
-        unsafe { self.set_total_locked(new) };
-        slot.store(0, Ordering::Relaxed);
-        // SAFETY: locked just above.
-        unsafe { self.lock.unlock() };
+        let (new, exact) = {
+            // Interrupts off: a handler on this CPU must neither deadlock
+            // on the lock nor change the slot between our load and store.
+            let _locked = lock_irqsave(&self.lock);
+            let local = slot.load(Ordering::Relaxed);
+            // SAFETY: the lock is held.
+            let total = unsafe { self.total.get() };
+            let exact = i128::from(total) + i128::from(local) + i128::from(amount);
+            let new = exact.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            // SAFETY: the lock is held.
+            unsafe { self.total.set(new) };
+            slot.store(0, Ordering::Relaxed);
+            (new, exact)
+        };
         if i128::from(new) != exact {
             report_overflow();
         }
@@ -219,16 +192,12 @@ impl PerCpuCounter {
     /// zero. Updates running at the same time may be lost, as in Linux.
     #[doc(alias = "percpu_counter_set")]
     pub fn set(&self, value: i64) {
-        let _irq = IrqState::save();
-        self.lock.lock();
+        let _locked = lock_irqsave(&self.lock);
         for slot in self.slots.iter() {
             slot.store(0, Ordering::Relaxed);
         }
-        // SAFETY: the lock is held (locked above, unlocked below).
-        unsafe {
-            self.set_total_locked(value);
-            self.lock.unlock();
-        }
+        // SAFETY: the lock is held.
+        unsafe { self.total.set(value) };
     }
 
     /// The total without the per-CPU parts: one load, off by less than
@@ -236,20 +205,13 @@ impl PerCpuCounter {
     #[doc(alias = "percpu_counter_read")]
     #[inline]
     pub fn read(&self) -> i64 {
-        #[cfg(target_has_atomic = "64")]
-        {
-            self.total.load(Ordering::Relaxed)
-        }
-        #[cfg(not(target_has_atomic = "64"))]
-        {
-            // No 64-bit atomic load: read under the lock.
-            let _irq = IrqState::save();
-            self.lock.lock();
-            // SAFETY: the lock is held (locked above, unlocked below).
-            unsafe {
-                let total = self.total_locked();
-                self.lock.unlock();
-                total
+        match self.total.load_unlocked() {
+            Some(total) => total,
+            None => {
+                // No 64-bit atomic load: read under the lock.
+                let _locked = lock_irqsave(&self.lock);
+                // SAFETY: the lock is held.
+                unsafe { self.total.get() }
             }
         }
     }
@@ -265,16 +227,12 @@ impl PerCpuCounter {
     /// The exact value: the total plus every CPU's slot, under the lock.
     #[doc(alias = "percpu_counter_sum")]
     pub fn sum(&self) -> i64 {
-        let _irq = IrqState::save();
-        self.lock.lock();
+        let _locked = lock_irqsave(&self.lock);
         // SAFETY: the lock is held.
-        let total = unsafe { self.total_locked() };
-        let sum = self.slots.iter().fold(total, |sum, slot| {
+        let total = unsafe { self.total.get() };
+        self.slots.iter().fold(total, |sum, slot| {
             sum.saturating_add(i64::from(slot.load(Ordering::Relaxed)))
-        });
-        // SAFETY: locked above.
-        unsafe { self.lock.unlock() };
-        sum
+        })
     }
 
     /// [`sum`](Self::sum), but never below zero.
@@ -295,31 +253,8 @@ impl PerCpuCounter {
             self.sum().cmp(&rhs)
         }
     }
-
-    /// # Safety
-    /// The lock is held.
-    unsafe fn total_locked(&self) -> i64 {
-        #[cfg(target_has_atomic = "64")]
-        {
-            self.total.load(Ordering::Relaxed)
-        }
-        #[cfg(not(target_has_atomic = "64"))]
-        // SAFETY: the lock is held, so nobody writes `total`.
-        self.total.with(|total| unsafe { *total })
-    }
-
-    /// # Safety
-    /// The lock is held.
-    unsafe fn set_total_locked(&self, value: i64) {
-        #[cfg(target_has_atomic = "64")]
-        self.total.store(value, Ordering::Relaxed);
-        #[cfg(not(target_has_atomic = "64"))]
-        // SAFETY: the lock is held, so nobody else reads or writes `total`.
-        self.total.with_mut(|total| unsafe { *total = value });
-    }
 }
 
-#[cfg(not(loom))]
 impl Default for PerCpuCounter {
     fn default() -> Self {
         Self::new()

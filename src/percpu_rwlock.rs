@@ -72,9 +72,9 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use crate::arch;
-use crate::percpu::PerCpu;
+use crate::percpu::{ConstInit, PerCpu};
 use crate::rcu::RcuSync;
-use crate::sync::{AtomicBool, AtomicI32, Ordering, fence, relax};
+use crate::sync::{AtomicBool, AtomicI32, Ordering, const_fn, fence, init, relax};
 pub use spin::relax::{RelaxStrategy, Spin};
 
 mod sealed {
@@ -82,8 +82,9 @@ mod sealed {
 }
 
 /// How readers learn that a writer is coming: [`Fenced`] (or, with RCU, the
-/// gated flavour). Sealed.
-pub trait Flavour: sealed::Sealed {
+/// gated flavour). Sealed. A flavour's initial state is its
+/// [`ConstInit`] value.
+pub trait Flavour: sealed::Sealed + ConstInit {
     /// Whether the reader fast path may skip the fence now (the writer gate
     /// is open). `Fenced`: never.
     #[doc(hidden)]
@@ -97,10 +98,6 @@ pub trait Flavour: sealed::Sealed {
     /// Called by a reader that took the slow path and got in.
     #[doc(hidden)]
     fn reader_slow(&self) {}
-    /// The flavour's initial state.
-    #[doc(hidden)]
-    #[cfg(not(loom))]
-    const INIT: Self;
 }
 
 /// The flavour that needs no RCU: one full fence per reader lock.
@@ -109,9 +106,12 @@ pub struct Fenced;
 
 impl sealed::Sealed for Fenced {}
 
+crate::sync::const_init! {
+    impl for Fenced = Fenced;
+    impl for Gated = Gated { gate: RcuSync::new() };
+}
+
 impl Flavour for Fenced {
-    #[cfg(not(loom))]
-    const INIT: Self = Fenced;
     #[inline(always)]
     fn reader_fast(&self) -> bool {
         false
@@ -137,10 +137,6 @@ pub struct Gated {
 impl sealed::Sealed for Gated {}
 
 impl Flavour for Gated {
-    #[cfg(not(loom))]
-    const INIT: Self = Gated {
-        gate: RcuSync::new(),
-    };
     #[inline(always)]
     fn reader_fast(&self) -> bool {
         self.gate.is_idle()
@@ -181,51 +177,40 @@ pub struct RawPercpuRwLock<F = Fenced, R = Spin> {
 }
 
 impl RawPercpuRwLock<Fenced> {
-    /// A new, unlocked lock of the [`Fenced`] flavour. `const`, for
-    /// `static`s.
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        Self::with_flavour()
+    const_fn! {
+        /// A new, unlocked lock of the [`Fenced`] flavour. `const`, for
+        /// `static`s.
+        pub fn new() -> Self {
+            Self::with_flavour()
+        }
     }
 }
 
 impl RawPercpuRwLock<Gated> {
-    /// A new, unlocked lock of the [`Gated`] flavour. `const`, for
-    /// `static`s.
-    #[cfg(not(loom))]
-    pub const fn gated() -> Self {
-        Self::with_flavour()
+    const_fn! {
+        /// A new, unlocked lock of the [`Gated`] flavour. `const`, for
+        /// `static`s.
+        pub fn gated() -> Self {
+            Self::with_flavour()
+        }
     }
 }
 
 impl<F: Flavour, R> RawPercpuRwLock<F, R> {
-    /// A new, unlocked lock of any flavour and relax strategy (name them:
-    /// `RawPercpuRwLock::<Gated, Loop>::with_flavour()`).
-    #[cfg(not(loom))]
-    pub const fn with_flavour() -> Self {
-        Self {
-            readers: PerCpu::new(),
-            block: AtomicBool::new(false),
-            flavour: F::INIT,
-            relax: PhantomData,
+    const_fn! {
+        /// A new, unlocked lock of any flavour and relax strategy (name
+        /// them: `RawPercpuRwLock::<Gated, Loop>::with_flavour()`).
+        pub fn with_flavour() -> Self {
+            Self {
+                readers: PerCpu::new(),
+                block: AtomicBool::new(false),
+                flavour: init::<F>(),
+                relax: PhantomData,
+            }
         }
     }
 }
 
-#[cfg(loom)]
-impl RawPercpuRwLock<Fenced> {
-    /// A new, unlocked lock (loom builds).
-    pub fn new() -> Self {
-        Self {
-            readers: PerCpu::from_fn(|_| AtomicI32::new(0)),
-            block: AtomicBool::new(false),
-            flavour: Fenced,
-            relax: PhantomData,
-        }
-    }
-}
-
-#[cfg(not(loom))]
 impl<F: Flavour, R> Default for RawPercpuRwLock<F, R> {
     fn default() -> Self {
         Self::with_flavour()
@@ -384,6 +369,7 @@ impl<F, R> fmt::Debug for RawPercpuRwLock<F, R> {
 // arriving later see `block` and back out); `read` returns only after
 // seeing `block` clear after its increment. Acquire/Release as in the
 // module docs. Guards carry no state (forgetting one leaves the lock held).
+// Not under loom: `INIT` is a constant, which loom's atomics cannot be.
 #[cfg(not(loom))]
 unsafe impl<F: Flavour, R: RelaxStrategy> lock_api::RawRwLock for RawPercpuRwLock<F, R> {
     #[allow(clippy::declare_interior_mutable_const)]

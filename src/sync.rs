@@ -104,6 +104,21 @@ impl<T: ?Sized> UnsafeCell<T> {
 #[cfg(loom)]
 pub(crate) use loom::cell::UnsafeCell;
 
+// ---- constructors and statics under loom ----------------------------------
+//
+// loom's atomics register with the running model, so they cannot be built
+// in a constant context, and a loom `static` must be built once per model
+// execution. Everything the algorithm files need for that is here, so they
+// carry no `cfg(loom)`:
+//
+// * `const_fn!`: a constructor that is `const` in normal builds;
+// * `array!`: `[value; N]` for non-`Copy` values;
+// * `init`, `const_init!`, `const_init_item!`: `ConstInit` values (a
+//   constant in normal builds, a function under loom);
+// * `model_static!`: a `static` (loom: a `lazy_static`, one per execution);
+// * `LockedI64`: an `i64` written under a lock (lock-free reads where the
+//   target has 64-bit atomics).
+
 /// Declares a function that is `const` in normal builds and plain under
 /// loom, whose atomics cannot be built in a constant context.
 macro_rules! const_fn {
@@ -113,5 +128,181 @@ macro_rules! const_fn {
         #[cfg(loom)]
         $(#[$attr])* $vis fn $($rest)*
     };
+    ($(#[$attr:meta])* $vis:vis unsafe fn $($rest:tt)*) => {
+        #[cfg(not(loom))]
+        $(#[$attr])* $vis const unsafe fn $($rest)*
+        #[cfg(loom)]
+        $(#[$attr])* $vis unsafe fn $($rest)*
+    };
 }
 pub(crate) use const_fn;
+
+/// `[value; n]` for a value that is not `Copy` (atomics): an inline
+/// `const` block in normal builds, `array::from_fn` under loom.
+#[cfg(not(loom))]
+macro_rules! array {
+    ($value:expr; $n:expr) => {
+        [const { $value }; $n]
+    };
+}
+/// `[value; n]` for a value that is not `Copy` (loom builds: built per
+/// element).
+#[cfg(loom)]
+macro_rules! array {
+    ($value:expr; $n:expr) => {
+        core::array::from_fn(|_| $value)
+    };
+}
+pub(crate) use array;
+
+/// The item of [`ConstInit`](crate::percpu::ConstInit): the constant
+/// `INIT` in normal builds, the function `init` under loom.
+#[cfg(not(loom))]
+macro_rules! const_init_item {
+    ($(#[$attr:meta])*) => {
+        $(#[$attr])*
+        const INIT: Self;
+    };
+}
+/// The item of [`ConstInit`](crate::percpu::ConstInit) (loom builds: a
+/// function, called once per value).
+#[cfg(loom)]
+macro_rules! const_init_item {
+    ($(#[$attr:meta])*) => {
+        $(#[$attr])*
+        fn init() -> Self;
+    };
+}
+pub(crate) use const_init_item;
+
+/// Implements [`ConstInit`](crate::percpu::ConstInit):
+/// `const_init!(impl[T: Bound] for Type<T> = value; ...)` (the brackets
+/// are optional). `value` is a constant expression in normal builds.
+#[cfg(not(loom))]
+macro_rules! const_init {
+    ($(impl $([$($gen:tt)*])? for $ty:ty = $init:expr;)*) => {$(
+        impl $(<$($gen)*>)? $crate::percpu::ConstInit for $ty {
+            const INIT: Self = $init;
+        }
+    )*};
+}
+/// Implements [`ConstInit`](crate::percpu::ConstInit) (loom builds: the
+/// value is built on each call).
+#[cfg(loom)]
+macro_rules! const_init {
+    ($(impl $([$($gen:tt)*])? for $ty:ty = $init:expr;)*) => {$(
+        impl $(<$($gen)*>)? $crate::percpu::ConstInit for $ty {
+            fn init() -> Self {
+                $init
+            }
+        }
+    )*};
+}
+pub(crate) use const_init;
+
+const_fn! {
+    /// A fresh `T::INIT` (`const` in normal builds; under loom a new value
+    /// registered with the running model).
+    #[inline(always)]
+    pub(crate) fn init<T: crate::percpu::ConstInit>() -> T {
+        #[cfg(not(loom))]
+        return T::INIT;
+        #[cfg(loom)]
+        return T::init();
+    }
+}
+
+/// Declares a `static` that the models see fresh in every execution: a
+/// plain `static` (its initializer a constant expression) in normal
+/// builds, a `loom::lazy_static!` under loom.
+#[cfg(not(loom))]
+macro_rules! model_static {
+    ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
+        $(#[$attr])*
+        static $name: $ty = $init;
+    };
+}
+/// Declares a `static` built once per model execution (loom builds).
+#[cfg(loom)]
+macro_rules! model_static {
+    ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
+        loom::lazy_static! {
+            $(#[$attr])*
+            static ref $name: $ty = $init;
+        }
+    };
+}
+pub(crate) use model_static;
+
+// ---- a lock-protected i64 ----------------------------------------------------
+
+/// An `i64` written only under a lock the owner keeps: an [`AtomicI64`]
+/// where the target has 64-bit atomics, so that it can also be read
+/// without the lock, and a plain cell elsewhere (thumbv6m, riscv32), where
+/// every access takes the lock.
+pub(crate) struct LockedI64 {
+    #[cfg(target_has_atomic = "64")]
+    value: AtomicI64,
+    #[cfg(not(target_has_atomic = "64"))]
+    value: UnsafeCell<i64>,
+}
+
+// SAFETY (only needed without 64-bit atomics, where the value is an
+// `UnsafeCell`): it is read and written only through the `unsafe` methods,
+// whose callers hold the owner's lock, or through `&mut self`.
+#[cfg(not(target_has_atomic = "64"))]
+unsafe impl Sync for LockedI64 {}
+
+impl LockedI64 {
+    const_fn! {
+        /// A value of `value`.
+        pub(crate) fn new(value: i64) -> Self {
+            Self {
+                #[cfg(target_has_atomic = "64")]
+                value: AtomicI64::new(value),
+                #[cfg(not(target_has_atomic = "64"))]
+                value: UnsafeCell::new(value),
+            }
+        }
+    }
+
+    /// The value, read without the lock: `None` where the target has no
+    /// 64-bit atomic load (take the lock and use [`get`](Self::get)).
+    #[inline(always)]
+    pub(crate) fn load_unlocked(&self) -> Option<i64> {
+        // Relaxed: a snapshot; the writers order themselves with the lock.
+        #[cfg(target_has_atomic = "64")]
+        return Some(self.value.load(Ordering::Relaxed));
+        #[cfg(not(target_has_atomic = "64"))]
+        return None;
+    }
+
+    /// The value.
+    ///
+    /// # Safety
+    /// The owner's lock is held.
+    #[inline(always)]
+    pub(crate) unsafe fn get(&self) -> i64 {
+        // Relaxed: the lock orders the writes (its Acquire/Release).
+        #[cfg(target_has_atomic = "64")]
+        return self.value.load(Ordering::Relaxed);
+        // SAFETY: the lock is held, so nobody writes the value.
+        #[cfg(not(target_has_atomic = "64"))]
+        return self.value.with(|value| unsafe { *value });
+    }
+
+    /// Sets the value.
+    ///
+    /// # Safety
+    /// The owner's lock is held.
+    #[inline(always)]
+    pub(crate) unsafe fn set(&self, value: i64) {
+        // Relaxed: the lock orders the writes; lock-free readers only
+        // want a recent value.
+        #[cfg(target_has_atomic = "64")]
+        self.value.store(value, Ordering::Relaxed);
+        // SAFETY: the lock is held, so nobody else reads or writes it.
+        #[cfg(not(target_has_atomic = "64"))]
+        self.value.with_mut(|cell| unsafe { *cell = value });
+    }
+}

@@ -325,7 +325,7 @@ mod loom_models {
             let _guard = self.srcu.read_lock();
             let i = self.current.load(Relaxed);
             if i != 0 {
-                // SAFETY (of the model): published elements are valid until a
+                // SAFETY: (of the model) published elements are valid until a
                 // grace period after their removal; loom checks it.
                 let v = self.elements[i].with(|p| unsafe { *p });
                 assert_eq!(v, i, "read a freed element");
@@ -336,7 +336,7 @@ mod loom_models {
         fn replace(&self, old: usize, new: usize) {
             self.current.store(new, Relaxed);
             self.srcu.synchronize();
-            // SAFETY (of the model): unpublished and a grace period passed.
+            // SAFETY: (of the model) unpublished and a grace period passed.
             self.elements[old].with_mut(|p| unsafe { *p = usize::MAX });
         }
     }

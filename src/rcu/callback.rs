@@ -41,8 +41,8 @@ use core::ptr;
 use super::{engine, get_state, quiescent_state, seq_ge};
 use crate::kernel;
 use crate::percpu::PerCpu;
-use crate::spinlock::{IrqState, RawTicketLock};
-use crate::sync::{AtomicUsize, Ordering, UnsafeCell, fence, spin_loop};
+use crate::spinlock::{RawTicketLock, lock_irqsave, try_lock};
+use crate::sync::{AtomicUsize, Ordering, UnsafeCell, fence, model_static, spin_loop};
 
 /// A callback for [`call_rcu`]: receives the head it was queued with.
 ///
@@ -93,16 +93,14 @@ impl RcuHead {
     }
 }
 
-#[cfg(not(loom))]
 impl Default for RcuHead {
     fn default() -> Self {
         Self::new()
     }
 }
 
-#[cfg(not(loom))]
-impl crate::percpu::ConstInit for RcuHead {
-    const INIT: Self = RcuHead::new();
+crate::sync::const_init! {
+    impl for RcuHead = RcuHead::new();
 }
 
 impl fmt::Debug for RcuHead {
@@ -319,9 +317,8 @@ unsafe impl Sync for Cpu {}
 // SAFETY: as above: the raw pointers in `list` are owned by the list.
 unsafe impl Send for Cpu {}
 
-#[cfg(not(loom))]
-impl crate::percpu::ConstInit for Cpu {
-    const INIT: Self = Cpu {
+crate::sync::const_init! {
+    impl for Cpu = Cpu {
         lock: RawTicketLock::new(),
         list: UnsafeCell::new(List::EMPTY),
         len: AtomicUsize::new(0),
@@ -334,9 +331,8 @@ impl Cpu {
     /// Runs `f` on the list with the lock held and interrupts off; keeps
     /// `len` and the orphan count in step.
     fn locked<R>(&self, f: impl FnOnce(&mut List) -> R) -> R {
-        let _irq = IrqState::save();
-        self.lock.lock();
-        let r = self.list.with_mut(|list| {
+        let _locked = lock_irqsave(&self.lock);
+        self.list.with_mut(|list| {
             // SAFETY: the lock gives exclusive access to the list.
             let list = unsafe { &mut *list };
             let was_orphan = list.orphaned();
@@ -359,10 +355,7 @@ impl Cpu {
             // lock.
             self.due.store(list.due(), Ordering::Relaxed);
             r
-        });
-        // SAFETY: locked above.
-        unsafe { self.lock.unlock() };
-        r
+        })
     }
 }
 
@@ -376,24 +369,9 @@ struct Callbacks {
     barrier_left: AtomicUsize,
 }
 
-#[cfg(not(loom))]
-static CALLBACKS: Callbacks = Callbacks {
-    cpus: PerCpu::new(),
-    orphans: AtomicUsize::new(0),
-    barrier_lock: RawTicketLock::new(),
-    barrier_left: AtomicUsize::new(0),
-};
-
-#[cfg(loom)]
-loom::lazy_static! {
-    static ref CALLBACKS: Callbacks = Callbacks {
-        cpus: PerCpu::from_fn(|_| Cpu {
-            lock: RawTicketLock::new(),
-            list: UnsafeCell::new(List::EMPTY),
-            len: AtomicUsize::new(0),
-            due: AtomicUsize::new(DUE_NEVER),
-            barrier_head: RcuHead::new(),
-        }),
+model_static! {
+    static CALLBACKS: Callbacks = Callbacks {
+        cpus: PerCpu::new(),
         orphans: AtomicUsize::new(0),
         barrier_lock: RawTicketLock::new(),
         barrier_left: AtomicUsize::new(0),
@@ -589,10 +567,13 @@ pub fn barrier() {
     let cbs = callbacks();
     // Another barrier may be waiting for a grace period that needs this
     // CPU's quiescent state: report them while waiting for the lock.
-    while !cbs.barrier_lock.try_lock() {
+    let _locked = loop {
+        if let Some(locked) = try_lock(&cbs.barrier_lock) {
+            break locked;
+        }
         quiescent_state();
         spin_loop();
-    }
+    };
     // One for the queuing itself, so that early callbacks cannot reach 0.
     cbs.barrier_left.store(1, Ordering::Relaxed);
     for cpu in cbs.cpus.iter() {
@@ -624,8 +605,6 @@ pub fn barrier() {
             spin_loop();
         }
     }
-    // SAFETY: locked above.
-    unsafe { cbs.barrier_lock.unlock() };
 }
 
 unsafe fn barrier_callback(_head: *mut RcuHead) {

@@ -85,8 +85,8 @@ use core::marker::PhantomData;
 
 use crate::kernel::{self, MAX_CPUS};
 use crate::percpu::{CachePadded, PerCpu};
-use crate::spinlock::{IrqState, RawTicketLock};
-use crate::sync::{AtomicUsize, Ordering, fence, spin_loop};
+use crate::spinlock::{RawTicketLock, lock_irqsave};
+use crate::sync::{AtomicUsize, Ordering, array, fence, model_static, spin_loop};
 
 /// Bits per word of the pending-CPU mask.
 const BITS: usize = usize::BITS as usize;
@@ -121,9 +121,8 @@ struct CpuState {
     nesting: AtomicUsize,
 }
 
-#[cfg(not(loom))]
-impl crate::percpu::ConstInit for CpuState {
-    const INIT: Self = CpuState {
+crate::sync::const_init! {
+    impl for CpuState = CpuState {
         watching: AtomicUsize::new(0),
         nesting: AtomicUsize::new(0),
     };
@@ -146,26 +145,14 @@ struct Engine {
     cpus: PerCpu<CpuState>,
 }
 
-#[cfg(not(loom))]
-static ENGINE: Engine = Engine {
-    gp_seq: CachePadded::new(AtomicUsize::new(0)),
-    requested: AtomicUsize::new(0),
-    pending: [const { AtomicUsize::new(0) }; WORDS],
-    pending_count: AtomicUsize::new(0),
-    lock: RawTicketLock::new(),
-    cpus: PerCpu::new(),
-};
-
-// loom: one engine per model execution.
-#[cfg(loom)]
-loom::lazy_static! {
-    static ref ENGINE: Engine = Engine {
+model_static! {
+    static ENGINE: Engine = Engine {
         gp_seq: CachePadded::new(AtomicUsize::new(0)),
         requested: AtomicUsize::new(0),
-        pending: core::array::from_fn(|_| AtomicUsize::new(0)),
+        pending: array![AtomicUsize::new(0); WORDS],
         pending_count: AtomicUsize::new(0),
         lock: RawTicketLock::new(),
-        cpus: PerCpu::from_fn(|_| CpuState { watching: AtomicUsize::new(0), nesting: AtomicUsize::new(0) }),
+        cpus: PerCpu::new(),
     };
 }
 
@@ -174,7 +161,8 @@ fn engine() -> &'static Engine {
     &ENGINE
 }
 
-/// `a >= b` on the wrapping sequence.
+/// `a >= b` on a wrapping sequence (the engine's `gp_seq`, SRCU's and the
+/// callback lists' cookies).
 #[inline]
 fn seq_ge(a: usize, b: usize) -> bool {
     a.wrapping_sub(b) as isize >= 0
@@ -250,20 +238,19 @@ impl Engine {
 
     /// Ends the current grace period and starts the next if requested.
     fn end(&self) {
-        let _irq = IrqState::save();
-        self.lock.lock();
-        let seq = self.gp_seq.load(Ordering::Relaxed);
-        debug_assert_eq!(
-            seq & STATE_MASK,
-            1,
-            "rcu: ending a grace period that is not running"
-        );
-        // Release: the quiescent states (Q1, AcqRel on the counter)
-        // happen-before a waiter that sees the new value.
-        self.gp_seq.store((seq | STATE_MASK) + 1, Ordering::Release);
-        let started = self.start_locked();
-        // SAFETY: locked above.
-        unsafe { self.lock.unlock() };
+        let started = {
+            let _locked = lock_irqsave(&self.lock);
+            let seq = self.gp_seq.load(Ordering::Relaxed);
+            debug_assert_eq!(
+                seq & STATE_MASK,
+                1,
+                "rcu: ending a grace period that is not running"
+            );
+            // Release: the quiescent states (Q1, AcqRel on the counter)
+            // happen-before a waiter that sees the new value.
+            self.gp_seq.store((seq | STATE_MASK) + 1, Ordering::Release);
+            self.start_locked()
+        };
         if started {
             self.scan_idle();
         }
@@ -277,16 +264,16 @@ impl Engine {
         {
             return;
         }
-        let _irq = IrqState::save();
-        self.lock.lock();
-        // Relaxed: `requested` and the state of `gp_seq` only change under
-        // `lock` (the fast path above only skips work that is already due).
-        if !seq_ge(self.requested.load(Ordering::Relaxed), cookie) {
-            self.requested.store(cookie, Ordering::Relaxed);
-        }
-        let started = self.start_locked();
-        // SAFETY: locked above.
-        unsafe { self.lock.unlock() };
+        let started = {
+            let _locked = lock_irqsave(&self.lock);
+            // Relaxed: `requested` and the state of `gp_seq` only change
+            // under `lock` (the fast path above only skips work that is
+            // already due).
+            if !seq_ge(self.requested.load(Ordering::Relaxed), cookie) {
+                self.requested.store(cookie, Ordering::Relaxed);
+            }
+            self.start_locked()
+        };
         if started {
             self.scan_idle();
         }
@@ -618,28 +605,16 @@ impl<T> RcuPtr<T> {
         }
     }
 
-    /// A pointer to `target` (null allowed).
-    ///
-    /// # Safety
-    /// As for [`publish`](Self::publish): a non-null `target` stays valid
-    /// for shared access from any CPU until it is unpublished and a grace
-    /// period has passed.
-    #[doc(alias = "RCU_INITIALIZER")]
-    #[cfg(not(loom))]
-    pub const unsafe fn new(target: *mut T) -> Self {
-        Self {
-            ptr: crate::sync::AtomicPtr::new(target),
-        }
-    }
-
-    /// A pointer to `target` (null allowed).
-    ///
-    /// # Safety
-    /// As for [`publish`](Self::publish).
-    #[cfg(loom)]
-    pub unsafe fn new(target: *mut T) -> Self {
-        Self {
-            ptr: crate::sync::AtomicPtr::new(target),
+    crate::sync::const_fn! {
+        /// A pointer to `target` (null allowed).
+        ///
+        /// # Safety
+        /// As for [`publish`](Self::publish): a non-null `target` stays
+        /// valid for shared access from any CPU until it is unpublished and
+        /// a grace period has passed.
+        #[doc(alias = "RCU_INITIALIZER")]
+        pub unsafe fn new(target: *mut T) -> Self {
+            Self { ptr: crate::sync::AtomicPtr::new(target) }
         }
     }
 
@@ -683,7 +658,6 @@ impl<T> RcuPtr<T> {
     }
 }
 
-#[cfg(not(loom))]
 impl<T> Default for RcuPtr<T> {
     fn default() -> Self {
         Self::null()

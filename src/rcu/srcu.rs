@@ -190,9 +190,10 @@
 
 use core::fmt;
 
+use super::seq_ge;
 use crate::percpu::PerCpu;
-use crate::spinlock::RawTicketLock;
-use crate::sync::{AtomicI32, AtomicUsize, Ordering, fence, spin_loop};
+use crate::spinlock::{RawTicketLock, try_lock};
+use crate::sync::{AtomicI32, AtomicUsize, Ordering, const_fn, fence, spin_loop};
 
 /// One CPU's reader counts.
 struct Counts {
@@ -202,9 +203,8 @@ struct Counts {
     unlocks: [AtomicI32; 2],
 }
 
-#[cfg(not(loom))]
-impl crate::percpu::ConstInit for Counts {
-    const INIT: Self = Counts {
+crate::sync::const_init! {
+    impl for Counts = Counts {
         locks: [AtomicI32::new(0), AtomicI32::new(0)],
         unlocks: [AtomicI32::new(0), AtomicI32::new(0)],
     };
@@ -255,36 +255,17 @@ pub struct Srcu {
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct SrcuCookie(usize);
 
-/// `a >= b` on a wrapping sequence.
-#[inline]
-fn seq_ge(a: usize, b: usize) -> bool {
-    a.wrapping_sub(b) as isize >= 0
-}
-
 impl Srcu {
-    /// A domain with no readers. `const`, for `static`s.
-    #[cfg(not(loom))]
-    #[doc(alias("init_srcu_struct", "DEFINE_STATIC_SRCU"))]
-    pub const fn new() -> Self {
-        Self {
-            idx: AtomicUsize::new(0),
-            gp_seq: AtomicUsize::new(0),
-            lock: RawTicketLock::new(),
-            cpus: PerCpu::new(),
-        }
-    }
-
-    /// A domain with no readers (loom builds: not `const`).
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            idx: AtomicUsize::new(0),
-            gp_seq: AtomicUsize::new(0),
-            lock: RawTicketLock::new(),
-            cpus: PerCpu::from_fn(|_| Counts {
-                locks: [AtomicI32::new(0), AtomicI32::new(0)],
-                unlocks: [AtomicI32::new(0), AtomicI32::new(0)],
-            }),
+    const_fn! {
+        /// A domain with no readers. `const`, for `static`s.
+        #[doc(alias("init_srcu_struct", "DEFINE_STATIC_SRCU"))]
+        pub fn new() -> Self {
+            Self {
+                idx: AtomicUsize::new(0),
+                gp_seq: AtomicUsize::new(0),
+                lock: RawTicketLock::new(),
+                cpus: PerCpu::new(),
+            }
         }
     }
 
@@ -427,23 +408,21 @@ impl Srcu {
     pub fn cond_synchronize_with(&self, cookie: SrcuCookie, mut wait: impl FnMut()) {
         // Take the updaters' lock, unless a grace period run meanwhile by
         // the holder already covers the cookie.
-        loop {
+        let _locked = loop {
             if self.poll(cookie) {
                 return;
             }
-            if self.lock.try_lock() {
-                break;
+            if let Some(locked) = try_lock(&self.lock) {
+                break locked;
             }
             wait();
-        }
+        };
         // With the lock held no grace period is running, so one more
         // completes any cookie taken before the lock was (get_state adds at
         // most 3 to an odd value that has since ended).
         while !self.poll(cookie) {
             self.grace_period_locked(&mut wait);
         }
-        // SAFETY: taken by the `try_lock` above.
-        unsafe { self.lock.unlock() };
     }
 
     /// The grace-period sequence number: odd while one runs (for
@@ -513,23 +492,14 @@ impl Srcu {
 }
 
 /// Adds one to this CPU's `counter` in `cpus`: a local add (no
-/// `lock`-prefixed instruction where the architecture has one; interrupts
-/// on this CPU excluded), with preemption disabled so that it lands on the
-/// CPU it was read for.
-///
-/// Under loom it is one `fetch_add`: the native local adds are single
-/// instructions too, while the portable load-then-store would hide the
-/// updater's earlier loads from loom's DPOR (it tracks only the last
-/// access per object), which then misses interleavings.
+/// `lock`-prefixed instruction where the architecture has one; atomic with
+/// respect to interrupts on this CPU), with preemption disabled so that it
+/// lands on the CPU it was read for. Under loom it is the portable local
+/// add, one relaxed `fetch_add`, so loom sees every interleaving.
 #[inline]
 fn this_cpu_inc(counter: impl Fn(&Counts) -> &AtomicI32, cpus: &PerCpu<Counts>) {
     let counts = cpus.get();
-    #[cfg(not(loom))]
     crate::arch::local_add(counter(&counts), 1);
-    // loom models no interrupts: an atomic add with the same (Relaxed)
-    // ordering as the arch's local add stands in for it.
-    #[cfg(loom)]
-    counter(&counts).fetch_add(1, Ordering::Relaxed);
 }
 
 impl Default for Srcu {

@@ -17,8 +17,8 @@ use core::fmt;
 
 use super::{BITS, STATE_MASK, engine};
 use crate::kernel;
-use crate::spinlock::RawTicketLock;
-use crate::sync::{AtomicUsize, Ordering, StatCounter};
+use crate::spinlock::{RawTicketLock, try_lock};
+use crate::sync::{AtomicUsize, Ordering, StatCounter, model_static};
 
 /// How many stalled CPU ids a [`StallReport`] lists (it counts all of
 /// them).
@@ -119,18 +119,8 @@ struct Detector {
 // Statistics, outside the modelled algorithm.
 static STALLS: StatCounter = StatCounter::new(0);
 
-#[cfg(not(loom))]
-static DETECTOR: Detector = Detector {
-    timeout: AtomicUsize::new(0),
-    seen: AtomicUsize::new(0),
-    start: AtomicUsize::new(0),
-    due: AtomicUsize::new(0),
-    lock: RawTicketLock::new(),
-};
-
-#[cfg(loom)]
-loom::lazy_static! {
-    static ref DETECTOR: Detector = Detector {
+model_static! {
+    static DETECTOR: Detector = Detector {
         timeout: AtomicUsize::new(0),
         seen: AtomicUsize::new(0),
         start: AtomicUsize::new(0),
@@ -210,9 +200,7 @@ pub fn check_stall(now: u64) -> Option<StallReport> {
     {
         return None;
     }
-    if !d.lock.try_lock() {
-        return None;
-    }
+    let locked = try_lock(&d.lock)?;
     let report = if d.seen.load(Ordering::Relaxed) != seq {
         // First sight of this grace period: start its clock.
         d.seen.store(seq, Ordering::Relaxed);
@@ -231,8 +219,7 @@ pub fn check_stall(now: u64) -> Option<StallReport> {
             now.wrapping_sub(d.start.load(Ordering::Relaxed)) as u64,
         ))
     };
-    // SAFETY: locked above.
-    unsafe { d.lock.unlock() };
+    drop(locked);
     let report = report?;
     if report.stalled == 0 {
         // The grace period ended while we looked.

@@ -37,7 +37,7 @@
 use core::fmt;
 
 use super::{Cookie, poll, start_poll, synchronize};
-use crate::spinlock::{IrqState, RawTicketLock};
+use crate::spinlock::{RawTicketLock, lock_irqsave};
 use crate::sync::{AtomicU32, AtomicUsize, Ordering, spin_loop};
 
 const IDLE: u32 = 0;
@@ -112,8 +112,7 @@ impl RcuSync {
     #[track_caller]
     pub fn enter(&self) {
         let was = {
-            let _irq = IrqState::save();
-            self.lock.lock();
+            let _locked = lock_irqsave(&self.lock);
             // Acquire pairs with the Release store of PASSED after the first
             // writer's grace period (made outside the lock). The other
             // accesses to `state`, `writers` and `exit_cookie` here and in
@@ -126,8 +125,6 @@ impl RcuSync {
                 _ => {}
             }
             self.writers.fetch_add(1, Ordering::Relaxed);
-            // SAFETY: locked above.
-            unsafe { self.lock.unlock() };
             was
         };
         match was {
@@ -154,16 +151,13 @@ impl RcuSync {
     /// for it). Pairs with one [`enter`](Self::enter).
     #[doc(alias = "rcu_sync_exit")]
     pub fn exit(&self) {
-        let _irq = IrqState::save();
-        self.lock.lock();
+        let _locked = lock_irqsave(&self.lock);
         let left = self.writers.fetch_sub(1, Ordering::Relaxed) - 1;
         debug_assert!(left != u32::MAX, "rcu_sync: exit without enter");
         if left == 0 {
             self.exit_cookie.store(start_poll().0, Ordering::Relaxed);
             self.state.store(EXIT, Ordering::Relaxed);
         }
-        // SAFETY: locked above.
-        unsafe { self.lock.unlock() };
     }
 
     /// Completes a pending reopening: if the last writer left and a grace
@@ -175,15 +169,12 @@ impl RcuSync {
         match self.state.load(Ordering::Relaxed) {
             IDLE => true,
             EXIT if poll(Cookie(self.exit_cookie.load(Ordering::Relaxed))) => {
-                let _irq = IrqState::save();
-                self.lock.lock();
+                let _locked = lock_irqsave(&self.lock);
                 let idle = self.state.load(Ordering::Relaxed) == EXIT
                     && poll(Cookie(self.exit_cookie.load(Ordering::Relaxed)));
                 if idle {
                     self.state.store(IDLE, Ordering::Relaxed);
                 }
-                // SAFETY: locked above.
-                unsafe { self.lock.unlock() };
                 idle
             }
             _ => false,
@@ -191,7 +182,6 @@ impl RcuSync {
     }
 }
 
-#[cfg(not(loom))]
 impl Default for RcuSync {
     fn default() -> Self {
         Self::new()
