@@ -1,8 +1,8 @@
 //! Per-architecture backends, mounted as `crate::arch`: the only home of
 //! `asm!` and of target `cfg`s beyond the atomics shim.
 //!
-//! Two services are chosen here, each arm with its reason, each list ending
-//! in a portable fallback:
+//! Four services are chosen here, each arm with its reason, each list
+//! ending in a portable fallback:
 //!
 //! * **lockref's lockless step** — one attempt at a `Rule`: "if the lock
 //!   half of the word is free and the count is in range, add a delta to the
@@ -19,20 +19,25 @@
 //!     compiler already uses its ZF result; hand-written asm bought nothing
 //!     measurable, see the README's benchmark notes);
 //!   - no 64-bit compare-and-swap: no step; lockref takes its lock.
-//! * **local interrupt save/restore** for the IRQ-saving locks:
-//!   - x86_64 and aarch64 bare metal (`target_os = "none"`): `pushfq`/`cli`
-//!     and `DAIF`;
-//!   - everything else (other arches, hosted test builds where `cli` would
-//!     fault, loom, Miri): the `critical-section` implementation the final
-//!     binary provides.
-//!
+//! * **local interrupt save/restore**, the default of the kernel's
+//!   `Kernel::irq_save`/`irq_restore` hooks and of `ArchIrq`:
+//!   - x86_64, aarch64 and riscv64 bare metal (`target_os = "none"`):
+//!     `pushfq`/`cli`, `DAIF`, `sstatus.SIE` (per CPU, no shared state);
+//!   - everything else (single-core MCUs, hosted builds where `cli` would
+//!     fault, Miri): the `critical-section` implementation the final
+//!     binary provides (the right tool on one core; a multi-core kernel on
+//!     such a target overrides the hooks); loom: nothing to mask.
+//! * **hypervisor detection**, the default of `kernel::vcpu_preemptible`:
+//!   CPUID's hypervisor bit on x86_64, nothing elsewhere.
 //! * **per-CPU local add** — add to this CPU's slot of a per-CPU counter,
 //!   atomic with respect to interrupts on this CPU (only this CPU writes the
 //!   slot, so no cross-CPU atomicity is needed):
 //!   - x86_64: a plain `add` to memory, one instruction, no `lock` prefix;
 //!   - aarch64 with LSE: `stadd`;
-//!   - everything else: interrupts off around a load and a store (loom and
-//!     Miri: the load and store alone, they model no interrupts).
+//!   - everything else: a Relaxed `fetch_add` on the slot, an atomic
+//!     read-modify-write and so interrupt-atomic with no masking (riscv64:
+//!     one `amoadd.w`; aarch64 without LSE: an LL/SC loop; loom sees the
+//!     real interleavings).
 //!
 //! The portable module is compiled under `cfg(test)` on every arch, so the
 //! fallback is exercised by the unit tests on x86_64 and aarch64 too.

@@ -251,8 +251,10 @@ pub(crate) fn rcu_stall(report: &crate::rcu::StallReport) {
 /// preemption is disabled.
 ///
 /// # Panics
-/// If the kernel returns an id at or past [`nr_cpus`] or [`MAX_CPUS`]: the
-/// message names the id and the limit.
+/// If the kernel returns an id at or past [`MAX_CPUS`] (the check that
+/// keeps per-CPU slots in bounds; it costs no hook call, unlike one against
+/// [`nr_cpus`], which reading another CPU's slot checks): the message names
+/// the id and the limit.
 #[doc(alias = "raw_smp_processor_id")]
 #[inline]
 pub fn cpu_id() -> usize {
@@ -289,9 +291,12 @@ pub(crate) fn check_cpu(id: usize) {
 #[inline(never)]
 #[track_caller]
 pub(crate) fn cpu_out_of_range(id: usize, limit: usize, what: &str) -> ! {
-    panic!(
-        "ksync: CPU id {id} is out of range: the limit is {limit} ({what}); raise KSYNC_MAX_CPUS"
-    )
+    let advice = if what == "MAX_CPUS" {
+        "; raise KSYNC_MAX_CPUS"
+    } else {
+        ""
+    };
+    panic!("ksync: CPU id {id} is out of range: the limit is {limit} ({what}){advice}")
 }
 
 #[cold]
