@@ -68,6 +68,10 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
 #[cfg(not(loom))]
 pub(crate) type IrqFlags = critical_section::RestoreState;
 
+/// A placeholder state, for storage that is written before it is read.
+#[cfg(not(loom))]
+pub(crate) const IRQ_FLAGS_EMPTY: IrqFlags = critical_section::RestoreState::invalid();
+
 /// Disables local interrupts (enters the critical section) and returns the
 /// state to restore.
 #[cfg(not(loom))]
@@ -92,89 +96,13 @@ pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
     unsafe { critical_section::release(flags) }
 }
 
-/// How deep local interrupt saves may nest on one CPU when the kernel's
-/// interrupt hook is the `critical-section` default ([`kernel_irq_save`]).
-#[cfg(not(loom))]
-const CS_DEPTH: usize = 8;
-
-/// Per-CPU stacks of `critical-section` restore states for the default
-/// kernel interrupt hook, whose interface passes a `usize` where
-/// `critical-section` hands out an opaque state. The word handed back is
-/// the nesting depth, so a restore out of order is caught.
-#[cfg(not(loom))]
-struct CsStacks(core::cell::UnsafeCell<[(usize, [IrqFlags; CS_DEPTH]); crate::kernel::MAX_CPUS]>);
-
-// SAFETY: a CPU's entry is touched only by that CPU, inside the critical
-// section it entered first (interrupts off on this CPU, or the
-// implementation's lock), so no two contexts access one entry at once.
-#[cfg(not(loom))]
-unsafe impl Sync for CsStacks {}
-
-#[cfg(not(loom))]
-static CS_STACKS: CsStacks = CsStacks(core::cell::UnsafeCell::new(
-    [(0, [critical_section::RestoreState::invalid(); CS_DEPTH]); crate::kernel::MAX_CPUS],
-));
-
-/// The default [`Kernel::irq_save`](crate::kernel::Kernel::irq_save) where
-/// no native path exists: enters the critical section, then (now unable to
-/// migrate) pushes its state on this CPU's stack.
-#[cfg(not(loom))]
-pub(crate) fn kernel_irq_save(cpu_id: fn() -> usize) -> usize {
-    let state = irq_save();
-    let cpu = cpu_id();
-    crate::kernel::check_cpu(cpu);
-    // SAFETY: see `CsStacks`: this CPU's entry, inside its critical section.
-    let entry = unsafe { &mut (*CS_STACKS.0.get())[cpu] };
-    let depth = entry.0;
-    assert!(
-        depth < CS_DEPTH,
-        "ksync: local interrupt saves nested deeper than {CS_DEPTH} on CPU {cpu}"
-    );
-    entry.1[depth] = state;
-    entry.0 = depth + 1;
-    depth
-}
-
-/// The default [`Kernel::irq_restore`](crate::kernel::Kernel::irq_restore)
-/// matching [`kernel_irq_save`].
-///
-/// # Safety
-/// `flags` must come from the matching `kernel_irq_save` on this CPU, in
-/// reverse nesting order.
-#[cfg(not(loom))]
-pub(crate) unsafe fn kernel_irq_restore(cpu_id: fn() -> usize, flags: usize) {
-    let cpu = cpu_id();
-    crate::kernel::check_cpu(cpu);
-    // SAFETY: see `CsStacks`: this CPU's entry, still inside its critical
-    // section.
-    let entry = unsafe { &mut (*CS_STACKS.0.get())[cpu] };
-    assert!(
-        entry.0 == flags + 1,
-        "ksync: local interrupt state restored out of order on CPU {cpu} (depth {}, restoring {flags})",
-        entry.0
-    );
-    entry.0 = flags;
-    let state = entry.1[flags];
-    // SAFETY: the state of the matching save, in nesting order (checked).
-    unsafe { irq_restore(state) }
-}
-
-/// loom: nothing to mask.
-#[cfg(loom)]
-pub(crate) fn kernel_irq_save(_cpu_id: fn() -> usize) -> usize {
-    0
-}
-
-/// loom: nothing to restore.
-///
-/// # Safety
-/// None needed; `unsafe` to match the other backends.
-#[cfg(loom)]
-pub(crate) unsafe fn kernel_irq_restore(_cpu_id: fn() -> usize, _flags: usize) {}
-
 /// loom models no interrupts: saving and restoring do nothing.
 #[cfg(loom)]
 pub(crate) type IrqFlags = ();
+
+/// A placeholder state (loom: nothing).
+#[cfg(loom)]
+pub(crate) const IRQ_FLAGS_EMPTY: IrqFlags = ();
 
 /// No interrupts under loom.
 #[cfg(loom)]

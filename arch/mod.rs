@@ -100,11 +100,24 @@ pub(crate) use riscv64::{IrqFlags, irq_restore, irq_save};
 )))]
 pub(crate) use generic::{IrqFlags, irq_restore, irq_save};
 
-/// The default of [`Kernel::irq_save`](crate::kernel::Kernel::irq_save):
-/// the native instructions as a word, or (no native path) the
-/// `critical-section` state kept on a per-CPU stack.
+/// Whether the saved interrupt state is a plain machine word (the native
+/// paths: RFLAGS, DAIF, sstatus), which the kernel's `usize` hook can carry
+/// as it is. Otherwise (`critical-section`'s opaque state) the default hook
+/// keeps the states on a per-CPU stack (`kernel::irq`).
+pub(crate) const IRQ_FLAGS_ARE_WORDS: bool = cfg!(all(
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    ),
+    target_os = "none",
+    not(any(loom, miri))
+));
+
+/// Saves and disables local interrupts, as a word. Called only when
+/// [`IRQ_FLAGS_ARE_WORDS`].
 #[inline(always)]
-pub(crate) fn kernel_irq_save(cpu_id: fn() -> usize) -> usize {
+pub(crate) fn irq_save_word() -> usize {
     #[cfg(all(
         any(
             target_arch = "x86_64",
@@ -114,29 +127,20 @@ pub(crate) fn kernel_irq_save(cpu_id: fn() -> usize) -> usize {
         target_os = "none",
         not(any(loom, miri))
     ))]
+    return irq_save() as usize;
+    #[allow(unreachable_code)]
     {
-        let _ = cpu_id;
-        irq_save() as usize
+        unreachable!("ksync: interrupt state is not a word on this target")
     }
-    #[cfg(not(all(
-        any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "riscv64"
-        ),
-        target_os = "none",
-        not(any(loom, miri))
-    )))]
-    generic::kernel_irq_save(cpu_id)
 }
 
-/// The default of [`Kernel::irq_restore`](crate::kernel::Kernel::irq_restore).
+/// Restores a word from [`irq_save_word`].
 ///
 /// # Safety
-/// `flags` must come from the matching [`kernel_irq_save`] on this CPU, in
-/// reverse nesting order.
+/// `word` comes from the matching [`irq_save_word`] on this CPU, in reverse
+/// nesting order.
 #[inline(always)]
-pub(crate) unsafe fn kernel_irq_restore(cpu_id: fn() -> usize, flags: usize) {
+pub(crate) unsafe fn irq_restore_word(word: usize) {
     #[cfg(all(
         any(
             target_arch = "x86_64",
@@ -146,25 +150,36 @@ pub(crate) unsafe fn kernel_irq_restore(cpu_id: fn() -> usize, flags: usize) {
         target_os = "none",
         not(any(loom, miri))
     ))]
+    // SAFETY: forwarded caller contract; the word is the native flags.
+    return unsafe { irq_restore(word as IrqFlags) };
+    #[allow(unreachable_code)]
     {
-        let _ = cpu_id;
-        // SAFETY: forwarded caller contract; the word is the native flags.
-        unsafe { irq_restore(flags as IrqFlags) }
-    }
-    #[cfg(not(all(
-        any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "riscv64"
-        ),
-        target_os = "none",
-        not(any(loom, miri))
-    )))]
-    // SAFETY: forwarded caller contract.
-    unsafe {
-        generic::kernel_irq_restore(cpu_id, flags)
+        let _ = word;
+        unreachable!("ksync: interrupt state is not a word on this target")
     }
 }
+
+// The native paths' placeholder state (the fallback defines its own).
+#[cfg(all(
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    ),
+    target_os = "none",
+    not(any(loom, miri))
+))]
+pub(crate) const IRQ_FLAGS_EMPTY: IrqFlags = 0;
+#[cfg(not(all(
+    any(
+        target_arch = "x86_64",
+        target_arch = "aarch64",
+        target_arch = "riscv64"
+    ),
+    target_os = "none",
+    not(any(loom, miri))
+)))]
+pub(crate) use generic::IRQ_FLAGS_EMPTY;
 
 // ---- hypervisor detection ---------------------------------------------------
 

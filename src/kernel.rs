@@ -135,7 +135,7 @@ pub unsafe trait Kernel {
     #[doc(alias = "local_irq_save")]
     #[inline]
     fn irq_save() -> usize {
-        crate::arch::kernel_irq_save(Self::cpu_id)
+        irq::default_save(Self::cpu_id)
     }
 
     /// Restores the state saved by the matching
@@ -149,7 +149,7 @@ pub unsafe trait Kernel {
     #[inline]
     unsafe fn irq_restore(flags: usize) {
         // SAFETY: forwarded caller contract.
-        unsafe { crate::arch::kernel_irq_restore(Self::cpu_id, flags) }
+        unsafe { irq::default_restore(Self::cpu_id, flags) }
     }
 
     /// An RCU grace period has been running for longer than the stall
@@ -159,7 +159,7 @@ pub unsafe trait Kernel {
     /// does nothing otherwise (the report is also `check_stall`'s return
     /// value, and [`rcu::stall_count`](crate::rcu::stall_count) counts it).
     #[doc(alias = "print_cpu_stall")]
-    fn rcu_stall(report: &crate::rcu::StallReport) {
+    fn rcu_stall(report: &StallReport) {
         #[cfg(feature = "defmt")]
         defmt::warn!("{}", report);
         let _ = report;
@@ -205,7 +205,7 @@ macro_rules! set_kernel {
                 unsafe { <$kernel as $crate::kernel::Kernel>::irq_restore(flags) }
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_rcu_stall(report: &$crate::rcu::StallReport) {
+            fn _ksync_set_kernel_v1_rcu_stall(report: &$crate::kernel::StallReport) {
                 <$kernel as $crate::kernel::Kernel>::rcu_stall(report)
             }
         };
@@ -223,7 +223,7 @@ unsafe extern "Rust" {
     safe fn _ksync_set_kernel_v1_preempt_enable();
     safe fn _ksync_set_kernel_v1_irq_save() -> usize;
     unsafe fn _ksync_set_kernel_v1_irq_restore(flags: usize);
-    safe fn _ksync_set_kernel_v1_rcu_stall(report: &crate::rcu::StallReport);
+    safe fn _ksync_set_kernel_v1_rcu_stall(report: &StallReport);
 }
 
 /// The kernel's [`Kernel::irq_save`].
@@ -243,7 +243,7 @@ pub(crate) unsafe fn irq_restore_hook(flags: usize) {
 }
 
 /// Hands a stall report to the kernel's [`Kernel::rcu_stall`].
-pub(crate) fn rcu_stall(report: &crate::rcu::StallReport) {
+pub(crate) fn rcu_stall(report: &StallReport) {
     _ksync_set_kernel_v1_rcu_stall(report)
 }
 
@@ -341,6 +341,9 @@ impl Drop for PreemptGuard {
 
 pub mod irq;
 mod spin;
+mod stall_report;
+
+pub use stall_report::{STALL_REPORT_CPUS, StallReport};
 
 pub(crate) use spin::{Backoff, Waiter, kick_waiters};
 pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};

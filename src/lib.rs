@@ -52,7 +52,7 @@
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // loom builds: the architecture's IRQ state is `()` (nothing to mask).
-#![cfg_attr(loom, allow(clippy::unit_arg))]
+#![cfg_attr(loom, allow(clippy::unit_arg, clippy::let_unit_value))]
 
 #[cfg(any(test, loom, feature = "test-hooks"))]
 extern crate std;

@@ -247,10 +247,10 @@ pub(crate) struct LockedI64 {
     value: UnsafeCell<i64>,
 }
 
-// SAFETY (only needed without 64-bit atomics, where the value is an
-// `UnsafeCell`): it is read and written only through the `unsafe` methods,
-// whose callers hold the owner's lock, or through `&mut self`.
+// Only needed without 64-bit atomics, where the value is an `UnsafeCell`.
 #[cfg(not(target_has_atomic = "64"))]
+// SAFETY: the value is read and written only through the `unsafe`
+// methods, whose callers hold the owner's lock, or through `&mut self`.
 unsafe impl Sync for LockedI64 {}
 
 impl LockedI64 {

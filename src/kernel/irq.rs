@@ -43,9 +43,11 @@
 //! assert_eq!(*TICKS.lock(), 1);
 //! ```
 
+use core::cell::UnsafeCell;
 use core::fmt;
 use core::marker::PhantomData;
 
+use super::MAX_CPUS;
 use crate::arch;
 
 /// A way to save and disable local interrupts, and restore them.
@@ -164,5 +166,125 @@ impl<I: IrqControl> Drop for IrqState<I> {
 impl<I: IrqControl> fmt::Debug for IrqState<I> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("IrqState")
+    }
+}
+
+// ---- the default of the kernel's hooks ---------------------------------------
+
+/// How deep local interrupt saves may nest on one CPU when the saved state
+/// is not a word ([`default_save`]).
+const STACK_DEPTH: usize = 8;
+
+/// Per-CPU stacks of saved states for the default hooks on targets whose
+/// saved state is not a machine word (`critical-section`'s opaque state),
+/// since the hook interface passes a `usize`. The word handed back is the
+/// nesting depth, so a restore out of order is caught. On targets with a
+/// native path this is never referenced and the linker drops it.
+struct Stacks(UnsafeCell<[(usize, [arch::IrqFlags; STACK_DEPTH]); MAX_CPUS]>);
+
+// SAFETY: a CPU's entry is touched only by that CPU, inside the critical
+// section it entered first (interrupts off on this CPU, or the
+// implementation's lock), so no two contexts access one entry at once.
+unsafe impl Sync for Stacks {}
+
+static STACKS: Stacks = Stacks(UnsafeCell::new(
+    [(0, [arch::IRQ_FLAGS_EMPTY; STACK_DEPTH]); MAX_CPUS],
+));
+
+/// The default [`Kernel::irq_save`](super::Kernel::irq_save): the native
+/// instructions' state as a word, or the `critical-section` state pushed on
+/// this CPU's stack (entered first, so the caller can no longer migrate
+/// when it reads its CPU id).
+#[inline(always)]
+pub(crate) fn default_save(cpu_id: fn() -> usize) -> usize {
+    if arch::IRQ_FLAGS_ARE_WORDS {
+        return arch::irq_save_word();
+    }
+    let state = arch::irq_save();
+    let cpu = cpu_id();
+    super::check_cpu(cpu);
+    // SAFETY: see `Stacks`: this CPU's entry, inside its critical section.
+    let entry = unsafe { &mut (*STACKS.0.get())[cpu] };
+    let depth = entry.0;
+    assert!(
+        depth < STACK_DEPTH,
+        "ksync: local interrupt saves nested deeper than {STACK_DEPTH} on CPU {cpu}"
+    );
+    entry.1[depth] = state;
+    entry.0 = depth + 1;
+    depth
+}
+
+/// The default [`Kernel::irq_restore`](super::Kernel::irq_restore).
+///
+/// # Safety
+/// `flags` comes from the matching [`default_save`] on this CPU, in reverse
+/// nesting order.
+#[inline(always)]
+pub(crate) unsafe fn default_restore(cpu_id: fn() -> usize, flags: usize) {
+    if arch::IRQ_FLAGS_ARE_WORDS {
+        // SAFETY: forwarded caller contract.
+        return unsafe { arch::irq_restore_word(flags) };
+    }
+    let cpu = cpu_id();
+    super::check_cpu(cpu);
+    // SAFETY: see `Stacks`: this CPU's entry, still inside its critical
+    // section.
+    let entry = unsafe { &mut (*STACKS.0.get())[cpu] };
+    assert!(
+        entry.0 == flags + 1,
+        "ksync: local interrupt state restored out of order on CPU {cpu} (depth {}, restoring {flags})",
+        entry.0
+    );
+    entry.0 = flags;
+    let state = entry.1[flags];
+    // SAFETY: the state of the matching save, in nesting order (checked).
+    unsafe { arch::irq_restore(state) }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    //! The default hooks' per-CPU stack, where the saved state is not a
+    //! word (on the host: `critical-section`'s std implementation).
+
+    use super::{default_restore, default_save};
+    use crate::arch;
+
+    fn cpu_5() -> usize {
+        5
+    }
+
+    #[test]
+    fn nested_saves_restore_in_order() {
+        if arch::IRQ_FLAGS_ARE_WORDS {
+            return;
+        }
+        let outer = default_save(cpu_5);
+        let inner = default_save(cpu_5);
+        assert_eq!((outer, inner), (0, 1), "the words are nesting depths");
+        // SAFETY: the matching saves, in reverse order.
+        unsafe {
+            default_restore(cpu_5, inner);
+            default_restore(cpu_5, outer);
+        }
+        let again = default_save(cpu_5);
+        assert_eq!(again, 0);
+        // SAFETY: the matching save.
+        unsafe { default_restore(cpu_5, again) };
+    }
+
+    #[test]
+    #[should_panic(expected = "restored out of order on CPU 6")]
+    fn out_of_order_restore_is_caught() {
+        fn cpu_6() -> usize {
+            6
+        }
+        if arch::IRQ_FLAGS_ARE_WORDS {
+            panic!("restored out of order on CPU 6 (native: nothing to check)");
+        }
+        let outer = default_save(cpu_6);
+        let _inner = default_save(cpu_6);
+        // SAFETY: deliberately wrong; the check panics before restoring.
+        unsafe { default_restore(cpu_6, outer) };
     }
 }

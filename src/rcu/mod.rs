@@ -75,10 +75,9 @@ pub use self::callback::{
     process_callbacks, process_callbacks_max,
 };
 pub use self::srcu::{Srcu, SrcuGuard};
-pub use self::stall::{
-    STALL_REPORT_CPUS, StallReport, check_stall, set_stall_timeout, stall_count,
-};
+pub use self::stall::{check_stall, set_stall_timeout, stall_count};
 pub use self::sync::RcuSync;
+pub use crate::kernel::{STALL_REPORT_CPUS, StallReport};
 
 use core::fmt;
 use core::marker::PhantomData;

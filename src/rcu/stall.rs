@@ -13,94 +13,10 @@
 //! default logs with `defmt` when that feature is on) and as
 //! [`check_stall`]'s return value. [`stall_count`] counts reports.
 
-use core::fmt;
-
 use super::{BITS, STATE_MASK, engine};
-use crate::kernel;
+use crate::kernel::{self, STALL_REPORT_CPUS, StallReport};
 use crate::spinlock::{RawTicketLock, try_lock};
 use crate::sync::{AtomicUsize, Ordering, StatCounter, model_static};
-
-/// How many stalled CPU ids a [`StallReport`] lists (it counts all of
-/// them).
-pub const STALL_REPORT_CPUS: usize = 8;
-
-/// A grace period that has been running for longer than the stall timeout.
-#[derive(Clone, Copy, PartialEq, Eq)]
-pub struct StallReport {
-    gp_seq: usize,
-    age: u64,
-    stalled: usize,
-    listed: usize,
-    cpus: [u32; STALL_REPORT_CPUS],
-}
-
-impl StallReport {
-    /// The stalled grace period's sequence number.
-    pub fn gp_seq(&self) -> usize {
-        self.gp_seq
-    }
-
-    /// How long it has been running, in the unit of [`check_stall`]'s
-    /// clock.
-    pub fn age(&self) -> u64 {
-        self.age
-    }
-
-    /// How many CPUs still owe it a quiescent state.
-    pub fn nr_stalled(&self) -> usize {
-        self.stalled
-    }
-
-    /// The first [`STALL_REPORT_CPUS`] of them, in id order.
-    pub fn cpus(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
-        self.cpus[..self.listed].iter().map(|&c| c as usize)
-    }
-
-    /// Whether `cpu` holds the grace period up (among the listed CPUs).
-    pub fn names(&self, cpu: usize) -> bool {
-        self.cpus().any(|c| c == cpu)
-    }
-}
-
-impl fmt::Display for StallReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "rcu: grace period {:#x} stalled for {}, waiting for CPU",
-            self.gp_seq, self.age
-        )?;
-        if self.stalled != 1 {
-            f.write_str("s")?;
-        }
-        for (i, cpu) in self.cpus().enumerate() {
-            write!(f, "{}{cpu}", if i == 0 { " " } else { ", " })?;
-        }
-        if self.stalled > self.listed {
-            write!(f, " (+{} more)", self.stalled - self.listed)?;
-        }
-        Ok(())
-    }
-}
-
-impl fmt::Debug for StallReport {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        fmt::Display::fmt(self, f)
-    }
-}
-
-#[cfg(feature = "defmt")]
-impl defmt::Format for StallReport {
-    fn format(&self, f: defmt::Formatter<'_>) {
-        defmt::write!(
-            f,
-            "rcu: grace period {=usize:#x} stalled for {=u64}, {=usize} CPU(s) waiting: {=[?]}",
-            self.gp_seq,
-            self.age,
-            self.stalled,
-            &self.cpus[..self.listed]
-        );
-    }
-}
 
 /// The detector's state (separate from the engine's hot fields).
 struct Detector {
