@@ -68,9 +68,18 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
 #[cfg(not(loom))]
 pub(crate) type IrqFlags = critical_section::RestoreState;
 
-/// A placeholder state, for storage that is written before it is read.
+// `critical-section`'s state is opaque: not a word.
 #[cfg(not(loom))]
-pub(crate) const IRQ_FLAGS_EMPTY: IrqFlags = critical_section::RestoreState::invalid();
+impl super::IrqWord for IrqFlags {
+    const IS_WORD: bool = false;
+    const EMPTY: Self = critical_section::RestoreState::invalid();
+    fn into_word(self) -> usize {
+        unreachable!("ksync: critical-section's state is not a word")
+    }
+    fn from_word(_: usize) -> Self {
+        unreachable!("ksync: critical-section's state is not a word")
+    }
+}
 
 /// Disables local interrupts (enters the critical section) and returns the
 /// state to restore.
@@ -100,9 +109,16 @@ pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
 #[cfg(loom)]
 pub(crate) type IrqFlags = ();
 
-/// A placeholder state (loom: nothing).
+// loom: nothing to carry.
 #[cfg(loom)]
-pub(crate) const IRQ_FLAGS_EMPTY: IrqFlags = ();
+impl super::IrqWord for IrqFlags {
+    const IS_WORD: bool = true;
+    const EMPTY: Self = ();
+    fn into_word(self) -> usize {
+        0
+    }
+    fn from_word(_: usize) -> Self {}
+}
 
 /// No interrupts under loom.
 #[cfg(loom)]

@@ -77,109 +77,59 @@ cfg_select! {
 
 // ---- local interrupt control -------------------------------------------
 
-// One positive chain, ending in the fallback:
-// - x86_64 bare metal: `pushfq`/`cli` (ring 0 may; hosted builds would fault);
-#[cfg(all(target_arch = "x86_64", target_os = "none", not(any(loom, miri))))]
-pub(crate) use x86_64::{IrqFlags, irq_restore, irq_save};
-// - aarch64 bare metal: `DAIF` (EL1 may);
-#[cfg(all(target_arch = "aarch64", target_os = "none", not(any(loom, miri))))]
-pub(crate) use aarch64::{IrqFlags, irq_restore, irq_save};
-// - riscv64 bare metal: `sstatus.SIE` (S-mode, what OpenSBI enters);
-#[cfg(all(target_arch = "riscv64", target_os = "none", not(any(loom, miri))))]
-pub(crate) use riscv64::{IrqFlags, irq_restore, irq_save};
-// - everything else (single-core MCUs, hosted builds, loom, Miri):
-//   `critical-section`, the right tool on one core (loom: nothing to mask).
-#[cfg(not(all(
-    any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    ),
-    target_os = "none",
-    not(any(loom, miri))
-)))]
-pub(crate) use generic::{IrqFlags, irq_restore, irq_save};
-
-/// Whether the saved interrupt state is a plain machine word (the native
-/// paths: RFLAGS, DAIF, sstatus), which the kernel's `usize` hook can carry
-/// as it is. Otherwise (`critical-section`'s opaque state) the default hook
-/// keeps the states on a per-CPU stack (`kernel::irq`).
-pub(crate) const IRQ_FLAGS_ARE_WORDS: bool = cfg!(all(
-    any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    ),
-    target_os = "none",
-    not(any(loom, miri))
-));
-
-/// Saves and disables local interrupts, as a word. Called only when
-/// [`IRQ_FLAGS_ARE_WORDS`].
-#[inline(always)]
-pub(crate) fn irq_save_word() -> usize {
-    #[cfg(all(
-        any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "riscv64"
-        ),
-        target_os = "none",
-        not(any(loom, miri))
-    ))]
-    return irq_save() as usize;
-    #[allow(unreachable_code)]
-    {
-        unreachable!("ksync: interrupt state is not a word on this target")
+cfg_select! {
+    // loom models no interrupts; Miri runs no `asm!`.
+    any(loom, miri) => { pub(crate) use generic::{IrqFlags, irq_restore, irq_save}; }
+    // Ring 0 may `cli` (a hosted build would fault, hence `none`).
+    all(target_arch = "x86_64", target_os = "none") => {
+        pub(crate) use x86_64::{IrqFlags, irq_restore, irq_save};
     }
+    // EL1 may write `DAIF`.
+    all(target_arch = "aarch64", target_os = "none") => {
+        pub(crate) use aarch64::{IrqFlags, irq_restore, irq_save};
+    }
+    // S-mode (what OpenSBI enters) owns `sstatus.SIE`.
+    all(target_arch = "riscv64", target_os = "none") => {
+        pub(crate) use riscv64::{IrqFlags, irq_restore, irq_save};
+    }
+    // Single-core MCUs, hosted builds: `critical-section`.
+    _ => { pub(crate) use generic::{IrqFlags, irq_restore, irq_save}; }
 }
 
-/// Restores a word from [`irq_save_word`].
-///
-/// # Safety
-/// `word` comes from the matching [`irq_save_word`] on this CPU, in reverse
-/// nesting order.
-#[inline(always)]
-pub(crate) unsafe fn irq_restore_word(word: usize) {
-    #[cfg(all(
-        any(
-            target_arch = "x86_64",
-            target_arch = "aarch64",
-            target_arch = "riscv64"
-        ),
-        target_os = "none",
-        not(any(loom, miri))
-    ))]
-    // SAFETY: forwarded caller contract; the word is the native flags.
-    return unsafe { irq_restore(word as IrqFlags) };
-    #[allow(unreachable_code)]
-    {
-        let _ = word;
-        unreachable!("ksync: interrupt state is not a word on this target")
-    }
+/// What the kernel's `usize` interrupt hook needs to know of a backend's
+/// saved state: the native paths save a machine word (RFLAGS, DAIF,
+/// sstatus) that the hook carries as it is; `critical-section`'s opaque
+/// state is not one, and the default hook keeps it on a per-CPU stack
+/// (`kernel::irq`).
+pub(crate) trait IrqWord: Copy {
+    /// Whether the state is a word ([`into_word`](IrqWord::into_word) and
+    /// [`from_word`](IrqWord::from_word) are only called if so).
+    const IS_WORD: bool;
+    /// A placeholder, for storage written before it is read.
+    const EMPTY: Self;
+    /// The state as a word.
+    fn into_word(self) -> usize;
+    /// The state back from [`into_word`](IrqWord::into_word).
+    fn from_word(word: usize) -> Self;
 }
 
-// The native paths' placeholder state (the fallback defines its own).
-#[cfg(all(
-    any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    ),
-    target_os = "none",
-    not(any(loom, miri))
-))]
-pub(crate) const IRQ_FLAGS_EMPTY: IrqFlags = 0;
-#[cfg(not(all(
-    any(
-        target_arch = "x86_64",
-        target_arch = "aarch64",
-        target_arch = "riscv64"
-    ),
-    target_os = "none",
-    not(any(loom, miri))
-)))]
-pub(crate) use generic::IRQ_FLAGS_EMPTY;
+macro_rules! word_states {
+    ($($ty:ty),*) => {$(
+        impl IrqWord for $ty {
+            const IS_WORD: bool = true;
+            const EMPTY: Self = 0;
+            #[inline(always)]
+            fn into_word(self) -> usize {
+                self as usize
+            }
+            #[inline(always)]
+            fn from_word(word: usize) -> Self {
+                word as $ty
+            }
+        }
+    )*};
+}
+word_states!(u64, usize);
 
 // ---- hypervisor detection ---------------------------------------------------
 

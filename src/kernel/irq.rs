@@ -48,7 +48,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use super::MAX_CPUS;
-use crate::arch;
+use crate::arch::{self, IrqWord};
 
 /// A way to save and disable local interrupts, and restore them.
 ///
@@ -188,7 +188,7 @@ struct Stacks(UnsafeCell<[(usize, [arch::IrqFlags; STACK_DEPTH]); MAX_CPUS]>);
 unsafe impl Sync for Stacks {}
 
 static STACKS: Stacks = Stacks(UnsafeCell::new(
-    [(0, [arch::IRQ_FLAGS_EMPTY; STACK_DEPTH]); MAX_CPUS],
+    [(0, [arch::IrqFlags::EMPTY; STACK_DEPTH]); MAX_CPUS],
 ));
 
 /// The default [`Kernel::irq_save`](super::Kernel::irq_save): the native
@@ -197,8 +197,8 @@ static STACKS: Stacks = Stacks(UnsafeCell::new(
 /// when it reads its CPU id).
 #[inline(always)]
 pub(crate) fn default_save(cpu_id: fn() -> usize) -> usize {
-    if arch::IRQ_FLAGS_ARE_WORDS {
-        return arch::irq_save_word();
+    if arch::IrqFlags::IS_WORD {
+        return arch::irq_save().into_word();
     }
     let state = arch::irq_save();
     let cpu = cpu_id();
@@ -222,9 +222,9 @@ pub(crate) fn default_save(cpu_id: fn() -> usize) -> usize {
 /// nesting order.
 #[inline(always)]
 pub(crate) unsafe fn default_restore(cpu_id: fn() -> usize, flags: usize) {
-    if arch::IRQ_FLAGS_ARE_WORDS {
-        // SAFETY: forwarded caller contract.
-        return unsafe { arch::irq_restore_word(flags) };
+    if arch::IrqFlags::IS_WORD {
+        // SAFETY: forwarded caller contract; the word is the saved state.
+        return unsafe { arch::irq_restore(arch::IrqFlags::from_word(flags)) };
     }
     let cpu = cpu_id();
     super::check_cpu(cpu);
@@ -256,7 +256,7 @@ mod tests {
 
     #[test]
     fn nested_saves_restore_in_order() {
-        if arch::IRQ_FLAGS_ARE_WORDS {
+        if <arch::IrqFlags as arch::IrqWord>::IS_WORD {
             return;
         }
         let outer = default_save(cpu_5);
@@ -279,7 +279,7 @@ mod tests {
         fn cpu_6() -> usize {
             6
         }
-        if arch::IRQ_FLAGS_ARE_WORDS {
+        if <arch::IrqFlags as arch::IrqWord>::IS_WORD {
             panic!("restored out of order on CPU 6 (native: nothing to check)");
         }
         let outer = default_save(cpu_6);
