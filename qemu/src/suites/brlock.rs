@@ -38,7 +38,8 @@ use ksync::brlock::{BrLock, LocalGuard};
 use ksync::percpu::ConstInit;
 use ksync::spinlock::IrqState;
 
-use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
+use super::{Rng, busy_work};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::{self, Counters, MAX_CPUS};
 use crate::kernel::time;
 

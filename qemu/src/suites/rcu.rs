@@ -14,7 +14,7 @@
 //! pool from the element, poisons the element (*age* 2, every word
 //! [`POISON`]) and marks it free. Callbacks run in the kernel's timer
 //! interrupts, in idle waits and in `rcu::barrier()`, on any CPU
-//! (`kernel::hooks`), so everything they touch is atomic: the element's
+//! (`kernel::rcu`), so everything they touch is atomic: the element's
 //! words and the pool's free bitmap, which writers take elements from.
 //!
 //! # The writers
@@ -63,7 +63,7 @@
 //! grace period ended (or a callback ran) while this reader held it.
 //! Readers record the ages they saw: the pipeline histogram. In QSBR an
 //! interrupt handler's read section is covered by the code it interrupted,
-//! which is not at a quiescent state (`kernel::hooks`); that is also why a
+//! which is not at a quiescent state (`kernel::rcu`); that is also why a
 //! callback run by the timer interrupt cannot free what the interrupted
 //! thread is reading.
 //!
@@ -97,7 +97,8 @@ use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize,
 use ksync::rcu::{self, Callback, Cookie, RcuHead, RcuPtr};
 use ksync::spinlock::TtasMutex;
 
-use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
+use super::{Rng, busy_work};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::{self, Counters};
 use crate::kernel::time;
 

@@ -29,7 +29,8 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use ksync::lock_api::{self, GuardSend, RawMutex};
 use ksync::spinlock::{IrqTicketMutex, IrqTtasMutex, RawIrqSave};
 
-use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
+use super::{Rng, busy_work};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::Counters;
 
 /// Critical section length, in `busy_work` iterations.
