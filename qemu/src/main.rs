@@ -32,7 +32,7 @@ mod kernel;
 mod suites;
 
 use harness::{args, runner};
-use kernel::{cpu, irq, rcu, time};
+use kernel::{console, cpu, irq, rcu, time};
 
 /// How long the boot CPU waits for the others to report in.
 const CPU_ARRIVAL_TIMEOUT_MS: u64 = 5_000;
@@ -52,6 +52,12 @@ extern "C" fn kernel_entry(cpu: usize) -> ! {
 }
 
 fn boot_cpu() -> ! {
+    arch::upcalls::set(arch::Upcalls {
+        timer_tick: irq::timer_tick,
+        print_line: console::print_line,
+        fatal: kernel::fatal,
+    });
+    console::init(arch::init_console());
     arch::init_platform();
     cpu::init_possible();
     rcu::init();
@@ -75,7 +81,7 @@ fn boot_cpu() -> ! {
         Err(reason) => kernel::fatal(format_args!("KSYNC-ARGS error=\"{reason}\"")),
     }
 
-    let expected = arch::start_secondaries();
+    let expected = arch::start_secondaries(cpu::possible());
     let deadline = time::now() + time::ms_to_ticks(CPU_ARRIVAL_TIMEOUT_MS);
     rcu::idle_wait(|| cpu::online() >= expected || time::now() >= deadline);
     let online = cpu::online();
