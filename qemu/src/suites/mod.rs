@@ -17,7 +17,7 @@
 //! the `list` output: nothing to change there.
 //!
 //! Besides the registry this module holds what several suites share:
-//! [`Rng`] and [`busy_work`].
+//! [`Rng`], [`busy_work`] and [`bump_pair`].
 
 pub mod bench;
 pub mod brlock;
@@ -29,7 +29,9 @@ pub mod rcu_stall;
 pub mod rwlock;
 pub mod spinlock;
 
-use crate::harness::Registry;
+use core::sync::atomic::{AtomicU64, Ordering};
+
+use crate::harness::{Ctx, Registry};
 
 /// Every suite the kernel knows, file by file, in the order `tests` and
 /// `controls` run them. `main.rs` hands it to the harness.
@@ -66,6 +68,25 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+}
+
+/// The critical section of the lock suites: increments `first`, stretches
+/// the section by `work` ([`busy_work`]), then checks that `second` still
+/// equals what `first` held and increments it too. Under mutual exclusion
+/// the two always match; if they do not (a torn update: two CPUs were
+/// inside at once), fails the suite with `torn`.
+///
+/// Relaxed: the lock under test orders these; without it, lost updates show
+/// in the counters.
+pub fn bump_pair(ctx: &Ctx, first: &AtomicU64, second: &AtomicU64, work: u32, torn: &'static str) {
+    let seen = first.load(Ordering::Relaxed);
+    busy_work(work);
+    first.store(seen + 1, Ordering::Relaxed);
+    let other = second.load(Ordering::Relaxed);
+    if other != seen {
+        ctx.fail(torn);
+    }
+    second.store(other + 1, Ordering::Relaxed);
 }
 
 /// Spins for about `n` iterations without touching memory, to stretch a
