@@ -3,51 +3,67 @@
 //!
 //! One image per architecture (and per aarch64 atomics flavour) holds every
 //! suite; the host runner chooses what runs with
-//! `-fw_cfg name=opt/ksync/run,string=...` (see `kernel::args`).
+//! `-fw_cfg name=opt/ksync/run,string=...` (see `harness::args`).
+//!
+//! Layers, from the bottom up; a module uses only the layers below it:
 //!
 //! * `arch/`: boot code and linker script, traps, interrupt controller and
 //!   timer, UART, fw_cfg access, the way out of QEMU;
-//! * `kernel/`: the small test-kernel library: console, CPUs, barrier, time,
-//!   interrupt accounting, the suite runner, the panic handler, and ksync's
-//!   kernel hooks with the RCU quiescent-state points (`kernel::hooks`);
-//! * `suites/`: the torture suites, their controls and the benchmark.
+//! * `kernel/`: the kernel services: console, time, fw_cfg, CPUs, interrupt
+//!   accounting, ksync's kernel hooks (`kernel::hooks`), the RCU policy
+//!   (`kernel::rcu`), a barrier, the panic handler;
+//! * `harness/`: what a suite is (`Suite`, `Ctx`, `Info`, `Summary`), the
+//!   run's arguments and the runner;
+//! * `suites/`: the torture suites, their controls and the benchmark, and
+//!   their registry;
+//! * this file: the entry point, which ties them together: it hands the
+//!   suite registry to the harness and puts the timer tick together.
 //!
 //! The boot CPU brings the platform up, reads the arguments, starts the other
 //! CPUs and waits until every one has reported in; then all of them run the
-//! plan together (`kernel::runner`).
+//! plan together (`harness::runner`).
 
 #![no_std]
 #![no_main]
 
 mod arch;
+mod harness;
 mod kernel;
 mod suites;
 
-use kernel::{args, cpu, hooks, irq, runner, time};
+use harness::{args, runner};
+use kernel::{console, cpu, irq, rcu, time};
 
 /// How long the boot CPU waits for the others to report in.
 const CPU_ARRIVAL_TIMEOUT_MS: u64 = 5_000;
 
 /// The first Rust code on every CPU, called by the arch boot code on the
-/// CPU's own stack with its index (0 for the boot CPU). `cpu::mark_online`
-/// is where each CPU tells RCU it is up.
+/// CPU's own stack with its index (0 for the boot CPU). `rcu::cpu_up` is
+/// where each CPU tells RCU it is up.
 extern "C" fn kernel_entry(cpu: usize) -> ! {
     arch::init_cpu(cpu);
     if cpu == 0 {
         boot_cpu()
     } else {
         arch::init_local_interrupts();
-        cpu::mark_online();
+        rcu::cpu_up();
         runner::run(cpu)
     }
 }
 
 fn boot_cpu() -> ! {
+    arch::upcalls::set(arch::Upcalls {
+        timer_tick: irq::timer_tick,
+        print_line: console::print_line,
+        fatal: kernel::fatal,
+    });
+    console::init(arch::init_console());
     arch::init_platform();
     cpu::init_possible();
-    hooks::rcu_init();
+    rcu::init();
+    irq::set_tick_handler(timer_tick);
     arch::init_local_interrupts();
-    cpu::mark_online();
+    rcu::cpu_up();
     println!(
         "KSYNC-BOOT arch={} counter_hz={} timer_hz={} max_cpus={}",
         arch::NAME,
@@ -55,9 +71,9 @@ fn boot_cpu() -> ! {
         arch::TIMER_HZ,
         cpu::MAX_CPUS
     );
-    match args::parse() {
+    match args::parse(&suites::REGISTRY) {
         Ok(args::Command::List) => {
-            args::list();
+            args::list(&suites::REGISTRY);
             println!("KSYNC-DONE status=PASS passed=0 failed=0");
             arch::exit(true)
         }
@@ -65,9 +81,9 @@ fn boot_cpu() -> ! {
         Err(reason) => kernel::fatal(format_args!("KSYNC-ARGS error=\"{reason}\"")),
     }
 
-    let expected = arch::start_secondaries();
+    let expected = arch::start_secondaries(cpu::possible());
     let deadline = time::now() + time::ms_to_ticks(CPU_ARRIVAL_TIMEOUT_MS);
-    hooks::idle_wait(|| cpu::online() >= expected || time::now() >= deadline);
+    rcu::idle_wait(|| cpu::online() >= expected || time::now() >= deadline);
     let online = cpu::online();
     println!("KSYNC-CPUS online={online} expected={expected}");
     if online < expected {
@@ -77,6 +93,17 @@ fn boot_cpu() -> ! {
     }
     // Interrupts come on in `runner::run`, on every CPU.
     irq::disable();
-    runner::release(online);
+    runner::release(&suites::REGISTRY, online);
     runner::run(0)
+}
+
+/// Every timer interrupt, after `irq::timer_tick`'s accounting (interrupts
+/// off; `now` is the counter at the interrupt): the harness's work
+/// (watchdog, the active suite's handler), then RCU's (stall check, ready
+/// callbacks). If the CPU was idle, RCU watches it while they run.
+fn timer_tick(cpu: usize, now: u64) {
+    rcu::interrupt(|| {
+        runner::on_tick(cpu, now);
+        rcu::tick(now);
+    });
 }

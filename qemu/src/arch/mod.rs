@@ -3,13 +3,29 @@
 //! each target):
 //!
 //! * `NAME`, `TIMER_HZ`; `Uart` (`fmt::Write`, `unsafe fn steal()`);
-//! * bring-up: `init_cpu(cpu)` (every CPU, first), `init_platform()` (boot
-//!   CPU), `init_local_interrupts()` (every CPU), `start_secondaries()`,
-//!   `timer_start()`;
+//! * bring-up: `init_cpu(cpu)` (every CPU, first), `init_console()` and
+//!   `init_platform()` (boot CPU), `init_local_interrupts()` (every CPU),
+//!   `start_secondaries(possible)`, `timer_start()`;
 //! * `cpu_index()`, `counter()`, `counter_hz()`, `irq_enable()`,
 //!   `irq_disable()`;
 //! * `fw_cfg_select(key)`, `fw_cfg_read_u8()`;
 //! * `exit(success)`, `park()`.
+//!
+//! and, common to both: [`MAX_CPUS`], [`CpuLocal`] for per-CPU hardware
+//! handles, and the [`Upcalls`] through which the arch code reaches the
+//! layers above it (timer tick, console, fatal errors) without importing
+//! them. The only name from above the arch code knows is the entry point,
+//! `crate::kernel_entry`, which its boot code jumps to.
+
+mod cpu_local;
+pub mod upcalls;
+
+pub use self::cpu_local::CpuLocal;
+pub use self::upcalls::Upcalls;
+
+/// The most CPUs this kernel brings up; any further ones are left parked.
+/// (QEMU's aarch64 `virt` board with its default GICv2 stops at 8.)
+pub const MAX_CPUS: usize = 8;
 
 #[cfg(target_arch = "aarch64")]
 mod aarch64;

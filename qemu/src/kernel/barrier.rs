@@ -1,9 +1,9 @@
 //! A sense-reversing spin barrier for a known number of CPUs. Waiting CPUs
-//! are idle for RCU (`kernel::hooks::idle_wait`).
+//! are idle for RCU (`kernel::rcu::idle_wait`).
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
-use super::hooks;
+use super::rcu;
 
 /// All CPUs that call [`wait`](Barrier::wait) with the same `n` leave it only
 /// once `n` of them have arrived; it can be reused at once.
@@ -39,8 +39,8 @@ impl Barrier {
             self.generation.fetch_add(1, Ordering::Release);
         } else {
             // A waiting CPU is idle: RCU must not wait for it (see
-            // `kernel::hooks`).
-            hooks::idle_wait(|| self.generation.load(Ordering::Acquire) != generation);
+            // `kernel::rcu`).
+            rcu::idle_wait(|| self.generation.load(Ordering::Acquire) != generation);
         }
     }
 }

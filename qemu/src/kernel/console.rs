@@ -26,6 +26,12 @@ pub fn print(args: fmt::Arguments<'_>) {
     }
 }
 
+/// Prints `args` and a newline (`println!`, for code that cannot use the
+/// macro: the arch layer's upcall).
+pub fn print_line(args: fmt::Arguments<'_>) {
+    print(format_args!("{args}\n"));
+}
+
 /// Prints from a panic or a fault: waits a little for the console (another
 /// CPU may be in the middle of a line), then takes the UART over regardless,
 /// since the holder may be this very CPU or a CPU that will never let go.

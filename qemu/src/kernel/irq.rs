@@ -2,7 +2,10 @@
 //!
 //! The arch code owns the interrupt controller and the timer (x86_64: the
 //! local APIC timer; aarch64: the generic timer's virtual timer through the
-//! GIC) and calls [`timer_tick`] from every timer interrupt.
+//! GIC) and calls [`timer_tick`] from every timer interrupt. This module
+//! counts the interrupt and hands it on to the handler the boot CPU set
+//! ([`set_tick_handler`]): what a tick does (RCU's work, the harness's) is
+//! decided above the kernel services, in `main.rs`.
 //!
 //! Saving and restoring the interrupt state around critical sections is not
 //! here: that is ksync's [`IrqState`](ksync::spinlock::IrqState), which on
@@ -13,8 +16,6 @@
 use core::sync::atomic::{AtomicU64, Ordering};
 
 use super::cpu::{self, Counters, MAX_CPUS};
-use super::hooks;
-use super::runner;
 use super::time;
 use crate::arch;
 
@@ -24,23 +25,31 @@ pub static TICKS: Counters = Counters::new();
 /// Per CPU: where its latest timer interrupt interrupted it.
 static INTERRUPTED_PC: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
 
+/// What every timer interrupt runs after the accounting, with the CPU and
+/// the counter at the interrupt.
+pub type TickHandler = fn(cpu: usize, now: u64);
+
+static TICK_HANDLER: spin::Once<TickHandler> = spin::Once::new();
+
+/// Boot CPU, before any timer starts: sets what every timer interrupt runs.
+/// Only the first call counts.
+pub fn set_tick_handler(handler: TickHandler) {
+    TICK_HANDLER.call_once(|| handler);
+}
+
 /// Called by the arch code on every timer interrupt, interrupts off, with
-/// the address it interrupted: the runner's work (watchdog, the active
-/// suite's handler), then RCU's (stall check, ready callbacks:
-/// `hooks::rcu_tick`). If the CPU was idle, RCU watches it while they run
-/// (`hooks::interrupt`).
+/// the address it interrupted: counts it, then runs the tick handler.
 pub fn timer_tick(pc: u64) {
     let cpu = cpu::current();
     TICKS.add(cpu, 1);
     // Relaxed: a diagnostic (RCU stall reports print it).
     INTERRUPTED_PC[cpu].store(pc, Ordering::Relaxed);
-    // One counter read for both (on aarch64 under TCG it takes QEMU's
-    // global lock).
+    // One counter read for the whole tick (on aarch64 under TCG it takes
+    // QEMU's global lock).
     let now = time::now();
-    hooks::interrupt(|| {
-        runner::on_tick(cpu, now);
-        hooks::rcu_tick(now);
-    });
+    if let Some(handler) = TICK_HANDLER.get() {
+        handler(cpu, now);
+    }
 }
 
 /// Where `cpu`'s latest timer interrupt interrupted it, and how many it

@@ -1,25 +1,29 @@
-//! The test-kernel library: what a small SMP kernel needs around ksync, and
-//! no more. Architecture-specific pieces live in `crate::arch`.
+//! The kernel services: what a small SMP kernel needs around ksync, and no
+//! more. Architecture-specific pieces live in `crate::arch`, below; the
+//! harness and the suites build on these, never the other way round.
 //!
-//! * [`console`]: the serial console behind an `IrqTicketMutex`, `println!`;
-//! * [`cpu`]: CPU indices, the CPU count, per-CPU counters and per-CPU data;
-//! * [`hooks`]: ksync's kernel hooks (`set_kernel!`) and where this kernel
-//!   reports RCU quiescent states;
-//! * [`barrier`]: a spin barrier;
+//! From the bottom up (each module uses only those before it, and `arch`):
+//!
 //! * [`time`]: the CPU's free-running counter;
-//! * [`irq`]: timer interrupt accounting;
-//! * [`fw_cfg`], [`args`]: what QEMU tells the kernel;
-//! * [`runner`]: runs the suites on every CPU and reports;
-//! * the panic handler, and [`fatal`] for faults.
+//! * [`console`]: the serial console behind an `IrqTicketMutex`, `println!`;
+//!   the panic handler, and [`fatal`] for faults;
+//! * [`fw_cfg`]: what QEMU tells the kernel;
+//! * [`cpu`]: CPU indices, the CPU count, per-CPU counters and per-CPU data;
+//! * [`irq`]: timer interrupt accounting, and the tick handler the boot CPU
+//!   sets;
+//! * [`hooks`]: ksync's kernel hooks (`set_kernel!`): CPU id, CPU count,
+//!   preemption, where RCU stall reports go;
+//! * [`rcu`]: the RCU policy: where CPUs report quiescent states (idle
+//!   waits, interrupts, halting) and what the tick does for RCU;
+//! * [`barrier`]: a spin barrier whose waiters are idle for RCU.
 
-pub mod args;
 pub mod barrier;
 pub mod console;
 pub mod cpu;
 pub mod fw_cfg;
 pub mod hooks;
 pub mod irq;
-pub mod runner;
+pub mod rcu;
 pub mod time;
 
 use core::fmt;

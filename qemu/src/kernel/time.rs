@@ -22,7 +22,7 @@ pub fn ms_to_ticks(ms: u64) -> u64 {
 }
 
 /// Milliseconds in `ticks` counter ticks (with [`now`], the monotonic
-/// clock ksync's RCU stall detection is given: `kernel::hooks`).
+/// clock ksync's RCU stall detection is given: `kernel::rcu`).
 pub fn ticks_to_ms(ticks: u64) -> u64 {
     ticks / (hz() / 1000).max(1)
 }

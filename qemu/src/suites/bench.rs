@@ -15,7 +15,7 @@ use core::sync::atomic::{AtomicU64, Ordering};
 use ksync::LockRef;
 use ksync::spinlock::TicketMutex;
 
-use super::{Ctx, Info, Kind, Suite, Summary};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::barrier::Barrier;
 use crate::kernel::cpu::Counters;
 use crate::kernel::time;

@@ -38,7 +38,8 @@ use ksync::brlock::{BrLock, LocalGuard};
 use ksync::percpu::ConstInit;
 use ksync::spinlock::IrqState;
 
-use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
+use super::{Rng, bump_pair, busy_work};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::{self, Counters, MAX_CPUS};
 use crate::kernel::time;
 
@@ -187,16 +188,14 @@ fn who_global(cpu: usize) -> usize {
 
 /// Increments both counters non-atomically, with work in between.
 fn bump(ctx: &Ctx, data: &CpuData) {
-    // Relaxed: the locks order these; without them the RMW swaps on
-    // `holder` show overlaps, and lost updates show in the counters.
-    let first = data.first.load(Ordering::Relaxed);
-    busy_work(CS_WORK);
-    data.first.store(first + 1, Ordering::Relaxed);
-    let second = data.second.load(Ordering::Relaxed);
-    if second != first {
-        ctx.fail("torn update of a CPU's data");
-    }
-    data.second.store(second + 1, Ordering::Relaxed);
+    // Without the locks the RMW swaps on `holder` show overlaps too.
+    bump_pair(
+        ctx,
+        &data.first,
+        &data.second,
+        CS_WORK,
+        "torn update of a CPU's data",
+    );
 }
 
 impl<L: BigReader> BrTorture<L> {

@@ -42,7 +42,8 @@ use ksync::spinlock::IrqState;
 use ksync::{LockRef, LockRefGuard};
 
 use super::probe::Probe;
-use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
+use super::{Rng, busy_work};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel;
 use crate::kernel::cpu::Counters;
 

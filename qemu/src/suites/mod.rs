@@ -4,16 +4,20 @@
 //!
 //! # Adding a suite
 //!
-//! Write one file here with a type that implements [`Suite`] (it keeps an
-//! [`Info`], its name, kind and budget, and reports through it), `static`s
-//! of it (the test and its control) listed in the file's `SUITES`, and add
-//! that list to [`REGISTRY`]: one line. [`probe`] has the handshake for a
-//! check that one CPU's lockless or `try_` path is refused while another
-//! holds the lock. The runner (`kernel::runner`) does the rest: lock-step
-//! start on every CPU, the timer-interrupt hook, the deadline, the
-//! quiescing before `finish`, the per-CPU interrupt check and the
-//! `KSYNC-RESULT` line. The host runner picks new suites up from the `list`
-//! output: nothing to change there.
+//! Write one file here with a type that implements
+//! [`Suite`](crate::harness::Suite) (it keeps an
+//! [`Info`](crate::harness::Info), its name, kind and budget, and reports
+//! through it), `static`s of it (the test and its control) listed in the
+//! file's `SUITES`, and add that list to [`REGISTRY`]: one line. [`probe`]
+//! has the handshake for a check that one CPU's lockless or `try_` path is
+//! refused while another holds the lock. The harness (`harness::runner`)
+//! does the rest: lock-step start on every CPU, the timer-interrupt hook,
+//! the deadline, the quiescing before `finish`, the per-CPU interrupt check
+//! and the `KSYNC-RESULT` line. The host runner picks new suites up from
+//! the `list` output: nothing to change there.
+//!
+//! Besides the registry this module holds what several suites share:
+//! [`Rng`], [`busy_work`] and [`bump_pair`].
 
 pub mod bench;
 pub mod brlock;
@@ -25,15 +29,13 @@ pub mod rcu_stall;
 pub mod rwlock;
 pub mod spinlock;
 
-use core::fmt;
+use core::sync::atomic::{AtomicU64, Ordering};
 
-use crate::kernel::cpu::Counters;
-pub use crate::kernel::runner::Ctx;
-use crate::println;
+use crate::harness::{Ctx, Registry};
 
 /// Every suite the kernel knows, file by file, in the order `tests` and
-/// `controls` run them.
-static REGISTRY: &[&[&dyn Suite]] = &[
+/// `controls` run them. `main.rs` hands it to the harness.
+pub static REGISTRY: Registry = Registry::new(&[
     lockref::SUITES,
     spinlock::SUITES,
     percpu_counter::SUITES,
@@ -42,182 +44,7 @@ static REGISTRY: &[&[&dyn Suite]] = &[
     rcu::SUITES,
     rcu_stall::SUITES,
     bench::SUITES,
-];
-
-/// Every registered suite, in order.
-pub fn all() -> impl Iterator<Item = &'static dyn Suite> {
-    REGISTRY.iter().flat_map(|file| file.iter().copied())
-}
-
-/// The suite at `index` in [`all`].
-pub fn get(index: usize) -> &'static dyn Suite {
-    all().nth(index).expect("suite index from the plan")
-}
-
-/// What a suite is for.
-#[derive(Clone, Copy, PartialEq, Eq, Debug)]
-pub enum Kind {
-    /// Must pass.
-    Test,
-    /// Deliberately broken: must be reported as failing.
-    Control,
-    /// Measures; passes unless its sanity checks fail.
-    Bench,
-}
-
-impl Kind {
-    /// The word used on `KSYNC-` lines.
-    pub fn word(self) -> &'static str {
-        match self {
-            Kind::Test => "test",
-            Kind::Control => "control",
-            Kind::Bench => "bench",
-        }
-    }
-}
-
-/// What a suite is, as the runner, `list` and the `KSYNC-` lines say: its
-/// name, kind and budget. Every suite keeps one and also prints its
-/// statistics through it.
-#[derive(Clone, Copy, Debug)]
-pub struct Info {
-    /// Short name, used on the command line and in reports.
-    pub name: &'static str,
-    /// Test, control or benchmark.
-    pub kind: Kind,
-    /// Guest time [`Suite::run`] may take, in milliseconds.
-    pub budget_ms: u64,
-}
-
-impl Info {
-    /// A suite called `name`, of `kind`, that runs for `budget_ms`.
-    pub const fn new(name: &'static str, kind: Kind, budget_ms: u64) -> Self {
-        Self {
-            name,
-            kind,
-            budget_ms,
-        }
-    }
-
-    /// Prints one statistics line of [`Suite::finish`]: `  <name>: <text>`.
-    pub fn report(&self, text: fmt::Arguments<'_>) {
-        println!("  {}: {text}", self.name);
-    }
-
-    /// Prints one CPU's statistics line: `  <name> cpu<cpu>: <text>`.
-    pub fn report_cpu(&self, cpu: usize, text: fmt::Arguments<'_>) {
-        println!("  {} cpu{cpu}: {text}", self.name);
-    }
-
-    /// Prints one [`report_cpu`](Self::report_cpu) line for each of the
-    /// first `cpus` CPUs, listing `key=value` for each of `stats`.
-    pub fn report_per_cpu(&self, cpus: usize, stats: &[(&str, &dyn PerCpuStat)]) {
-        for cpu in 0..cpus {
-            self.report_cpu(cpu, format_args!("{}", CpuStats { cpu, stats }));
-        }
-    }
-}
-
-/// A statistic kept per CPU, printed by [`Info::report_per_cpu`].
-pub trait PerCpuStat {
-    /// Writes CPU `cpu`'s value.
-    fn fmt_cpu(&self, cpu: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result;
-}
-
-impl PerCpuStat for Counters {
-    fn fmt_cpu(&self, cpu: usize, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{}", self.get(cpu))
-    }
-}
-
-/// One CPU's `key=value` list.
-struct CpuStats<'a> {
-    cpu: usize,
-    stats: &'a [(&'a str, &'a dyn PerCpuStat)],
-}
-
-impl fmt::Display for CpuStats<'_> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        for (i, (key, stat)) in self.stats.iter().enumerate() {
-            if i > 0 {
-                f.write_str(" ")?;
-            }
-            write!(f, "{key}=")?;
-            stat.fmt_cpu(self.cpu, f)?;
-        }
-        Ok(())
-    }
-}
-
-/// What [`Suite::finish`] reports.
-pub struct Summary {
-    /// Operations done in all, thread and interrupt context.
-    pub ops: u64,
-    /// Fewest thread-context operations of one CPU.
-    pub cpu_min: u64,
-    /// Most thread-context operations of one CPU.
-    pub cpu_max: u64,
-    /// Why the suite failed, if its final checks found a problem.
-    pub failure: Option<&'static str>,
-}
-
-impl Summary {
-    /// `ops` in all, `(cpu_min, cpu_max)` the spread of thread-context
-    /// operations over the CPUs (`Counters::min_max`), and the verdict.
-    pub fn new(ops: u64, (cpu_min, cpu_max): (u64, u64), failure: Option<&'static str>) -> Self {
-        Self {
-            ops,
-            cpu_min,
-            cpu_max,
-            failure,
-        }
-    }
-}
-
-/// A torture test, control or benchmark run on every CPU at once.
-///
-/// State lives in the implementing value (a `static`), so every method takes
-/// `&self` and the type must be `Sync`.
-pub trait Suite: Sync {
-    /// Name, kind and budget.
-    fn info(&self) -> &Info;
-
-    /// Short name, used on the command line and in reports.
-    fn name(&self) -> &'static str {
-        self.info().name
-    }
-
-    /// Test, control or benchmark.
-    fn kind(&self) -> Kind {
-        self.info().kind
-    }
-
-    /// Guest time [`run`](Self::run) may take, in milliseconds.
-    fn budget_ms(&self) -> u64 {
-        self.info().budget_ms
-    }
-
-    /// Boot CPU, before the run: reset the state for `cpus` CPUs.
-    fn setup(&self, cpus: usize);
-
-    /// Every CPU, thread context, interrupts on: work until
-    /// [`Ctx::should_stop`]; call [`Ctx::fail`] on a violation.
-    fn run(&self, ctx: &Ctx);
-
-    /// From the timer interrupt of any CPU while the suite runs (interrupts
-    /// off, may interrupt that CPU's `run` anywhere interrupts are on).
-    fn irq(&self, ctx: &Ctx);
-
-    /// Boot CPU after every CPU returned from `run` and no handler runs:
-    /// final checks and statistics (printed here).
-    fn finish(&self, cpus: usize) -> Summary;
-
-    /// Whether RCU stall reports during the suite are expected. For every
-    /// other suite a report fails it (`runner::STALL_REASON`).
-    fn expects_rcu_stalls(&self) -> bool {
-        false
-    }
-}
+]);
 
 /// A small per-CPU pseudo-random generator (xorshift64*), to vary the mix of
 /// operations without any shared state.
@@ -241,6 +68,25 @@ impl Rng {
     pub fn below(&mut self, n: u64) -> u64 {
         self.next() % n
     }
+}
+
+/// The critical section of the lock suites: increments `first`, stretches
+/// the section by `work` ([`busy_work`]), then checks that `second` still
+/// equals what `first` held and increments it too. Under mutual exclusion
+/// the two always match; if they do not (a torn update: two CPUs were
+/// inside at once), fails the suite with `torn`.
+///
+/// Relaxed: the lock under test orders these; without it, lost updates show
+/// in the counters.
+pub fn bump_pair(ctx: &Ctx, first: &AtomicU64, second: &AtomicU64, work: u32, torn: &'static str) {
+    let seen = first.load(Ordering::Relaxed);
+    busy_work(work);
+    first.store(seen + 1, Ordering::Relaxed);
+    let other = second.load(Ordering::Relaxed);
+    if other != seen {
+        ctx.fail(torn);
+    }
+    second.store(other + 1, Ordering::Relaxed);
 }
 
 /// Spins for about `n` iterations without touching memory, to stretch a

@@ -29,11 +29,13 @@ use core::cmp::Ordering as Cmp;
 use core::fmt;
 use core::sync::atomic::{AtomicI32, AtomicI64, Ordering};
 
+use crossbeam_utils::CachePadded;
 use ksync::percpu_counter::PerCpuCounter;
 use ksync::spinlock::IrqTtasMutex;
 
-use super::{Ctx, Info, Kind, PerCpuStat, Rng, Suite, Summary, busy_work};
-use crate::kernel::cpu::{Counters, MAX_CPUS, Padded};
+use super::{Rng, busy_work};
+use crate::harness::{Ctx, Info, Kind, PerCpuStat, Suite, Summary};
+use crate::kernel::cpu::{Counters, MAX_CPUS};
 
 /// The batch: small, so that folds are frequent.
 const BATCH: i32 = 32;
@@ -139,21 +141,21 @@ impl Counter for SharedSlotCounter {
 }
 
 /// One signed tally per CPU, each on its own cache line.
-struct Tallies([Padded<AtomicI64>; MAX_CPUS]);
+struct Tallies([CachePadded<AtomicI64>; MAX_CPUS]);
 
 impl Tallies {
     const fn new() -> Self {
-        Self([const { Padded(AtomicI64::new(0)) }; MAX_CPUS])
+        Self([const { CachePadded::new(AtomicI64::new(0)) }; MAX_CPUS])
     }
     fn add(&self, cpu: usize, n: i64) {
-        self.0[cpu].0.fetch_add(n, Ordering::Relaxed);
+        self.0[cpu].fetch_add(n, Ordering::Relaxed);
     }
     fn get(&self, cpu: usize) -> i64 {
-        self.0[cpu].0.load(Ordering::Relaxed)
+        self.0[cpu].load(Ordering::Relaxed)
     }
     fn reset(&self) {
         for slot in &self.0 {
-            slot.0.store(0, Ordering::Relaxed);
+            slot.store(0, Ordering::Relaxed);
         }
     }
 }

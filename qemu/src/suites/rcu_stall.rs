@@ -1,11 +1,11 @@
 //! RCU stall detection, end to end: a CPU that stays in a read section
 //! holds up a grace period, and the kernel's stall check (every timer
-//! interrupt, `kernel::hooks::rcu_tick`) must report it, naming that CPU
+//! interrupt, `kernel::rcu::tick`) must report it, naming that CPU
 //! and no other, through the kernel's `rcu_stall` hook; once the CPU
 //! leaves, the grace period must end.
 //!
 //! The suite sets a short stall timeout ([`TIMEOUT_MS`]) for itself; the
-//! runner sets the kernel's own ([`hooks::RCU_STALL_TIMEOUT_MS`]) back
+//! runner sets the kernel's own ([`rcu::STALL_TIMEOUT_MS`](crate::kernel::rcu::STALL_TIMEOUT_MS)) back
 //! before the next suite, and [`finish`](Suite::finish) does too.
 //!
 //! # A round (one per CPU other than CPU 0, each stuck in turn)
@@ -38,9 +38,10 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use ksync::rcu::{self, StallReport};
 use ksync::spinlock::IrqTicketMutex;
 
-use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
+use super::{Rng, busy_work};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::{Counters, MAX_CPUS};
-use crate::kernel::{hooks, time};
+use crate::kernel::{self, hooks, time};
 
 /// The stall timeout while this suite runs, in milliseconds: long enough
 /// that a CPU that is not stuck (its vCPU descheduled by a loaded host for
@@ -266,7 +267,7 @@ impl Suite for StallTest {
 
     fn setup(&self, _cpus: usize) {
         // The runner has just set the kernel's timeout; ours is shorter.
-        hooks::set_rcu_stall_timeout(TIMEOUT_MS);
+        kernel::rcu::set_stall_timeout(TIMEOUT_MS);
         // Relaxed: the runner's barrier orders `setup` before every
         // CPU's `run`.
         for flag in [&self.round, &self.holding, &self.left] {
@@ -310,7 +311,7 @@ impl Suite for StallTest {
 
     fn finish(&self, cpus: usize) -> Summary {
         // The kernel's own timeout again (the runner checks).
-        hooks::reset_rcu_stall_timeout();
+        kernel::rcu::reset_stall_timeout();
         for stuck in 1..cpus {
             self.info.report(format_args!(
                 "round {stuck}: CPU {stuck} held its read section {} ms, {} report(s), reported age {} ms, CPU 0 waited {} ms for the grace period",

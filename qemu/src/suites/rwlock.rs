@@ -37,7 +37,7 @@
 //! The gated flavour needs CPUs that report RCU quiescent states: a writer
 //! closing the gate waits for a grace period, which every other CPU ends at
 //! its next `should_stop` (or by being idle at a barrier), see
-//! `kernel::hooks`.
+//! `kernel::rcu`.
 //!
 //! # The control
 //!
@@ -54,7 +54,8 @@ use ksync::percpu_rwlock::{GatedPercpuRwLock, PercpuRwLock, RawPercpuRwLock};
 use ksync::spinlock::IrqState;
 
 use super::probe::Probe;
-use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
+use super::{Rng, busy_work};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::Counters;
 
 /// Work between the writes of the three words, and inside a read section.

@@ -29,7 +29,8 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use ksync::lock_api::{self, GuardSend, RawMutex};
 use ksync::spinlock::{IrqTicketMutex, IrqTtasMutex, RawIrqSave};
 
-use super::{Ctx, Info, Kind, Rng, Suite, Summary, busy_work};
+use super::{Rng, bump_pair, busy_work};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::Counters;
 
 /// Critical section length, in `busy_work` iterations.
@@ -123,14 +124,13 @@ impl<R: RawMutex> SpinTorture<R> {
         if self.holder.swap(me, Ordering::Relaxed) != 0 {
             ctx.fail("two holders inside the critical section (found another on entry)");
         }
-        let first = self.first.load(Ordering::Relaxed);
-        busy_work(CS_WORK);
-        self.first.store(first + 1, Ordering::Relaxed);
-        let second = self.second.load(Ordering::Relaxed);
-        if second != first {
-            ctx.fail("torn update inside the critical section");
-        }
-        self.second.store(second + 1, Ordering::Relaxed);
+        bump_pair(
+            ctx,
+            &self.first,
+            &self.second,
+            CS_WORK,
+            "torn update inside the critical section",
+        );
         if self.holder.swap(0, Ordering::Relaxed) != me {
             ctx.fail("two holders inside the critical section (found another on exit)");
         }

@@ -9,9 +9,8 @@ use aarch64_cpu::registers::{ESR_EL1, FAR_EL1, MPIDR_EL1, Readable};
 use smccc::Hvc;
 use smccc::psci::{self, error::Error as PsciError};
 
-use super::gic;
-use crate::kernel;
-use crate::kernel::cpu::{self, MAX_CPUS};
+use super::{cpu_index, gic};
+use crate::arch::{MAX_CPUS, upcalls};
 
 /// Stack bytes per CPU.
 pub const STACK_SIZE: usize = 64 * 1024;
@@ -41,11 +40,12 @@ unsafe extern "C" {
 }
 
 /// Starts CPUs 1, 2, ... with PSCI `CPU_ON` until PSCI says there is no
-/// such CPU; returns how many CPUs the kernel should see in all: the number
-/// QEMU was started with (`-smp`, from fw_cfg), so that a CPU PSCI refused
-/// to start counts as missing.
-pub fn start_secondaries() -> usize {
-    let expected = cpu::possible();
+/// such CPU; returns how many CPUs the kernel should see in all: the
+/// `possible` ones, the number QEMU was started with (`-smp`, from fw_cfg,
+/// at most [`MAX_CPUS`]), so that a CPU PSCI refused to start counts as
+/// missing.
+pub fn start_secondaries(possible: usize) -> usize {
+    let expected = possible;
     let me = MPIDR_EL1.get() & 0xff_00ff_ffff; // Aff3..Aff0
     let mut cpus = 1;
     // QEMU's virt numbers CPUs 0, 1, 2, ... in Aff0 (up to 8 with GICv2).
@@ -60,13 +60,15 @@ pub fn start_secondaries() -> usize {
         match psci::cpu_on::<Hvc>(mpidr, entry, cpus as u64) {
             Ok(()) => cpus += 1,
             Err(PsciError::InvalidParameters) => break,
-            Err(error) => kernel::fatal(format_args!(
+            Err(error) => upcalls::fatal(format_args!(
                 "KSYNC-FAULT PSCI CPU_ON({mpidr:#x}) failed: {error}"
             )),
         }
     }
     if cpus != expected {
-        crate::println!("KSYNC-NOTE PSCI started {cpus} CPUs, fw_cfg says {expected}");
+        upcalls::print_line(format_args!(
+            "KSYNC-NOTE PSCI started {cpus} CPUs, fw_cfg says {expected}"
+        ));
     }
     expected
 }
@@ -109,9 +111,9 @@ extern "C" fn exception_handler(kind: u64, frame: &mut Frame) {
         return;
     }
     let esr = ESR_EL1.get();
-    kernel::fatal(format_args!(
+    upcalls::fatal(format_args!(
         "KSYNC-FAULT cpu={} exception={kind} ({}) esr={esr:#x} (EC {:#x}) far={:#x} elr={:#x} spsr={:#x}\n  x0={:#x} x1={:#x} x2={:#x} x3={:#x} x29={:#x} x30={:#x}",
-        cpu::current(),
+        cpu_index(),
         KINDS[kind as usize & 15],
         esr >> 26,
         FAR_EL1.get(),

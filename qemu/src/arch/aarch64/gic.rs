@@ -10,8 +10,7 @@ use arm_gic::gicv2::registers::{Gicc, Gicd};
 use arm_gic::{IntId, InterruptGroup};
 
 use super::TIMER_HZ;
-use crate::kernel::cpu::{CpuLocal, MAX_CPUS};
-use crate::kernel::{self, irq};
+use crate::arch::{CpuLocal, MAX_CPUS, upcalls};
 
 const GICD_BASE: usize = 0x0800_0000;
 const GICC_BASE: usize = 0x0801_0000;
@@ -80,9 +79,9 @@ pub fn handle_irq(pc: u64) {
         // Re-arm first: the condition (count >= compare) stays asserted
         // until the compare value moves.
         CNTV_TVAL_EL0.set(PERIOD.load(Ordering::Relaxed));
-        irq::timer_tick(pc);
+        upcalls::timer_tick(pc);
     } else {
-        kernel::fatal(format_args!("KSYNC-FAULT unexpected interrupt {intid:?}"));
+        upcalls::fatal(format_args!("KSYNC-FAULT unexpected interrupt {intid:?}"));
     }
     GIC.with(|gic| {
         gic.as_mut()

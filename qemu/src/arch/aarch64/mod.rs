@@ -27,8 +27,6 @@ use arm_pl011_uart::{PL011Registers, Uart as Pl011};
 use qemu_exit::QEMUExit;
 use safe_mmio::UniqueMmioPointer;
 
-use crate::kernel::console;
-
 pub use boot::start_secondaries;
 
 /// Architecture name on `KSYNC-` lines.
@@ -46,11 +44,15 @@ pub fn init_cpu(cpu: usize) {
     TPIDR_EL1.set(cpu as u64);
 }
 
-/// Boot CPU: console and timer period.
-pub fn init_platform() {
+/// Boot CPU: the console UART, for the console to own.
+pub fn init_console() -> Uart {
     // SAFETY: the virt board's PL011 (already set up by QEMU, so no
     // `enable`), mapped as device memory; the console is its only owner.
-    console::init(unsafe { Uart::steal() });
+    unsafe { Uart::steal() }
+}
+
+/// Boot CPU, after [`init_console`]: timer period.
+pub fn init_platform() {
     gic::init_platform();
 }
 

@@ -11,7 +11,7 @@ use pic8259::ChainedPics;
 use x2apic::lapic::{LocalApic, LocalApicBuilder, TimerDivide, TimerMode, xapic_base};
 
 use super::TIMER_HZ;
-use crate::kernel::cpu::{CpuLocal, MAX_CPUS};
+use crate::arch::{CpuLocal, MAX_CPUS};
 
 /// Local APIC timer interrupt vector.
 pub const TIMER_VECTOR: u8 = 0x40;

@@ -13,14 +13,13 @@
 //! its stack by index, and calls the Rust entry; APs beyond
 //! [`MAX_CPUS`] park with interrupts off.
 //! How many CPUs there are comes from fw_cfg (`FW_CFG_NB_CPUS`), read by
-//! the boot CPU into [`cpu::possible`].
+//! the boot CPU and given to [`start_secondaries`].
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::AtomicU32;
 
-use super::apic;
-use crate::kernel::cpu::{self, MAX_CPUS};
-use crate::kernel::time;
+use super::{apic, counter, counter_hz};
+use crate::arch::MAX_CPUS;
 
 /// Stack bytes per CPU.
 pub const STACK_SIZE: usize = 64 * 1024;
@@ -59,10 +58,11 @@ unsafe extern "C" {
     static ap_trampoline_end: u8;
 }
 
-/// Starts every other CPU; returns how many CPUs the kernel should see in
-/// all (the boot CPU included).
-pub fn start_secondaries() -> usize {
-    let cpus = cpu::possible();
+/// Starts every other CPU of the `possible` ones (the CPU count from
+/// fw_cfg, at most [`MAX_CPUS`]); returns how many CPUs the kernel should
+/// see in all (the boot CPU included).
+pub fn start_secondaries(possible: usize) -> usize {
+    let cpus = possible;
     if cpus == 1 {
         return 1;
     }
@@ -87,8 +87,8 @@ pub fn start_secondaries() -> usize {
 }
 
 fn delay_us(us: u64) {
-    let end = time::now() + time::hz() / 1_000_000 * us;
-    while time::now() < end {
+    let end = counter() + counter_hz() / 1_000_000 * us;
+    while counter() < end {
         core::hint::spin_loop();
     }
 }

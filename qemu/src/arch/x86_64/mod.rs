@@ -27,8 +27,7 @@ use qemu_exit::QEMUExit;
 use uart_16550::backend::PioBackend;
 use uart_16550::{Config, Uart16550, Uart16550Tty};
 
-use crate::kernel::console;
-use crate::kernel::cpu::MAX_CPUS;
+use super::MAX_CPUS;
 
 pub use boot::start_secondaries;
 
@@ -70,12 +69,16 @@ pub fn init_cpu(cpu: usize) {
     trap::init_cpu();
 }
 
-/// Boot CPU: console, legacy PICs, clock calibration.
-pub fn init_platform() {
+/// Boot CPU: the console UART (COM1), set up for the console to own.
+pub fn init_console() -> Uart {
     // SAFETY: COM1 is at its standard ports on q35 and this is its only
     // owner (the console).
     let uart = unsafe { Uart16550Tty::new_port(COM1, Config::default()) };
-    console::init(Uart(uart.expect("COM1 present (QEMU -serial)")));
+    Uart(uart.expect("COM1 present (QEMU -serial)"))
+}
+
+/// Boot CPU, after [`init_console`]: legacy PICs, clock calibration.
+pub fn init_platform() {
     apic::init_platform();
 }
 

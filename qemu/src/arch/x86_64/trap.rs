@@ -11,7 +11,8 @@ use ::x86_64::structures::idt::InterruptDescriptorTable;
 use spin::Once;
 
 use super::apic::{self, ERROR_VECTOR, PIC_VECTORS, SPURIOUS_VECTOR, TIMER_VECTOR};
-use crate::kernel::{self, cpu, irq};
+use super::cpu_index;
+use crate::arch::upcalls;
 
 static IDT: Once<InterruptDescriptorTable> = Once::new();
 
@@ -106,7 +107,7 @@ pub struct TrapFrame {
 pub extern "C" fn trap_handler(frame: &mut TrapFrame) {
     match frame.vector as u8 {
         TIMER_VECTOR => {
-            irq::timer_tick(frame.rip);
+            upcalls::timer_tick(frame.rip);
             apic::eoi();
         }
         // Spurious interrupts need no EOI; the PICs are masked, but their
@@ -120,9 +121,9 @@ pub extern "C" fn trap_handler(frame: &mut TrapFrame) {
 }
 
 fn fault(what: &str, frame: &TrapFrame) -> ! {
-    kernel::fatal(format_args!(
+    upcalls::fatal(format_args!(
         "KSYNC-FAULT cpu={} vector={} ({what}) error={:#x} rip={:#x} rsp={:#x} rflags={:#x} cr2={:#x}\n  rax={:#x} rbx={:#x} rcx={:#x} rdx={:#x} rsi={:#x} rdi={:#x} rbp={:#x}\n  r8={:#x} r9={:#x} r10={:#x} r11={:#x} r12={:#x} r13={:#x} r14={:#x} r15={:#x} cs={:#x} ss={:#x}",
-        cpu::current(),
+        cpu_index(),
         frame.vector,
         frame.error,
         frame.rip,

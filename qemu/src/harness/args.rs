@@ -8,10 +8,9 @@
 //! * `list`: print the registered suites and stop without starting the
 //!   secondary CPUs.
 
-use super::fw_cfg;
-use super::runner;
+use super::{Kind, Registry, runner};
+use crate::kernel::fw_cfg;
 use crate::println;
-use crate::suites::{self, Kind};
 
 /// What the boot CPU should do.
 pub enum Command {
@@ -21,8 +20,9 @@ pub enum Command {
     Run,
 }
 
-/// Reads the arguments and fills the runner's plan.
-pub fn parse() -> Result<Command, &'static str> {
+/// Reads the arguments and fills the runner's plan with suites of
+/// `registry`.
+pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
     let mut buf = [0u8; 256];
     let len = fw_cfg::read_file("opt/ksync/run", &mut buf).unwrap_or(0);
     let text = core::str::from_utf8(&buf[..len]).map_err(|_| "opt/ksync/run is not UTF-8")?;
@@ -32,15 +32,16 @@ pub fn parse() -> Result<Command, &'static str> {
     for word in text.split_ascii_whitespace() {
         match word {
             "list" => return Ok(Command::List),
-            "tests" => push_kind(Kind::Test)?,
-            "controls" => push_kind(Kind::Control)?,
-            "bench" => push_kind(Kind::Bench)?,
+            "tests" => push_kind(registry, Kind::Test)?,
+            "controls" => push_kind(registry, Kind::Control)?,
+            "bench" => push_kind(registry, Kind::Bench)?,
             "demo" => {
-                push_kind(Kind::Test)?;
-                push_kind(Kind::Bench)?;
+                push_kind(registry, Kind::Test)?;
+                push_kind(registry, Kind::Bench)?;
             }
             name => {
-                let index = suites::all()
+                let index = registry
+                    .all()
                     .position(|s| s.name() == name)
                     .ok_or("unknown suite name in opt/ksync/run (try `list`)")?;
                 runner::plan_push(index)?;
@@ -50,8 +51,8 @@ pub fn parse() -> Result<Command, &'static str> {
     Ok(Command::Run)
 }
 
-fn push_kind(kind: Kind) -> Result<(), &'static str> {
-    for (index, suite) in suites::all().enumerate() {
+fn push_kind(registry: &Registry, kind: Kind) -> Result<(), &'static str> {
+    for (index, suite) in registry.all().enumerate() {
         if suite.kind() == kind {
             runner::plan_push(index)?;
         }
@@ -59,9 +60,9 @@ fn push_kind(kind: Kind) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Prints the registry, one `KSYNC-SUITE` line per suite.
-pub fn list() {
-    for suite in suites::all() {
+/// Prints `registry`, one `KSYNC-SUITE` line per suite.
+pub fn list(registry: &Registry) {
+    for suite in registry.all() {
         println!(
             "KSYNC-SUITE name={} kind={} budget_ms={}",
             suite.name(),

@@ -16,7 +16,7 @@
 //!    `KSYNC-RESULT` line. A barrier later, everyone re-enables interrupts.
 //!
 //! RCU: `Ctx::should_stop` reports a quiescent state (the point between two
-//! operations), and CPUs waiting at the barriers are idle (`kernel::hooks`),
+//! operations), and CPUs waiting at the barriers are idle (`kernel::rcu`),
 //! so a suite whose `run` waits for grace periods never waits for a CPU
 //! that already finished.
 //!
@@ -37,12 +37,12 @@ use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use ksync::spinlock::IrqTicketMutex;
 
-use super::barrier::Barrier;
-use super::cpu::{Counters, MAX_CPUS};
-use super::{hooks, irq, time};
+use super::{Kind, Registry, Suite};
 use crate::arch;
+use crate::kernel::barrier::Barrier;
+use crate::kernel::cpu::{Counters, MAX_CPUS};
+use crate::kernel::{self, hooks, irq, rcu, time};
 use crate::println;
-use crate::suites::{self, Kind, Suite};
 
 /// How long past its budget a suite may run before the watchdog fails it.
 pub const WATCHDOG_GRACE_MS: u64 = 10_000;
@@ -50,8 +50,12 @@ pub const WATCHDOG_GRACE_MS: u64 = 10_000;
 const NONE: usize = usize::MAX;
 const MAX_PLAN: usize = 32;
 
-/// The suites to run, as indices into [`suites::all`]; written by the
-/// boot CPU before it releases the others.
+/// The suites the plan's indices refer to, given by the boot CPU (see
+/// [`release`]).
+static REGISTRY: spin::Once<&'static Registry> = spin::Once::new();
+/// The suites to run, as indices into the registry's
+/// [`all`](Registry::all); written by the boot CPU before it releases the
+/// others.
 static PLAN: [AtomicUsize; MAX_PLAN] = [const { AtomicUsize::new(NONE) }; MAX_PLAN];
 static PLAN_LEN: AtomicUsize = AtomicUsize::new(0);
 static CPUS: AtomicUsize = AtomicUsize::new(0);
@@ -107,7 +111,7 @@ impl Ctx {
     /// Whether the budget is spent or some CPU flagged a failure.
     ///
     /// Suites call it between two operations, so it is also this kernel's
-    /// `cond_resched()`: it reports an RCU quiescent state (`kernel::hooks`).
+    /// `cond_resched()`: it reports an RCU quiescent state (`kernel::rcu`).
     /// Never call it inside an RCU read section (debug builds panic).
     #[inline]
     pub fn should_stop(&self) -> bool {
@@ -151,9 +155,10 @@ pub fn plan_push(index: usize) -> Result<(), &'static str> {
     Ok(())
 }
 
-/// Lets the secondary CPUs, waiting in [`run`], start on the plan with
-/// `cpus` CPUs in all.
-pub fn release(cpus: usize) {
+/// Lets the secondary CPUs, waiting in [`run`], start on the plan of
+/// `registry`'s suites with `cpus` CPUs in all.
+pub fn release(registry: &'static Registry, cpus: usize) {
+    REGISTRY.call_once(|| registry);
     CPUS.store(cpus, Ordering::Relaxed);
     // Release pairs with the Acquire in `run`: the plan and the CPU count
     // are visible to every CPU that sees the flag.
@@ -163,18 +168,19 @@ pub fn release(cpus: usize) {
 /// Every CPU: runs the plan. The boot CPU ends the machine when done; the
 /// others park.
 pub fn run(cpu: usize) -> ! {
-    hooks::idle_wait(|| RELEASED.load(Ordering::Acquire));
+    rcu::idle_wait(|| RELEASED.load(Ordering::Acquire));
     let cpus = CPUS.load(Ordering::Relaxed);
     if cpu >= cpus {
-        hooks::halt();
+        rcu::halt();
     }
+    let registry = registry();
     arch::timer_start();
     irq::enable();
     let ctx = Ctx::new(cpu, cpus);
     let (mut passed, mut failed) = (0, 0);
     for slot in PLAN.iter().take(PLAN_LEN.load(Ordering::Relaxed)) {
         let index = slot.load(Ordering::Relaxed);
-        let suite = suites::get(index);
+        let suite = registry.get(index);
         if cpu == 0 {
             prepare(index, suite, cpus);
         }
@@ -203,7 +209,14 @@ pub fn run(cpu: usize) -> ! {
         arch::exit(failed == 0);
     }
     irq::disable();
-    hooks::halt()
+    rcu::halt()
+}
+
+/// The registry [`release`] was given.
+fn registry() -> &'static Registry {
+    REGISTRY
+        .get()
+        .expect("the boot CPU gives the registry before it releases the plan")
 }
 
 fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
@@ -218,7 +231,7 @@ fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
     }
     // Every suite starts with the kernel's stall timeout, whatever the
     // previous one set.
-    hooks::reset_rcu_stall_timeout();
+    rcu::reset_stall_timeout();
     // Relaxed: only the boot CPU uses it, here and in `judge`.
     STALLS_BEFORE.store(hooks::stall_log().count, Ordering::Relaxed);
     suite.setup(cpus);
@@ -253,7 +266,7 @@ fn judge(suite: &dyn Suite, cpus: usize) -> bool {
         .or(summary.failure)
         .or(quiet_cpu.map(|_| "a CPU took no timer interrupt during the suite"))
         .or(stalled.then_some(STALL_REASON))
-        .or((hooks::rcu_stall_timeout() != hooks::RCU_STALL_TIMEOUT_MS)
+        .or((rcu::stall_timeout() != rcu::STALL_TIMEOUT_MS)
             .then_some("the suite left its own RCU stall timeout behind"));
     println!(
         "KSYNC-RESULT suite={} kind={} status={} cpus={cpus} ops={} cpu_min={} cpu_max={} irq_min={irq_min} irq_max={irq_max} irq_skipped={irq_skipped} reason=\"{}\"",
@@ -279,7 +292,7 @@ fn verdict_word(pass: bool) -> &'static str {
 
 /// The `reason` of a suite that passed its own checks but during which
 /// RCU reported a stall (`KSYNC-RCU-STALL`): a grace period outlasted
-/// `hooks::RCU_STALL_TIMEOUT_MS`. The host runner does not count it as a
+/// `kernel::rcu::STALL_TIMEOUT_MS`. The host runner does not count it as a
 /// control's detection.
 pub const STALL_REASON: &str = "rcu stall: a grace period outlasted the stall timeout";
 
@@ -296,7 +309,7 @@ pub fn on_tick(cpu: usize, now: u64) {
     if index == NONE {
         return;
     }
-    let suite = suites::get(index);
+    let suite = registry().get(index);
     let cpus = CPUS.load(Ordering::Relaxed);
     if now > WATCHDOG.load(Ordering::Relaxed) {
         watchdog_fire(suite, cpus);
@@ -325,7 +338,7 @@ fn watchdog_fire(suite: &dyn Suite, cpus: usize) -> ! {
             stuck |= 1 << cpu;
         }
     }
-    super::fatal(format_args!(
+    kernel::fatal(format_args!(
         "KSYNC-RESULT suite={} kind={} status=FAIL cpus={cpus} reason=\"watchdog: still running {} ms past the budget; CPUs not done: {stuck:#x}\"",
         suite.name(),
         suite.kind().word(),
