@@ -133,6 +133,9 @@ use core::ptr;
 use super::{Cookie, ReadGuard, get_state, poll};
 use crate::sync::{AtomicPtr, AtomicUsize, Ordering};
 
+mod table;
+pub use self::table::RcuHashTable;
+
 /// The intrusive node: embed one in each object per list it can be on, and
 /// name it with [`impl_linked!`](crate::impl_linked). Three words.
 #[doc(alias("list_head", "hlist_node"))]
@@ -474,7 +477,7 @@ impl Drop for Head {
 #[doc(alias("list_for_each_entry_rcu", "hlist_for_each_entry_rcu"))]
 pub struct Iter<'g, T, Tag = ()> {
     next: *const Link,
-    _marker: PhantomData<(&'g T, fn() -> Tag)>,
+    _marker: PhantomData<fn() -> (&'g T, Tag)>,
 }
 
 impl<'g, T: Linked<Tag> + 'g, Tag> Iterator for Iter<'g, T, Tag> {
@@ -500,22 +503,53 @@ impl<T, Tag> fmt::Debug for Iter<'_, T, Tag> {
     }
 }
 
-fn iter<'g, T, Tag>(head: &Head) -> Iter<'g, T, Tag> {
-    Iter {
-        next: head.first(),
-        _marker: PhantomData,
-    }
-}
-
 // ---- the lists --------------------------------------------------------------
 
-/// Declares the read-side methods shared by the list types.
-macro_rules! read_side {
-    () => {
+/// Declares a list type: the struct (a [`Head`] and `$extra` fields), its
+/// `Send`, `Sync`, `Default` and `Debug`, `new`, and the methods the list
+/// types share.
+macro_rules! list_type {
+    ($(#[$attr:meta])* $name:ident { $($extra:ident: $ty:ty = $init:expr,)* } $alias:literal) => {
+        $(#[$attr])*
+        #[repr(C)]
+        pub struct $name<T, Tag = ()> {
+            head: Head,
+            $($extra: $ty,)*
+            _marker: PhantomData<(*const T, fn() -> Tag)>,
+        }
+
+        // SAFETY: readers on any CPU get `&T` (`T: Sync`) and writers hand
+        // nodes between CPUs (`T: Send`); the head is atomics.
+        unsafe impl<T: Send + Sync, Tag> Sync for $name<T, Tag> {}
+        // SAFETY: as above.
+        unsafe impl<T: Send + Sync, Tag> Send for $name<T, Tag> {}
+
+        #[cfg(not(loom))]
+        impl<T: Linked<Tag>, Tag> Default for $name<T, Tag> {
+            fn default() -> Self {
+                Self::new()
+            }
+        }
+
+        impl<T, Tag> fmt::Debug for $name<T, Tag> {
+            fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str(stringify!($name))
+            }
+        }
+
+        impl<T: Linked<Tag>, Tag> $name<T, Tag> {
+            crate::sync::const_fn! {
+                /// An empty list.
+                #[doc(alias = $alias)]
+                pub fn new() -> Self {
+                    Self { head: Head::new(), $($extra: $init,)* _marker: PhantomData }
+                }
+            }
+
         /// The list's objects, for the read section of `guard`.
         #[doc(alias("list_for_each_entry_rcu", "hlist_for_each_entry_rcu"))]
         pub fn iter<'g>(&'g self, _guard: &'g ReadGuard) -> Iter<'g, T, Tag> {
-            iter(&self.head)
+            Iter { next: self.head.first(), _marker: PhantomData }
         }
 
         /// The first object, for the read section of `guard`.
@@ -614,41 +648,30 @@ macro_rules! read_side {
                     .link_at(&link_of(anchor).next, link_of(node), self.last())
             };
         }
+        }
     };
 }
 
-/// An RCU-protected doubly linked list, with O(1) insertion at both ends
-/// and removal of any node (Linux's `list_head` under `rculist.h`).
-/// Three words. See the [module docs](self) for the writers' contract.
-#[doc(alias = "list_head")]
-#[repr(C)]
-pub struct RcuList<T, Tag = ()> {
-    head: Head,
-    /// Writers only: the last node.
-    last: AtomicPtr<Link>,
-    _marker: PhantomData<(*const T, fn() -> Tag)>,
+list_type! {
+    /// An RCU-protected doubly linked list, with O(1) insertion at both ends
+    /// and removal of any node (Linux's `list_head` under `rculist.h`).
+    /// Three words. See the [module docs](self) for the writers' contract.
+    #[doc(alias = "list_head")]
+    RcuList { last: AtomicPtr<Link> = AtomicPtr::new(ptr::null_mut()), } "LIST_HEAD_INIT"
 }
 
-// SAFETY: readers on any CPU get `&T` (`T: Sync`) and writers hand nodes
-// between CPUs (`T: Send`); the head is atomics.
-unsafe impl<T: Send + Sync, Tag> Sync for RcuList<T, Tag> {}
-// SAFETY: as above.
-unsafe impl<T: Send + Sync, Tag> Send for RcuList<T, Tag> {}
+list_type! {
+    /// An RCU-protected hash chain (Linux's `hlist_head`): insertion at the
+    /// front or after a node, removal of any node. Two words. See the
+    /// [module docs](self) for the writers' contract.
+    #[doc(alias = "hlist_head")]
+    Hlist {} "HLIST_HEAD_INIT"
+}
 
 impl<T: Linked<Tag>, Tag> RcuList<T, Tag> {
-    crate::sync::const_fn! {
-        /// An empty list.
-        #[doc(alias = "LIST_HEAD_INIT")]
-        pub fn new() -> Self {
-            Self { head: Head::new(), last: AtomicPtr::new(ptr::null_mut()), _marker: PhantomData }
-        }
-    }
-
     fn last(&self) -> Option<&AtomicPtr<Link>> {
         Some(&self.last)
     }
-
-    read_side!();
 
     /// Inserts `node` at the back.
     ///
@@ -671,185 +694,8 @@ impl<T: Linked<Tag>, Tag> RcuList<T, Tag> {
     }
 }
 
-/// An RCU-protected hash chain (Linux's `hlist_head`): insertion at the
-/// front or after a node, removal of any node. Two words. See the
-/// [module docs](self) for the writers' contract.
-#[doc(alias = "hlist_head")]
-#[repr(C)]
-pub struct Hlist<T, Tag = ()> {
-    head: Head,
-    _marker: PhantomData<(*const T, fn() -> Tag)>,
-}
-
-// SAFETY: as for `RcuList`.
-unsafe impl<T: Send + Sync, Tag> Sync for Hlist<T, Tag> {}
-// SAFETY: as for `RcuList`.
-unsafe impl<T: Send + Sync, Tag> Send for Hlist<T, Tag> {}
-
 impl<T: Linked<Tag>, Tag> Hlist<T, Tag> {
-    crate::sync::const_fn! {
-        /// An empty chain.
-        #[doc(alias = "HLIST_HEAD_INIT")]
-        pub fn new() -> Self {
-            Self { head: Head::new(), _marker: PhantomData }
-        }
-    }
-
     fn last(&self) -> Option<&AtomicPtr<Link>> {
         None
-    }
-
-    read_side!();
-}
-
-#[cfg(not(loom))]
-impl<T: Linked<Tag>, Tag> Default for RcuList<T, Tag> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-#[cfg(not(loom))]
-impl<T: Linked<Tag>, Tag> Default for Hlist<T, Tag> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<T, Tag> fmt::Debug for RcuList<T, Tag> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("RcuList")
-    }
-}
-
-impl<T, Tag> fmt::Debug for Hlist<T, Tag> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("Hlist")
-    }
-}
-
-// ---- the hash table ---------------------------------------------------------
-
-/// `N` [`Hlist`] buckets; an object lives in bucket `hash % N` of a hash
-/// the caller computes (the same one for insertion and lookup). Writers of
-/// one bucket share a lock; one lock for the whole table, or one per
-/// bucket (each bucket binds its own), both work.
-///
-/// ```
-/// use ksync::rcu::{self, Link, RcuHashTable};
-/// use ksync::spinlock::TicketMutex;
-///
-/// struct Name { hash: u64, text: &'static str, link: Link }
-/// ksync::impl_linked!(Name, link);
-///
-/// static NAMES: RcuHashTable<Name, 64> = RcuHashTable::new();
-/// static LOCK: TicketMutex<()> = TicketMutex::new(());
-///
-/// let name: &'static Name = Box::leak(Box::new(Name { hash: 0x9e37, text: "etc", link: Link::new() }));
-/// // SAFETY: leaked: valid for ever.
-/// unsafe { NAMES.insert(&mut LOCK.lock(), name.hash, name) };
-/// let guard = rcu::read_lock();
-/// let found = NAMES.find(0x9e37, &guard, |n| n.text == "etc");
-/// assert!(found.is_some_and(|n| core::ptr::eq(n, name)));
-/// assert!(NAMES.find(0x9e37, &guard, |n| n.text == "usr").is_none());
-/// ```
-#[doc(alias("hlist_bl_head", "DEFINE_HASHTABLE"))]
-pub struct RcuHashTable<T, const N: usize, Tag = ()> {
-    buckets: [Hlist<T, Tag>; N],
-}
-
-impl<T: Linked<Tag>, const N: usize, Tag> RcuHashTable<T, N, Tag> {
-    /// An empty table.
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        assert!(N > 0, "rculist: a hash table needs at least one bucket");
-        Self {
-            buckets: [const { Hlist::new() }; N],
-        }
-    }
-
-    /// An empty table.
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            buckets: core::array::from_fn(|_| Hlist::new()),
-        }
-    }
-
-    /// The bucket for `hash`.
-    #[inline]
-    pub fn bucket(&self, hash: u64) -> &Hlist<T, Tag> {
-        &self.buckets[(hash % N as u64) as usize]
-    }
-
-    /// All buckets.
-    pub fn buckets(&self) -> &[Hlist<T, Tag>; N] {
-        &self.buckets
-    }
-
-    /// The objects in `hash`'s bucket (some with other hashes), for the
-    /// read section of `guard`.
-    #[doc(alias = "hash_for_each_possible_rcu")]
-    pub fn iter_hash<'g>(&'g self, hash: u64, guard: &'g ReadGuard) -> Iter<'g, T, Tag> {
-        self.bucket(hash).iter(guard)
-    }
-
-    /// The first object in `hash`'s bucket that `matches`.
-    pub fn find<'g>(
-        &'g self,
-        hash: u64,
-        guard: &'g ReadGuard,
-        mut matches: impl FnMut(&T) -> bool,
-    ) -> Option<&'g T> {
-        self.iter_hash(hash, guard).find(|t| matches(t))
-    }
-
-    /// Inserts `node` at the front of `hash`'s bucket.
-    ///
-    /// # Safety
-    /// As for [`Hlist::push_front`].
-    ///
-    /// # Panics
-    /// As [`Hlist::push_front`].
-    #[doc(alias = "hash_add_rcu")]
-    #[track_caller]
-    pub unsafe fn insert(&self, lock: &mut impl HeldLock, hash: u64, node: &T) {
-        // SAFETY: the caller's contract.
-        unsafe { self.bucket(hash).push_front(lock, node) }
-    }
-
-    /// Removes `node` from whichever bucket it is in; as
-    /// [`Hlist::remove`].
-    ///
-    /// # Panics
-    /// If `node` is not in this table, or `lock` is not the lock of its
-    /// bucket's writers.
-    #[doc(alias = "hash_del_rcu")]
-    #[track_caller]
-    pub fn remove(&self, lock: &mut impl HeldLock, node: &T) {
-        // Relaxed: a hint to find the bucket; its `remove` checks it again
-        // under the lock.
-        let state = link_of(node).state.load(Ordering::Relaxed);
-        let offset = state.wrapping_sub(self.buckets.as_ptr() as usize);
-        let size = size_of::<Hlist<T, Tag>>();
-        let index = if offset.is_multiple_of(size) && offset / size < N {
-            offset / size
-        } else {
-            0 // Not in this table: the bucket's check panics.
-        };
-        self.buckets[index].remove(lock, node);
-    }
-}
-
-#[cfg(not(loom))]
-impl<T: Linked<Tag>, const N: usize, Tag> Default for RcuHashTable<T, N, Tag> {
-    fn default() -> Self {
-        Self::new()
-    }
-}
-
-impl<T, const N: usize, Tag> fmt::Debug for RcuHashTable<T, N, Tag> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "RcuHashTable<{N}>")
     }
 }
