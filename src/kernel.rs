@@ -339,3 +339,4 @@ mod spin;
 
 pub(crate) use spin::{Backoff, Waiter, kick_waiters};
 pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};
+
