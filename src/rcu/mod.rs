@@ -64,6 +64,7 @@
 //!   Acquire and issue a full fence (**W1**) before they free anything.
 
 mod callback;
+pub mod list;
 pub mod srcu;
 mod stall;
 mod sync;
@@ -74,6 +75,7 @@ pub use self::callback::{
     CALLBACK_BATCH, Callback, RcuHead, barrier, call_rcu, has_callbacks, pending_callbacks,
     process_callbacks, process_callbacks_max,
 };
+pub use self::list::{HeldLock, Hlist, Link, Linked, RcuHashTable, RcuList};
 pub use self::srcu::{Srcu, SrcuGuard};
 pub use self::stall::{check_stall, set_stall_timeout, stall_count};
 pub use self::sync::RcuSync;

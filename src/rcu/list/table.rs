@@ -1,0 +1,132 @@
+//! [`RcuHashTable`]: a fixed array of [`Hlist`] buckets, as the dentry
+//! cache uses.
+
+use core::fmt;
+
+use super::{HeldLock, Hlist, Iter, Linked, link_of};
+use crate::rcu::ReadGuard;
+use crate::sync::Ordering;
+
+/// `N` [`Hlist`] buckets; an object lives in bucket `hash % N` of a hash
+/// the caller computes (the same one for insertion and lookup). Writers of
+/// one bucket share a lock; one lock for the whole table, or one per
+/// bucket (each bucket binds its own), both work.
+///
+/// ```
+/// use ksync::rcu::{self, Link, RcuHashTable};
+/// use ksync::spinlock::TicketMutex;
+///
+/// struct Name { hash: u64, text: &'static str, link: Link }
+/// ksync::impl_linked!(Name, link);
+///
+/// static NAMES: RcuHashTable<Name, 64> = RcuHashTable::new();
+/// static LOCK: TicketMutex<()> = TicketMutex::new(());
+///
+/// let name: &'static Name = Box::leak(Box::new(Name { hash: 0x9e37, text: "etc", link: Link::new() }));
+/// // SAFETY: leaked: valid for ever.
+/// unsafe { NAMES.insert(&mut LOCK.lock(), name.hash, name) };
+/// let guard = rcu::read_lock();
+/// let found = NAMES.find(0x9e37, &guard, |n| n.text == "etc");
+/// assert!(found.is_some_and(|n| core::ptr::eq(n, name)));
+/// assert!(NAMES.find(0x9e37, &guard, |n| n.text == "usr").is_none());
+/// ```
+#[doc(alias("hlist_bl_head", "DEFINE_HASHTABLE"))]
+pub struct RcuHashTable<T, const N: usize, Tag = ()> {
+    buckets: [Hlist<T, Tag>; N],
+}
+
+impl<T: Linked<Tag>, const N: usize, Tag> RcuHashTable<T, N, Tag> {
+    /// An empty table.
+    #[cfg(not(loom))]
+    pub const fn new() -> Self {
+        assert!(N > 0, "rculist: a hash table needs at least one bucket");
+        Self {
+            buckets: [const { Hlist::new() }; N],
+        }
+    }
+
+    /// An empty table.
+    #[cfg(loom)]
+    pub fn new() -> Self {
+        Self {
+            buckets: core::array::from_fn(|_| Hlist::new()),
+        }
+    }
+
+    /// The bucket for `hash`.
+    #[inline]
+    pub fn bucket(&self, hash: u64) -> &Hlist<T, Tag> {
+        &self.buckets[(hash % N as u64) as usize]
+    }
+
+    /// All buckets.
+    pub fn buckets(&self) -> &[Hlist<T, Tag>; N] {
+        &self.buckets
+    }
+
+    /// The objects in `hash`'s bucket (some with other hashes), for the
+    /// read section of `guard`.
+    #[doc(alias = "hash_for_each_possible_rcu")]
+    pub fn iter_hash<'g>(&'g self, hash: u64, guard: &'g ReadGuard) -> Iter<'g, T, Tag> {
+        self.bucket(hash).iter(guard)
+    }
+
+    /// The first object in `hash`'s bucket that `matches`.
+    pub fn find<'g>(
+        &'g self,
+        hash: u64,
+        guard: &'g ReadGuard,
+        mut matches: impl FnMut(&T) -> bool,
+    ) -> Option<&'g T> {
+        self.iter_hash(hash, guard).find(|t| matches(t))
+    }
+
+    /// Inserts `node` at the front of `hash`'s bucket.
+    ///
+    /// # Safety
+    /// As for [`Hlist::push_front`].
+    ///
+    /// # Panics
+    /// As [`Hlist::push_front`].
+    #[doc(alias = "hash_add_rcu")]
+    #[track_caller]
+    pub unsafe fn insert(&self, lock: &mut impl HeldLock, hash: u64, node: &T) {
+        // SAFETY: the caller's contract.
+        unsafe { self.bucket(hash).push_front(lock, node) }
+    }
+
+    /// Removes `node` from whichever bucket it is in; as
+    /// [`Hlist::remove`].
+    ///
+    /// # Panics
+    /// If `node` is not in this table, or `lock` is not the lock of its
+    /// bucket's writers.
+    #[doc(alias = "hash_del_rcu")]
+    #[track_caller]
+    pub fn remove(&self, lock: &mut impl HeldLock, node: &T) {
+        // Relaxed: a hint to find the bucket; its `remove` checks it again
+        // under the lock.
+        let state = link_of(node).state.load(Ordering::Relaxed);
+        let offset = state.wrapping_sub(self.buckets.as_ptr() as usize);
+        let size = size_of::<Hlist<T, Tag>>();
+        let index = if offset.is_multiple_of(size) && offset / size < N {
+            offset / size
+        } else {
+            0 // Not in this table: the bucket's check panics.
+        };
+        self.buckets[index].remove(lock, node);
+    }
+}
+
+#[cfg(not(loom))]
+impl<T: Linked<Tag>, const N: usize, Tag> Default for RcuHashTable<T, N, Tag> {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl<T, const N: usize, Tag> fmt::Debug for RcuHashTable<T, N, Tag> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "RcuHashTable<{N}>")
+    }
+}
