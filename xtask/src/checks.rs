@@ -229,6 +229,8 @@ pub fn test(options: &Options) -> ExitCode {
         "--test",
         "loom_call_rcu",
         "--test",
+        "loom_rculist",
+        "--test",
         "srcu",
     ]);
     loom.env("RUSTFLAGS", "--cfg loom")
