@@ -173,7 +173,13 @@ fn build(board: Board) -> Result<PathBuf, String> {
     let target_dir = mcu_dir().join("target");
     let mut cmd = Command::new(cargo);
     cmd.current_dir(mcu_dir())
-        .args(["build", "--release", "--target", board.target, "--target-dir"])
+        .args([
+            "build",
+            "--release",
+            "--target",
+            board.target,
+            "--target-dir",
+        ])
         .arg(&target_dir);
     for var in [
         "RUSTFLAGS",
@@ -377,7 +383,9 @@ fn judge_checks(board: Board, boot: &Boot) -> Vec<Outcome> {
         }
     }
     if !boot.lines.iter().any(|line| line == STALL_WARNING) {
-        wrong.push(format!("ksync's own stall warning missing ({STALL_WARNING:?})"));
+        wrong.push(format!(
+            "ksync's own stall warning missing ({STALL_WARNING:?})"
+        ));
     }
     let done = boot.find("KSYNC-MCU done");
     let clean = boot.status == Some(0) && boot.trouble.is_none() && done.is_some();
@@ -409,9 +417,11 @@ fn judge_control(board: Board, control: &str, boot: &Boot) -> Outcome {
         Some(rest) if rest.starts_with("result=FAIL") && boot.status == Some(1) => {
             (name, true, format!("caught as expected: {rest}"))
         }
-        Some(rest) if rest.starts_with("result=PASS") => {
-            (name, false, format!("NOT caught (the control passed): {rest}"))
-        }
+        Some(rest) if rest.starts_with("result=PASS") => (
+            name,
+            false,
+            format!("NOT caught (the control passed): {rest}"),
+        ),
         other => (
             name,
             false,
