@@ -326,6 +326,13 @@ pub fn test(options: &Options) -> ExitCode {
                 t.check("qemu setup", false);
             }
         }
+        // The Cortex-M firmware (one core, no 64-bit CAS, defmt read back).
+        for (name, passed, detail) in crate::cortex_m::run_all() {
+            if !passed {
+                println!("    {detail}");
+            }
+            t.check(&name, passed);
+        }
     }
 
     println!("\n{:.0} s", start.elapsed().as_secs_f64());

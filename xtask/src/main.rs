@@ -15,6 +15,7 @@
 //! test command; `qemu` builds and boots the test kernels.
 
 mod checks;
+mod cortex_m;
 mod qemu;
 mod tools;
 
@@ -205,7 +206,12 @@ fn usage(sub: Option<&Sub>) -> String {
 fn run() -> Result<(), String> {
     tools::ensure_toolchain()?;
     qemu::ensure_tools()?;
-    qemu::demo()
+    qemu::demo()?;
+    println!("\nCortex-M (one core, SysTick on the same objects; TCG):");
+    for line in cortex_m::demo_lines() {
+        println!("  {line}");
+    }
+    Ok(())
 }
 
 fn bench(quick: bool) -> Result<(), String> {
