@@ -24,8 +24,26 @@
 //!
 //! CPUs start offline: a CPU that never called [`cpu_online`], an offline
 //! one and an idle one are in an *extended quiescent state* and never hold
-//! up a grace period. Reporting a quiescent state inside a read section is
-//! a bug: debug builds count read-section nesting per CPU and panic.
+//! up a grace period.
+//!
+//! # Misuse that debug builds catch
+//!
+//! Builds with debug assertions track read sections and callbacks per CPU
+//! and panic, naming the CPU, on (Linux's `RCU_LOCKDEP_WARN`):
+//!
+//! * a read section ([`read_lock`], or a
+//!   [`GatedPercpuRwLock`](crate::percpu_rwlock::GatedPercpuRwLock)
+//!   reader, whose fast path relies on RCU) on a CPU that RCU is not
+//!   watching: never brought online with [`cpu_online`], offline, or idle
+//!   after [`idle_enter`] (an interrupt handler on an idle CPU calls
+//!   [`idle_exit`] first). Its grace periods would not wait for it;
+//! * a quiescent state reported inside a read section ([`quiescent_state`],
+//!   [`idle_enter`], [`cpu_offline`]);
+//! * a wait for a grace period or for callbacks ([`synchronize`],
+//!   [`cond_synchronize`], [`barrier`], [`RcuSync::enter`]) inside a read
+//!   section or from a [`call_rcu`] callback: it would wait for itself.
+//!
+//! Release builds check none of this: [`read_lock`] stays free.
 //!
 //! Writers wait with [`synchronize`], poll with cookies ([`get_state`],
 //! [`start_poll`], [`poll`], [`cond_synchronize`]), or hand the freeing to
@@ -119,12 +137,16 @@ struct CpuState {
     watching: AtomicUsize,
     /// Read-section nesting (maintained in debug builds only).
     nesting: AtomicUsize,
+    /// `call_rcu` callbacks running on this CPU (debug builds only).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    in_callback: AtomicUsize,
 }
 
 crate::sync::const_init! {
     impl for CpuState = CpuState {
         watching: AtomicUsize::new(0),
         nesting: AtomicUsize::new(0),
+        in_callback: AtomicUsize::new(0),
     };
 }
 
@@ -413,13 +435,19 @@ pub struct ReadGuard {
 
 /// Enters a read-side critical section. Nests. Must not block or report a
 /// quiescent state until the guard drops.
+///
+/// # Panics
+/// In debug builds, on a CPU that RCU is not watching (see the [module
+/// docs](self#misuse-that-debug-builds-catch)).
 #[doc(alias = "rcu_read_lock")]
 #[inline]
+#[track_caller]
 pub fn read_lock() -> ReadGuard {
     // Relaxed (nesting, here and below): only this CPU touches its count.
     #[cfg(debug_assertions)]
     {
         let cpu = kernel::cpu_id();
+        check_watching(cpu, "rcu::read_lock()");
         engine()
             .cpus
             .cpu(cpu)
@@ -463,6 +491,95 @@ fn check_not_reading(cpu: usize) {
         panic!("rcu: quiescent state reported inside a read-side critical section (CPU {cpu})");
     }
     let _ = cpu;
+}
+
+/// Debug builds: panics unless RCU watches `cpu` (the calling CPU), for a
+/// reader named `what`.
+#[cfg(debug_assertions)]
+#[inline]
+#[track_caller]
+pub(crate) fn check_watching(cpu: usize, what: &str) {
+    // Relaxed: only this CPU changes its own `watching`.
+    if engine().cpus.cpu(cpu).watching.load(Ordering::Relaxed) & 1 == 0 {
+        not_watching(cpu, what);
+    }
+}
+
+#[cfg(debug_assertions)]
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn not_watching(cpu: usize, what: &str) -> ! {
+    panic!(
+        "rcu: {what} on CPU {cpu}, which RCU is not watching (never brought online, \
+         offline, or idle): call rcu::cpu_online() when the CPU comes up, and \
+         rcu::idle_exit() before reading on an idle CPU (e.g. in an interrupt handler)"
+    )
+}
+
+/// Debug builds: panics if the calling CPU is inside a read section or a
+/// `call_rcu` callback, where `what` (a wait for a grace period or for
+/// callbacks) would wait for itself.
+#[inline]
+#[track_caller]
+pub(crate) fn check_may_wait(what: &str) {
+    #[cfg(debug_assertions)]
+    {
+        let cpu = kernel::cpu_id();
+        let state = engine().cpus.cpu(cpu);
+        if state.nesting.load(Ordering::Relaxed) != 0 {
+            panic!(
+                "rcu: {what} inside a read-side critical section (CPU {cpu}): it waits \
+                 for a grace period, which the read section holds up; drop the guard \
+                 first, or use rcu::call_rcu"
+            );
+        }
+        if state.in_callback.load(Ordering::Relaxed) != 0 {
+            panic!(
+                "rcu: {what} from a call_rcu callback (CPU {cpu}): callbacks must not \
+                 block or wait for grace periods; queue another callback instead"
+            );
+        }
+    }
+    let _ = what;
+}
+
+/// Marks this CPU as running `call_rcu` callbacks until it drops (debug
+/// builds; nothing in release builds).
+pub(crate) struct InCallback {
+    #[cfg(debug_assertions)]
+    cpu: usize,
+}
+
+impl InCallback {
+    #[inline]
+    pub(crate) fn enter() -> Self {
+        #[cfg(debug_assertions)]
+        {
+            let cpu = kernel::cpu_id();
+            // Relaxed (here and in `drop`): only this CPU touches it.
+            engine()
+                .cpus
+                .cpu(cpu)
+                .in_callback
+                .fetch_add(1, Ordering::Relaxed);
+            InCallback { cpu }
+        }
+        #[cfg(not(debug_assertions))]
+        InCallback {}
+    }
+}
+
+impl Drop for InCallback {
+    #[inline]
+    fn drop(&mut self) {
+        #[cfg(debug_assertions)]
+        engine()
+            .cpus
+            .cpu(self.cpu)
+            .in_callback
+            .fetch_sub(1, Ordering::Relaxed);
+    }
 }
 
 /// Whether this CPU is inside a read-side critical section (debug builds;
@@ -520,9 +637,14 @@ pub fn poll(cookie: Cookie) -> bool {
 }
 
 /// Waits until [`poll`]`(cookie)` holds, starting a grace period if needed.
+///
+/// # Panics
+/// In debug builds, inside a read-side critical section or a [`call_rcu`]
+/// callback (even when the cookie has completed: it is a bug either way).
 #[doc(alias = "cond_synchronize_rcu")]
 #[track_caller]
 pub fn cond_synchronize(cookie: Cookie) {
+    check_may_wait("rcu::cond_synchronize()");
     if !poll(cookie) {
         engine().request(cookie.0);
         wait_for(cookie);
@@ -535,10 +657,12 @@ pub fn cond_synchronize(cookie: Cookie) {
 /// section.
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section.
+/// In debug builds, inside a read-side critical section or a [`call_rcu`]
+/// callback.
 #[doc(alias = "synchronize_rcu")]
 #[track_caller]
 pub fn synchronize() {
+    check_may_wait("rcu::synchronize()");
     let cookie = start_poll();
     wait_for(cookie);
 }
@@ -570,6 +694,7 @@ pub fn gp_seq() -> usize {
 ///
 /// static CONFIG: RcuPtr<u32> = RcuPtr::null();
 ///
+/// rcu::cpu_online(); // this CPU's readers are watched from now on
 /// // SAFETY: a fresh box, freed only after it is unpublished and a grace
 /// // period has passed (below).
 /// let old = unsafe { CONFIG.publish(Box::into_raw(Box::new(7))) };
@@ -585,6 +710,7 @@ pub fn gp_seq() -> usize {
 /// drop(unsafe { Box::from_raw(old) });
 /// # rcu::synchronize();
 /// # drop(unsafe { Box::from_raw(CONFIG.publish(core::ptr::null_mut())) });
+/// # rcu::cpu_offline();
 /// ```
 #[doc(alias = "__rcu")]
 pub struct RcuPtr<T> {
