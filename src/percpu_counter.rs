@@ -14,8 +14,10 @@
 //! * [`read`](PerCpuCounter::read): the shared total alone, one load. It
 //!   misses what sits in the slots: **its error is below
 //!   `2 * batch * nr_cpus()`** in absolute value. A slot holds less than
-//!   `batch` after any add; an interrupt handler that adds on a CPU between
-//!   that CPU's check and its add can leave up to twice that.
+//!   `batch` after any add (an add of `batch` or more always folds); an
+//!   interrupt handler that adds on a CPU between that CPU's check and its
+//!   add can leave up to twice that (each further level of nested
+//!   interrupts that lands in the same window adds one `batch` more).
 //! * [`sum`](PerCpuCounter::sum): exact, O(`nr_cpus`), under the fold lock
 //!   (exact as of one instant when no update runs concurrently; concurrent
 //!   updates are either in or out).
@@ -24,9 +26,15 @@
 //!
 //! # Bad input
 //!
-//! The total is an `i64`. A fold that would overflow it saturates at
-//! `i64::MAX` or `i64::MIN` and is reported: a panic in builds with debug
-//! assertions, and [`overflows`] in every build.
+//! The total is an `i64`, and every `i64` is a valid `amount`. A fold
+//! computes the new total exactly; one that would leave the `i64` range
+//! saturates at `i64::MAX` or `i64::MIN` and is reported: counted in
+//! [`overflows`] in every build, then a panic in builds with debug
+//! assertions (after the counter is updated and its lock released). No
+//! other input saturates or panics: the result is exact whenever the exact
+//! value fits, whatever the batch. [`sum`](PerCpuCounter::sum) of a value
+//! that does not fit (the total near an edge plus unfolded slots) reads as
+//! the nearest edge, and [`compare`](PerCpuCounter::compare) stays exact.
 //!
 //! ```
 //! use ksync::percpu_counter::PerCpuCounter;
@@ -62,7 +70,7 @@ pub struct PerCpuCounter {
     total: LockedI64,
     /// 0: the default, `max(32, 2 * nr_cpus())`.
     batch: i32,
-    /// Each CPU's unfolded part; |slot| < batch (see the module docs).
+    /// Each CPU's unfolded part; |slot| < 2 * batch (see the module docs).
     slots: PerCpu<AtomicI32>,
 }
 
@@ -140,15 +148,22 @@ impl PerCpuCounter {
     #[doc(alias("percpu_counter_add", "percpu_counter_add_batch"))]
     #[inline]
     pub fn add(&self, amount: i64) {
-        let batch = self.batch();
+        let batch = u64::from(self.batch().unsigned_abs());
         let slot = self.slots.get();
-        let local = i64::from(slot.load(Ordering::Relaxed)) + amount;
-        if local.abs() < i64::from(batch) {
-            // |amount| < 2 * batch <= i32::MAX: fits.
-            arch::local_add(&slot, amount as i32);
-        } else {
-            self.fold(&slot, amount);
+        // The fast path needs |amount| < batch as well as |slot + amount|
+        // < batch: the addition cannot overflow (|slot| <= 2^31, |amount|
+        // < 2^29), `amount` fits the slot's `i32`, and a slot that an
+        // interrupt changed between the load and the add stays below
+        // `2 * batch` (module docs). Anything else, i64 edges included,
+        // folds exactly, or saturates and is reported.
+        if amount.unsigned_abs() < batch {
+            let local = i64::from(slot.load(Ordering::Relaxed)) + amount;
+            if local.unsigned_abs() < batch {
+                arch::local_add(&slot, amount as i32);
+                return;
+            }
         }
+        self.fold(&slot, amount);
     }
 
     /// Moves this CPU's slot plus `amount` into the total.
@@ -163,7 +178,7 @@ impl PerCpuCounter {
             // SAFETY: the lock is held.
             let total = unsafe { self.total.get() };
             let exact = i128::from(total) + i128::from(local) + i128::from(amount);
-            let new = exact.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64;
+            let new = clamp(exact);
             // SAFETY: the lock is held.
             unsafe { self.total.set(new) };
             slot.store(0, Ordering::Relaxed);
@@ -226,12 +241,22 @@ impl PerCpuCounter {
 
     /// The exact value: the total plus every CPU's slot, under the lock.
     #[doc(alias = "percpu_counter_sum")]
+    ///
+    /// An exact value outside the `i64` range (the total near an edge and
+    /// slots that push it past, before any fold saturated) reads as
+    /// `i64::MAX` or `i64::MIN`; nothing is saturated or reported, since
+    /// the counter itself is unchanged.
     pub fn sum(&self) -> i64 {
+        clamp(self.sum_exact())
+    }
+
+    /// The total plus every CPU's slot, without rounding to the `i64` range.
+    fn sum_exact(&self) -> i128 {
         let _locked = lock_irqsave(&self.lock);
         // SAFETY: the lock is held.
         let total = unsafe { self.total.get() };
-        self.slots.iter().fold(total, |sum, slot| {
-            sum.saturating_add(i64::from(slot.load(Ordering::Relaxed)))
+        self.slots.iter().fold(i128::from(total), |sum, slot| {
+            sum + i128::from(slot.load(Ordering::Relaxed))
         })
     }
 
@@ -243,14 +268,14 @@ impl PerCpuCounter {
 
     /// Compares the counter with `rhs`: from [`read`](Self::read) when it is
     /// further from `rhs` than the error bound, else from the exact
-    /// [`sum`](Self::sum).
+    /// [`sum`](Self::sum) (exact even where `sum` saturates).
     #[doc(alias("percpu_counter_compare", "__percpu_counter_compare"))]
     pub fn compare(&self, rhs: i64) -> Cmp {
         let approx = self.read();
         if (i128::from(approx) - i128::from(rhs)).abs() > i128::from(self.error_bound()) {
             approx.cmp(&rhs)
         } else {
-            self.sum().cmp(&rhs)
+            self.sum_exact().cmp(&i128::from(rhs))
         }
     }
 }
@@ -268,6 +293,11 @@ impl fmt::Debug for PerCpuCounter {
             .field("batch", &self.batch())
             .finish_non_exhaustive()
     }
+}
+
+/// `value` rounded into the `i64` range.
+fn clamp(value: i128) -> i64 {
+    value.clamp(i128::from(i64::MIN), i128::from(i64::MAX)) as i64
 }
 
 #[cold]

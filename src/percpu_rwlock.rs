@@ -128,7 +128,8 @@ impl Flavour for Fenced {
 /// grace period after the last writer leaves.
 ///
 /// Needs a kernel that reports RCU quiescent states ([`crate::rcu`]), and
-/// readers on CPUs that RCU watches (online, not idle).
+/// readers on CPUs that RCU watches (online, not idle): debug builds panic
+/// on a reader (locking or unlocking) on a CPU that RCU is not watching.
 #[derive(Debug)]
 pub struct Gated {
     gate: RcuSync,
@@ -138,7 +139,13 @@ impl sealed::Sealed for Gated {}
 
 impl Flavour for Gated {
     #[inline(always)]
+    #[track_caller]
     fn reader_fast(&self) -> bool {
+        // Debug builds: the fast path is safe only if the writer's grace
+        // period waits for this CPU (the gate check and the count update
+        // must not straddle a quiescent state RCU cannot see).
+        #[cfg(debug_assertions)]
+        crate::rcu::check_watching(crate::kernel::cpu_id(), "a GatedPercpuRwLock reader");
         self.gate.is_idle()
     }
     #[inline]

@@ -104,3 +104,80 @@ fn counter_total_saturates() {
     assert_eq!(c.sum(), i64::MAX);
     assert!(percpu_counter::overflows() > before);
 }
+
+/// Regression: adding near the `i64` edges overflowed the slot arithmetic
+/// (`slot + amount`) before the batch check: `inc(); add(i64::MAX)` wrapped
+/// to a fast-path add of `-1` (sum 0, no overflow counted) in release
+/// builds and panicked with a bare "attempt to add with overflow" in debug
+/// builds.
+#[test]
+fn counter_add_near_i64_edges_saturates_or_is_exact() {
+    let c = PerCpuCounter::new();
+    c.inc();
+    let before = percpu_counter::overflows();
+    let r = std::panic::catch_unwind(|| c.add(i64::MAX));
+    assert_eq!(
+        r.is_err(),
+        cfg!(debug_assertions),
+        "panics only in debug builds"
+    );
+    if let Err(e) = r {
+        let msg = e.downcast_ref::<&str>().copied().unwrap_or_default();
+        assert!(
+            msg.contains("saturated"),
+            "unexpected panic message: {msg:?}"
+        );
+    }
+    assert_eq!(c.sum(), i64::MAX);
+    assert!(percpu_counter::overflows() > before);
+
+    // In range: exact, no report.
+    let c = PerCpuCounter::new();
+    c.add(i64::MIN);
+    assert_eq!(c.sum(), i64::MIN);
+    assert_eq!(c.read(), i64::MIN);
+    c.add(i64::MAX);
+    assert_eq!(c.sum(), -1);
+    let c = PerCpuCounter::new();
+    c.dec();
+    c.add(i64::MIN + 1);
+    assert_eq!(c.sum(), i64::MIN);
+    let c = PerCpuCounter::with_batch(percpu_counter::MAX_BATCH);
+    c.add(i64::from(i32::MAX));
+    c.add(i64::from(i32::MIN));
+    assert_eq!(c.sum(), -1);
+    c.add(-(1 << 30));
+    c.add(1 << 30);
+    assert_eq!(c.sum(), -1);
+
+    // Below the range: saturates at i64::MIN.
+    let c = PerCpuCounter::new();
+    c.dec();
+    let before = percpu_counter::overflows();
+    let r = std::panic::catch_unwind(|| c.add(i64::MIN));
+    assert_eq!(r.is_err(), cfg!(debug_assertions));
+    assert_eq!(c.sum(), i64::MIN);
+    assert!(percpu_counter::overflows() > before);
+}
+
+/// `sum` and `compare` with slots that push the exact value past the `i64`
+/// range without any fold saturating: `sum` saturates, `compare` stays
+/// exact.
+#[test]
+fn counter_sum_and_compare_past_the_edges() {
+    let c = PerCpuCounter::with_batch(100);
+    c.set(i64::MAX - 1);
+    c.add(5); // stays in this CPU's slot: the exact value is i64::MAX + 4
+    assert_eq!(c.read(), i64::MAX - 1);
+    assert_eq!(c.sum(), i64::MAX);
+    assert_eq!(c.compare(i64::MAX), Cmp::Greater);
+    c.add(-5);
+    assert_eq!(c.sum(), i64::MAX - 1);
+    assert_eq!(c.compare(i64::MAX - 1), Cmp::Equal);
+
+    c.set(i64::MIN + 1);
+    c.add(-5);
+    assert_eq!(c.sum(), i64::MIN);
+    assert_eq!(c.compare(i64::MIN), Cmp::Less);
+    assert_eq!(c.compare(i64::MAX), Cmp::Less);
+}

@@ -336,6 +336,7 @@ fn cookies() {
 #[cfg(debug_assertions)]
 #[should_panic(expected = "inside a read-side critical section")]
 fn quiescent_state_in_read_section_panics() {
+    rcu::cpu_online();
     let _g = rcu::read_lock();
     rcu::quiescent_state();
 }
@@ -377,5 +378,111 @@ fn concurrent_gate_entries_do_not_deadlock() {
             });
         }
     });
+    rcu::cpu_online();
     assert!(gate.is_idle());
+    rcu::cpu_offline();
+}
+
+// ---- misuse caught in debug builds --------------------------------------
+
+/// The message of a panic caught by `catch_unwind`.
+#[cfg(debug_assertions)]
+fn panic_message(f: impl FnOnce()) -> String {
+    let err =
+        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)).expect_err("expected a panic");
+    err.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Regression: a reader on a CPU that RCU does not watch (never online,
+/// offline, idle) got the unprotected fast path silently; debug builds now
+/// panic, naming the CPU and the call that is missing.
+#[test]
+#[cfg(debug_assertions)]
+fn reader_on_an_unwatched_cpu_panics() {
+    thread::spawn(|| {
+        let cpu = ksync::kernel::cpu_id();
+        // Never brought online.
+        let msg = panic_message(|| drop(rcu::read_lock()));
+        assert!(msg.contains("not watching"), "{msg}");
+        assert!(msg.contains(&format!("CPU {cpu}")), "{msg}");
+        assert!(msg.contains("rcu::cpu_online()"), "{msg}");
+        // Idle.
+        rcu::cpu_online();
+        drop(rcu::read_lock());
+        rcu::idle_enter();
+        let msg = panic_message(|| drop(rcu::read_lock()));
+        assert!(
+            msg.contains("not watching") && msg.contains("idle_exit"),
+            "{msg}"
+        );
+        rcu::idle_exit();
+        drop(rcu::read_lock());
+        assert!(
+            !rcu::read_lock_held(),
+            "the failed read_lock left no section open"
+        );
+        // Offline.
+        rcu::cpu_offline();
+        let msg = panic_message(|| drop(rcu::read_lock()));
+        assert!(msg.contains("not watching"), "{msg}");
+        // The gated rw lock's readers (and `RcuSync::is_idle`) too.
+        let lock = GatedPercpuRwLock::new(0u32);
+        let msg = panic_message(|| drop(lock.read()));
+        assert!(msg.contains("GatedPercpuRwLock reader"), "{msg}");
+        assert!(msg.contains(&format!("CPU {cpu}")), "{msg}");
+        let msg = panic_message(|| drop(lock.try_read()));
+        assert!(msg.contains("GatedPercpuRwLock reader"), "{msg}");
+        let gate = rcu::RcuSync::new();
+        let msg = panic_message(|| {
+            gate.is_idle();
+        });
+        assert!(msg.contains("RcuSync::is_idle()"), "{msg}");
+        // Watched again: all fine.
+        rcu::cpu_online();
+        assert_eq!(*lock.read(), 0);
+        assert!(gate.is_idle());
+        rcu::cpu_offline();
+    })
+    .join()
+    .unwrap();
+}
+
+/// Regression: waits for a grace period inside a read section deadlocked
+/// (or, on a CPU whose own quiescent state was not needed, returned while
+/// the section was still open); debug builds now panic at once, whatever
+/// the state of the grace periods.
+#[test]
+#[cfg(debug_assertions)]
+fn waits_inside_a_read_section_panic() {
+    thread::spawn(|| {
+        rcu::cpu_online();
+        let cookie = rcu::get_state();
+        rcu::synchronize(); // completes `cookie`
+        let gate = rcu::RcuSync::new();
+        let waits: [(&str, &dyn Fn()); 4] = [
+            ("rcu::synchronize()", &rcu::synchronize),
+            ("rcu::barrier()", &rcu::barrier),
+            ("rcu::cond_synchronize()", &|| rcu::cond_synchronize(cookie)),
+            ("RcuSync::enter()", &|| gate.enter()),
+        ];
+        for (name, wait) in waits {
+            let msg = panic_message(|| {
+                let _guard = rcu::read_lock();
+                wait();
+            });
+            assert!(msg.contains(name), "{name}: {msg}");
+            assert!(msg.contains("inside a read-side critical section"), "{msg}");
+            assert!(!rcu::read_lock_held());
+        }
+        // Outside a read section they work.
+        rcu::cond_synchronize(cookie);
+        gate.enter();
+        gate.exit();
+        rcu::cpu_offline();
+    })
+    .join()
+    .unwrap();
 }

@@ -365,3 +365,61 @@ fn defer_free_drops_after_a_grace_period() {
         rcu::cpu_offline();
     });
 }
+
+/// What the waits tried from inside a callback reported (debug builds).
+#[cfg(debug_assertions)]
+static FROM_CALLBACK: Mutex<Vec<String>> = Mutex::new(Vec::new());
+
+/// Tries every blocking wait; each must panic before it does anything.
+/// The panics are caught here, so the callback returns normally and the
+/// list stays consistent.
+#[cfg(debug_assertions)]
+unsafe fn wait_in_callback(_head: *mut RcuHead) {
+    let gate = rcu::RcuSync::new();
+    let waits: [&dyn Fn(); 4] = [
+        &rcu::synchronize,
+        &rcu::barrier,
+        &|| rcu::cond_synchronize(rcu::get_state()),
+        &|| gate.enter(),
+    ];
+    for wait in waits {
+        let err = std::panic::catch_unwind(std::panic::AssertUnwindSafe(wait))
+            .expect_err("a wait inside a callback did not panic");
+        let msg = err.downcast_ref::<String>().cloned().unwrap_or_default();
+        FROM_CALLBACK.lock().unwrap().push(msg);
+    }
+}
+
+/// Regression: `synchronize`, `barrier`, `cond_synchronize` and
+/// `RcuSync::enter` from a callback would wait for themselves (the
+/// barrier for its own list, which is busy invoking the callback); debug
+/// builds now panic at once.
+#[test]
+#[cfg(debug_assertions)]
+fn waits_inside_a_callback_panic() {
+    let _serial = serial();
+    within_20s("the callback test", || {
+        rcu::cpu_online();
+        let head = Box::leak(Box::new(RcuHead::new())) as *mut RcuHead;
+        // SAFETY: a leaked head, queued once.
+        unsafe { rcu::call_rcu(head, wait_in_callback) };
+        rcu::barrier();
+        let msgs = std::mem::take(&mut *FROM_CALLBACK.lock().unwrap());
+        assert_eq!(msgs.len(), 4, "{msgs:?}");
+        for (msg, name) in msgs.iter().zip([
+            "rcu::synchronize()",
+            "rcu::barrier()",
+            "rcu::cond_synchronize()",
+            "RcuSync::enter()",
+        ]) {
+            assert!(
+                msg.contains(name) && msg.contains("call_rcu callback"),
+                "{msg}"
+            );
+        }
+        // Outside the callback, the same calls work.
+        rcu::synchronize();
+        rcu::barrier();
+        rcu::cpu_offline();
+    });
+}

@@ -38,7 +38,7 @@
 use core::fmt;
 use core::ptr;
 
-use super::{engine, get_state, quiescent_state, seq_ge};
+use super::{InCallback, engine, get_state, quiescent_state, seq_ge};
 use crate::kernel;
 use crate::percpu::PerCpu;
 use crate::spinlock::{RawTicketLock, lock_irqsave, try_lock};
@@ -529,6 +529,8 @@ fn process_cpu(cpu: &Cpu, limit: usize, orphans_only: bool) -> usize {
     }
     // W1: the readers' accesses happen-before the callbacks.
     fence(Ordering::SeqCst);
+    // Debug builds: a callback that waits for a grace period panics.
+    let _in_callback = InCallback::enter();
     while !cur.is_null() {
         let h = cur;
         // SAFETY: `h` was dequeued above and is ours until its callback
@@ -560,10 +562,11 @@ fn process_cpu(cpu: &Cpu, limit: usize, orphans_only: bool) -> usize {
 /// itself).
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section.
+/// In debug builds, inside a read-side critical section or a callback.
 #[doc(alias = "rcu_barrier")]
 #[track_caller]
 pub fn barrier() {
+    super::check_may_wait("rcu::barrier()");
     let cbs = callbacks();
     // Another barrier may be waiting for a grace period that needs this
     // CPU's quiescent state: report them while waiting for the lock.

@@ -177,7 +177,6 @@ impl Link {
     }
 }
 
-#[cfg(not(loom))]
 impl Default for Link {
     fn default() -> Self {
         Self::new()
@@ -524,7 +523,6 @@ macro_rules! list_type {
         // SAFETY: as above.
         unsafe impl<T: Send + Sync, Tag> Send for $name<T, Tag> {}
 
-        #[cfg(not(loom))]
         impl<T: Linked<Tag>, Tag> Default for $name<T, Tag> {
             fn default() -> Self {
                 Self::new()

@@ -24,8 +24,26 @@
 //!
 //! CPUs start offline: a CPU that never called [`cpu_online`], an offline
 //! one and an idle one are in an *extended quiescent state* and never hold
-//! up a grace period. Reporting a quiescent state inside a read section is
-//! a bug: debug builds count read-section nesting per CPU and panic.
+//! up a grace period.
+//!
+//! # Misuse that debug builds catch
+//!
+//! Builds with debug assertions track read sections and callbacks per CPU
+//! and panic, naming the CPU, on (Linux's `RCU_LOCKDEP_WARN`):
+//!
+//! * a read section ([`read_lock`], or a
+//!   [`GatedPercpuRwLock`](crate::percpu_rwlock::GatedPercpuRwLock)
+//!   reader, whose fast path relies on RCU) on a CPU that RCU is not
+//!   watching: never brought online with [`cpu_online`], offline, or idle
+//!   after [`idle_enter`] (an interrupt handler on an idle CPU calls
+//!   [`idle_exit`] first). Its grace periods would not wait for it;
+//! * a quiescent state reported inside a read section ([`quiescent_state`],
+//!   [`idle_enter`], [`cpu_offline`]);
+//! * a wait for a grace period or for callbacks ([`synchronize`],
+//!   [`cond_synchronize`], [`barrier`], [`RcuSync::enter`]) inside a read
+//!   section or from a [`call_rcu`] callback: it would wait for itself.
+//!
+//! Release builds check none of this: [`read_lock`] stays free.
 //!
 //! Writers wait with [`synchronize`], poll with cookies ([`get_state`],
 //! [`start_poll`], [`poll`], [`cond_synchronize`]), or hand the freeing to
@@ -64,6 +82,7 @@
 //!   Acquire and issue a full fence (**W1**) before they free anything.
 
 mod callback;
+mod debug;
 pub mod list;
 pub mod srcu;
 mod stall;
@@ -80,6 +99,10 @@ pub use self::srcu::{Srcu, SrcuGuard};
 pub use self::stall::{check_stall, set_stall_timeout, stall_count};
 pub use self::sync::RcuSync;
 pub use crate::kernel::{STALL_REPORT_CPUS, StallReport};
+
+#[cfg(debug_assertions)]
+pub(crate) use self::debug::check_watching;
+use self::debug::{InCallback, check_may_wait, check_not_reading};
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -120,12 +143,16 @@ struct CpuState {
     watching: AtomicUsize,
     /// Read-section nesting (maintained in debug builds only).
     nesting: AtomicUsize,
+    /// `call_rcu` callbacks running on this CPU (debug builds only).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    in_callback: AtomicUsize,
 }
 
 crate::sync::const_init! {
     impl for CpuState = CpuState {
         watching: AtomicUsize::new(0),
         nesting: AtomicUsize::new(0),
+        in_callback: AtomicUsize::new(0),
     };
 }
 
@@ -414,13 +441,19 @@ pub struct ReadGuard {
 
 /// Enters a read-side critical section. Nests. Must not block or report a
 /// quiescent state until the guard drops.
+///
+/// # Panics
+/// In debug builds, on a CPU that RCU is not watching (see the [module
+/// docs](self#misuse-that-debug-builds-catch)).
 #[doc(alias = "rcu_read_lock")]
 #[inline]
+#[track_caller]
 pub fn read_lock() -> ReadGuard {
     // Relaxed (nesting, here and below): only this CPU touches its count.
     #[cfg(debug_assertions)]
     {
         let cpu = kernel::cpu_id();
+        check_watching(cpu, "rcu::read_lock()");
         engine()
             .cpus
             .cpu(cpu)
@@ -454,16 +487,6 @@ impl fmt::Debug for ReadGuard {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.write_str("ReadGuard")
     }
-}
-
-#[inline]
-#[track_caller]
-fn check_not_reading(cpu: usize) {
-    #[cfg(debug_assertions)]
-    if engine().cpus.cpu(cpu).nesting.load(Ordering::Relaxed) != 0 {
-        panic!("rcu: quiescent state reported inside a read-side critical section (CPU {cpu})");
-    }
-    let _ = cpu;
 }
 
 /// Whether this CPU is inside a read-side critical section (debug builds;
@@ -521,9 +544,14 @@ pub fn poll(cookie: Cookie) -> bool {
 }
 
 /// Waits until [`poll`]`(cookie)` holds, starting a grace period if needed.
+///
+/// # Panics
+/// In debug builds, inside a read-side critical section or a [`call_rcu`]
+/// callback (even when the cookie has completed: it is a bug either way).
 #[doc(alias = "cond_synchronize_rcu")]
 #[track_caller]
 pub fn cond_synchronize(cookie: Cookie) {
+    check_may_wait("rcu::cond_synchronize()");
     if !poll(cookie) {
         engine().request(cookie.0);
         wait_for(cookie);
@@ -536,10 +564,12 @@ pub fn cond_synchronize(cookie: Cookie) {
 /// section.
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section.
+/// In debug builds, inside a read-side critical section or a [`call_rcu`]
+/// callback.
 #[doc(alias = "synchronize_rcu")]
 #[track_caller]
 pub fn synchronize() {
+    check_may_wait("rcu::synchronize()");
     let cookie = start_poll();
     wait_for(cookie);
 }
@@ -571,6 +601,7 @@ pub fn gp_seq() -> usize {
 ///
 /// static CONFIG: RcuPtr<u32> = RcuPtr::null();
 ///
+/// rcu::cpu_online(); // this CPU's readers are watched from now on
 /// // SAFETY: a fresh box, freed only after it is unpublished and a grace
 /// // period has passed (below).
 /// let old = unsafe { CONFIG.publish(Box::into_raw(Box::new(7))) };
@@ -586,6 +617,7 @@ pub fn gp_seq() -> usize {
 /// drop(unsafe { Box::from_raw(old) });
 /// # rcu::synchronize();
 /// # drop(unsafe { Box::from_raw(CONFIG.publish(core::ptr::null_mut())) });
+/// # rcu::cpu_offline();
 /// ```
 #[doc(alias = "__rcu")]
 pub struct RcuPtr<T> {

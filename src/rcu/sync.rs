@@ -81,6 +81,7 @@ impl RcuSync {
     /// again for anyone who asks after that grace period:
     ///
     /// ```
+    /// ksync::rcu::cpu_online();
     /// let gate = ksync::rcu::RcuSync::new();
     /// gate.enter();
     /// assert!(!gate.is_idle());
@@ -88,9 +89,16 @@ impl RcuSync {
     /// ksync::rcu::synchronize();
     /// assert!(gate.is_idle());
     /// ```
+    ///
+    /// # Panics
+    /// In debug builds, on a CPU that RCU is not watching (see the [module
+    /// docs](super#misuse-that-debug-builds-catch)).
     #[doc(alias = "rcu_sync_is_idle")]
     #[inline]
+    #[track_caller]
     pub fn is_idle(&self) -> bool {
+        #[cfg(debug_assertions)]
+        super::check_watching(crate::kernel::cpu_id(), "RcuSync::is_idle()");
         // Relaxed: the grace period in `enter` orders readers that saw
         // IDLE before the writer; readers that see anything else take a
         // slow path with its own barriers, and `poll_idle` issues W1
@@ -106,11 +114,16 @@ impl RcuSync {
     /// finished. The first writer waits one grace period; writers arriving
     /// while it is closed wait for that one or none.
     ///
-    /// Must not be called inside an RCU read section (it may wait for a
-    /// grace period).
+    /// Must not be called inside an RCU read section or a `call_rcu`
+    /// callback (it may wait for a grace period).
+    ///
+    /// # Panics
+    /// In debug builds, inside a read section or a callback (whether or not
+    /// this call would have waited).
     #[doc(alias = "rcu_sync_enter")]
     #[track_caller]
     pub fn enter(&self) {
+        super::check_may_wait("RcuSync::enter()");
         let was = {
             let _locked = lock_irqsave(&self.lock);
             // Acquire pairs with the Release store of PASSED after the first

@@ -104,7 +104,15 @@ where
     });
     let writes = writes.load(SeqCst);
     assert!(writes > 0, "no writes: the test proved nothing");
+    // The gated lock's readers must be on a CPU that RCU watches (debug
+    // builds check), this thread included.
+    if rcu_cpu {
+        ksync::rcu::cpu_online();
+    }
     assert_eq!(lock.read().0, writes);
+    if rcu_cpu {
+        ksync::rcu::cpu_offline();
+    }
     writes
 }
 

@@ -5,7 +5,7 @@ use core::fmt;
 
 use super::{HeldLock, Hlist, Iter, Linked, link_of};
 use crate::rcu::ReadGuard;
-use crate::sync::Ordering;
+use crate::sync::{Ordering, array, const_fn};
 
 /// `N` [`Hlist`] buckets; an object lives in bucket `hash % N` of a hash
 /// the caller computes (the same one for insertion and lookup). Writers of
@@ -25,6 +25,7 @@ use crate::sync::Ordering;
 /// let name: &'static Name = Box::leak(Box::new(Name { hash: 0x9e37, text: "etc", link: Link::new() }));
 /// // SAFETY: leaked: valid for ever.
 /// unsafe { NAMES.insert(&mut LOCK.lock(), name.hash, name) };
+/// rcu::cpu_online(); // this CPU reads: RCU must watch it
 /// let guard = rcu::read_lock();
 /// let found = NAMES.find(0x9e37, &guard, |n| n.text == "etc");
 /// assert!(found.is_some_and(|n| core::ptr::eq(n, name)));
@@ -36,20 +37,13 @@ pub struct RcuHashTable<T, const N: usize, Tag = ()> {
 }
 
 impl<T: Linked<Tag>, const N: usize, Tag> RcuHashTable<T, N, Tag> {
-    /// An empty table.
-    #[cfg(not(loom))]
-    pub const fn new() -> Self {
-        assert!(N > 0, "rculist: a hash table needs at least one bucket");
-        Self {
-            buckets: [const { Hlist::new() }; N],
-        }
-    }
-
-    /// An empty table.
-    #[cfg(loom)]
-    pub fn new() -> Self {
-        Self {
-            buckets: core::array::from_fn(|_| Hlist::new()),
+    const_fn! {
+        /// An empty table.
+        pub fn new() -> Self {
+            assert!(N > 0, "rculist: a hash table needs at least one bucket");
+            Self {
+                buckets: array![Hlist::new(); N],
+            }
         }
     }
 
@@ -118,7 +112,6 @@ impl<T: Linked<Tag>, const N: usize, Tag> RcuHashTable<T, N, Tag> {
     }
 }
 
-#[cfg(not(loom))]
 impl<T: Linked<Tag>, const N: usize, Tag> Default for RcuHashTable<T, N, Tag> {
     fn default() -> Self {
         Self::new()
