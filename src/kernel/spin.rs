@@ -105,8 +105,9 @@ pub struct SpinWait {
     pub kick: Option<fn()>,
 }
 
-/// Rounds a waiter spins before it calls [`SpinWait::wait`].
-pub const SPIN_LIMIT: u32 = 1 << 10;
+/// Rounds a waiter spins before it calls [`SpinWait::wait`] (2 under
+/// loom, so that small models reach the give-away path).
+pub const SPIN_LIMIT: u32 = if cfg!(loom) { 2 } else { 1 << 10 };
 
 /// The registered policy; null means the default.
 static WAIT: AtomicPtr<SpinWait> = AtomicPtr::new(core::ptr::null_mut());
@@ -157,7 +158,9 @@ pub(crate) fn kick_waiters() {
 }
 
 /// One waiter's state: spins with the caller's relax strategy and, when
-/// CPUs are preemptible, gives the CPU away every [`SPIN_LIMIT`] rounds.
+/// asked to (`give_away`: CPUs are preemptible, or the lock's queue must
+/// stay live behind a descheduled waiter), gives the CPU away every
+/// [`SPIN_LIMIT`] rounds.
 #[derive(Debug, Default)]
 pub(crate) struct Waiter {
     rounds: u32,
@@ -170,9 +173,9 @@ impl Waiter {
 
     /// One round of waiting.
     #[inline]
-    pub(crate) fn wait<R: spin::relax::RelaxStrategy>(&mut self, preemptible: bool) {
+    pub(crate) fn wait<R: spin::relax::RelaxStrategy>(&mut self, give_away: bool) {
         crate::sync::relax::<R>();
-        if preemptible {
+        if give_away {
             self.rounds += 1;
             if self.rounds >= SPIN_LIMIT {
                 self.rounds = 0;
