@@ -123,7 +123,8 @@ static DEFAULT_WAIT: SpinWait = SpinWait {
 fn default_wait() {
     #[cfg(all(feature = "test-hooks", not(loom)))]
     std::thread::yield_now();
-    #[cfg(not(all(feature = "test-hooks", not(loom))))]
+    // Under loom the waiter's relax has just yielded to the model.
+    #[cfg(not(any(feature = "test-hooks", loom)))]
     crate::sync::spin_loop();
 }
 
@@ -194,8 +195,9 @@ pub(crate) struct Backoff {
     step: u32,
 }
 
-/// The longest backoff, in relax rounds.
-pub(crate) const BACKOFF_MAX: u32 = 64;
+/// The longest backoff, in relax rounds (1 under loom: each round is a
+/// model scheduling point, and longer waits explore nothing new).
+pub(crate) const BACKOFF_MAX: u32 = if cfg!(loom) { 1 } else { 64 };
 
 impl Backoff {
     pub(crate) const fn new() -> Self {

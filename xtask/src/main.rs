@@ -31,7 +31,8 @@ fn main() -> ExitCode {
         Some("bench") => {
             let quick = args.iter().any(|a| a == "--quick");
             let mut cmd = cargo(&[
-                "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--",
+                "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench",
+                "locks", "--",
             ]);
             if quick {
                 cmd.arg("--quick");
