@@ -168,6 +168,31 @@ fn queue_hand_off() {
     outcomes.assert_all_seen(2);
 }
 
+/// Four CPUs lock: with one holding, one pending and a queue head, the
+/// fourth queues behind the head, which hands the head over through the
+/// fourth's node (its `locked` flag) when it takes the lock.
+#[test]
+fn mcs_node_hand_off() {
+    let _serial = serial();
+    let outcomes = Outcomes::new();
+    let seen = outcomes.clone();
+    three_cpus().check(move || {
+        set_vcpu_preemptible(false);
+        let l = Locked::new();
+        let cpus: Vec<_> = (0..4)
+            .map(|_| {
+                let l = Arc::clone(&l);
+                thread::spawn(move || l.bump().contains("tail: Some"))
+            })
+            .collect();
+        let seen_tail: Vec<bool> = cpus.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(l.value(), 4);
+        assert!(!l.lock.is_locked());
+        seen.record(seen_tail.iter().filter(|&&t| t).count().min(2));
+    });
+    outcomes.assert_all_seen(3);
+}
+
 loom::thread_local! {
     /// What this thread's "interrupt" does, once, from the spin-wait hook
     /// while it waits for another lock.
