@@ -17,7 +17,7 @@
 //! | [`RawIrqSave<R>`] | as `R` | plus saving and masking local interrupts | as `R` | any lock also taken from an interrupt handler |
 //!
 //! When CPUs may be descheduled while they spin
-//! ([`vcpu_preemptible`](crate::kernel::vcpu_preemptible): a guest with
+//! ([`crate::kernel::vcpu_preemptible`]: a guest with
 //! more vCPUs than host cores, host tests), the FIFO locks (ticket, queued)
 //! hand off by test-and-set with bounded backoff instead: a FIFO hand-off
 //! to a CPU that is not running stalls everyone behind it (measured: 100x

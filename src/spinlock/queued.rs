@@ -1,95 +1,7 @@
-//! A queued spinlock in one 32-bit word: Linux's `qspinlock`.
-//!
-//! # Why another FIFO lock
-//!
-//! The ticket lock is fair, but every waiter spins on the lock's own cache
-//! line: each unlock invalidates that line in every waiting CPU, and all of
-//! them fetch it again to see whose turn it is, so one hand-off costs a
-//! number of line transfers that grows with the number of waiters. An MCS
-//! lock queues waiters in a linked list of nodes, one per waiter, and each
-//! waiter spins on a flag in *its own* node: the releasing CPU writes one
-//! remote line (its successor's flag) however many CPUs wait. The price of
-//! a classic MCS lock is a node per acquisition, passed from lock to
-//! unlock, and a two-word lock.
-//!
-//! Linux's qspinlock keeps the MCS queue's scaling and fits in 32 bits:
-//!
-//! * The nodes are per-CPU, not per-acquisition. A CPU waits for at most
-//!   one lock per context, and contexts nest only as thread, softirq,
-//!   hardirq and NMI, so four nodes per CPU are enough. Each CPU counts how
-//!   deep it is nested (the count lives in its first node); an interrupt
-//!   arriving while this CPU is queued takes the next node. Deeper nesting
-//!   (a fifth level) has no node, so it spins on the lock word with
-//!   test-and-set instead of corrupting a node in use.
-//! * The list is named by its tail only, written into the lock word as
-//!   `(CPU + 1, nesting index)`; zero means no queue. A newcomer swaps
-//!   itself in as the tail and links itself behind the old one.
-//! * The first waiter never queues: it sets the *pending* bit and spins on
-//!   the word itself (a second cache line is not worth it for one waiter);
-//!   only the second and later waiters build the queue. The queue head, in
-//!   turn, spins on the word until the owner and the pending CPU are gone.
-//! * The node is needed only while waiting: the new owner has left the
-//!   queue before it returns, so `unlock` is one atomic update of the word
-//!   and a guard carries nothing.
-//!
-//! # The lock word
-//!
-//! | bits | field | meaning |
-//! |---|---|---|
-//! | 0-7 | locked byte | 1 while held (only bit 0 is ever set) |
-//! | 8 | pending | the first waiter, spinning on this word |
-//! | 9-15 | (zero) | the rest of the pending byte |
-//! | 16-17 | tail index | nesting level of the last queued waiter's node (0 thread, 1 softirq, 2 hardirq, 3 NMI) |
-//! | 18-31 | tail CPU | that waiter's CPU + 1; 0 (with index 0) means no queue |
-//!
-//! Linux updates the locked byte and the pending byte with byte and
-//! halfword stores into this word. Rust's memory model has no mixed-size
-//! atomic accesses to one location, so every update here is a 32-bit
-//! atomic on the whole word: compare-exchange, `fetch_or`, `fetch_and`,
-//! `fetch_add`/`fetch_sub`. In particular unlock is a `fetch_sub` (an atomic
-//! read-modify-write where Linux has a plain byte store); its result tells
-//! unlock whether anyone waits, which it uses to wake halted waiters.
-//! Fourteen CPU bits limit the lock to 16 383 CPUs: using it with a larger
-//! [`MAX_CPUS`] fails the build.
-//!
-//! # Oversubscribed CPUs
-//!
-//! FIFO hand-off is a liability when a CPU can be descheduled while it
-//! waits (a guest with more vCPUs than host cores, host tests): the lock is
-//! passed to a queued CPU that is not running, and everyone behind it waits
-//! for the host to schedule it. When [`vcpu_preemptible`] says so, a
-//! contended `lock` does not queue at all: it waits until the whole word is
-//! zero and takes it with one compare-exchange, backing off exponentially
-//! between attempts, as Linux's `virt_spin_lock` does. Fairness is traded
-//! for progress. Both modes may run on one lock at once (a test-and-set
-//! taker only succeeds when nobody is queued), so changing the setting
-//! never breaks exclusion.
-//!
-//! In either mode a waiter that has spun for
-//! [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds calls the kernel's
-//! [`SpinWait::wait`](crate::kernel::SpinWait), which may give the CPU away
-//! (the host test hooks yield the thread; the default elsewhere keeps
-//! spinning). That keeps the FIFO queue live on an oversubscribed machine
-//! too: the CPUs queued behind a descheduled one let it run. An unlock
-//! that sees waiters, and every hand-off inside the queue, calls
-//! [`SpinWait::kick`](crate::kernel::SpinWait).
-//!
-//! # Kernel hooks
-//!
-//! The contended FIFO path names this CPU's nodes by [`kernel::cpu_id`] and
-//! keeps preemption disabled while queued, so a binary that uses this lock
-//! needs [`set_kernel!`](crate::set_kernel) (the host test hooks provide
-//! it). The uncontended path calls no hook.
-//!
-//! ```
-//! use ksync::spinlock::QueuedMutex;
-//!
-//! static INODES: QueuedMutex<u64> = QueuedMutex::new(0);
-//!
-//! *INODES.lock() += 1;
-//! assert_eq!(*INODES.lock(), 1);
-//! assert!(INODES.try_lock().is_some());
-//! ```
+//! The queued spinlock (Linux's `qspinlock`). The design, with the lock
+//! word's layout, is [`RawQueuedLock`]'s documentation, so that rustdoc
+//! shows it (this module is private; its items are re-exported by
+//! `spinlock`).
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -108,7 +20,7 @@ pub type QueuedMutex<T> = lock_api::Mutex<RawQueuedLock, T>;
 /// (through the kernel's hooks, see [`RawIrqSave`]).
 pub type IrqQueuedMutex<T> = lock_api::Mutex<RawIrqSave<RawQueuedLock>, T>;
 
-// ---- the word (table in the module docs) ------------------------------------
+// ---- the word (the layout table is in `RawQueuedLock`'s docs) ----------------
 
 /// The locked byte.
 const LOCKED_MASK: u32 = 0xff;
@@ -230,11 +142,99 @@ impl Drop for Nesting {
 // ---- the lock -----------------------------------------------------------------
 
 /// A queued spinlock (Linux's `qspinlock`) in one 32-bit word: FIFO, with
-/// each waiter spinning on its own per-CPU node. See the
-/// [module docs](self) for the design and the word layout.
+/// each waiter spinning on its own per-CPU node. The contended path needs
+/// the kernel hooks ([`set_kernel!`](crate::set_kernel)).
 ///
-/// The contended path needs the kernel hooks
-/// ([`set_kernel!`](crate::set_kernel)).
+/// # Why another FIFO lock
+///
+/// The ticket lock is fair, but every waiter spins on the lock's own cache
+/// line: each unlock invalidates that line in every waiting CPU, and all of
+/// them fetch it again to see whose turn it is, so one hand-off costs a
+/// number of line transfers that grows with the number of waiters. An MCS
+/// lock queues waiters in a linked list of nodes, one per waiter, and each
+/// waiter spins on a flag in *its own* node: the releasing CPU writes one
+/// remote line (its successor's flag) however many CPUs wait. The price of
+/// a classic MCS lock is a node per acquisition, passed from lock to
+/// unlock, and a two-word lock.
+///
+/// Linux's qspinlock keeps the MCS queue's scaling and fits in 32 bits:
+///
+/// * The nodes are per-CPU, not per-acquisition. A CPU waits for at most
+///   one lock per context, and contexts nest only as thread, softirq,
+///   hardirq and NMI, so four nodes per CPU are enough. Each CPU counts how
+///   deep it is nested (the count lives in its first node); an interrupt
+///   arriving while this CPU is queued takes the next node. Deeper nesting
+///   (a fifth level) has no node, so it spins on the lock word with
+///   test-and-set instead of corrupting a node in use.
+/// * The list is named by its tail only, written into the lock word as
+///   `(CPU + 1, nesting index)`; zero means no queue. A newcomer swaps
+///   itself in as the tail and links itself behind the old one.
+/// * The first waiter never queues: it sets the *pending* bit and spins on
+///   the word itself (a second cache line is not worth it for one waiter);
+///   only the second and later waiters build the queue. The queue head, in
+///   turn, spins on the word until the owner and the pending CPU are gone.
+/// * The node is needed only while waiting: the new owner has left the
+///   queue before it returns, so `unlock` is one atomic update of the word
+///   and a guard carries nothing.
+///
+/// # The lock word
+///
+/// | bits | field | meaning |
+/// |---|---|---|
+/// | 0-7 | locked byte | 1 while held (only bit 0 is ever set) |
+/// | 8 | pending | the first waiter, spinning on this word |
+/// | 9-15 | (zero) | the rest of the pending byte |
+/// | 16-17 | tail index | nesting level of the last queued waiter's node (0 thread, 1 softirq, 2 hardirq, 3 NMI) |
+/// | 18-31 | tail CPU | that waiter's CPU + 1; 0 (with index 0) means no queue |
+///
+/// Linux updates the locked byte and the pending byte with byte and
+/// halfword stores into this word. Rust's memory model has no mixed-size
+/// atomic accesses to one location, so every update here is a 32-bit
+/// atomic on the whole word: compare-exchange, `fetch_or`, `fetch_and`,
+/// `fetch_add`/`fetch_sub`. In particular unlock is a `fetch_sub` (an atomic
+/// read-modify-write where Linux has a plain byte store); its result tells
+/// unlock whether anyone waits, which it uses to wake halted waiters.
+/// Fourteen CPU bits limit the lock to 16 383 CPUs: using it with a larger
+/// [`MAX_CPUS`] fails the build.
+///
+/// # Oversubscribed CPUs
+///
+/// FIFO hand-off is a liability when a CPU can be descheduled while it
+/// waits (a guest with more vCPUs than host cores, host tests): the lock is
+/// passed to a queued CPU that is not running, and everyone behind it waits
+/// for the host to schedule it. When [`vcpu_preemptible`] says so, a
+/// contended `lock` does not queue at all: it waits until the whole word is
+/// zero and takes it with one compare-exchange, backing off exponentially
+/// between attempts, as Linux's `virt_spin_lock` does. Fairness is traded
+/// for progress. Both modes may run on one lock at once (a test-and-set
+/// taker only succeeds when nobody is queued), so changing the setting
+/// never breaks exclusion.
+///
+/// In either mode a waiter that has spun for
+/// [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds calls the kernel's
+/// [`SpinWait::wait`](crate::kernel::SpinWait), which may give the CPU away
+/// (the host test hooks yield the thread; the default elsewhere keeps
+/// spinning). That keeps the FIFO queue live on an oversubscribed machine
+/// too: the CPUs queued behind a descheduled one let it run. An unlock
+/// that sees waiters, and every hand-off inside the queue, calls
+/// [`SpinWait::kick`](crate::kernel::SpinWait).
+///
+/// # Kernel hooks
+///
+/// The contended FIFO path names this CPU's nodes by [`kernel::cpu_id`] and
+/// keeps preemption disabled while queued, so a binary that uses this lock
+/// needs [`set_kernel!`](crate::set_kernel) (the host test hooks provide
+/// it). The uncontended path calls no hook.
+///
+/// ```
+/// use ksync::spinlock::QueuedMutex;
+///
+/// static INODES: QueuedMutex<u64> = QueuedMutex::new(0);
+///
+/// *INODES.lock() += 1;
+/// assert_eq!(*INODES.lock(), 1);
+/// assert!(INODES.try_lock().is_some());
+/// ```
 ///
 /// # Invariants
 /// The locked byte is 0 or 1 and only its holder clears it; the pending
