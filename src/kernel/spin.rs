@@ -105,8 +105,9 @@ pub struct SpinWait {
     pub kick: Option<fn()>,
 }
 
-/// Rounds a waiter spins before it calls [`SpinWait::wait`].
-pub const SPIN_LIMIT: u32 = 1 << 10;
+/// Rounds a waiter spins before it calls [`SpinWait::wait`] (2 under
+/// loom, so that small models reach the give-away path).
+pub const SPIN_LIMIT: u32 = if cfg!(loom) { 2 } else { 1 << 10 };
 
 /// The registered policy; null means the default.
 static WAIT: AtomicPtr<SpinWait> = AtomicPtr::new(core::ptr::null_mut());
@@ -122,7 +123,8 @@ static DEFAULT_WAIT: SpinWait = SpinWait {
 fn default_wait() {
     #[cfg(all(feature = "test-hooks", not(loom)))]
     std::thread::yield_now();
-    #[cfg(not(all(feature = "test-hooks", not(loom))))]
+    // Under loom the waiter's relax has just yielded to the model.
+    #[cfg(not(any(feature = "test-hooks", loom)))]
     crate::sync::spin_loop();
 }
 
@@ -157,7 +159,9 @@ pub(crate) fn kick_waiters() {
 }
 
 /// One waiter's state: spins with the caller's relax strategy and, when
-/// CPUs are preemptible, gives the CPU away every [`SPIN_LIMIT`] rounds.
+/// asked to (`give_away`: CPUs are preemptible, or the lock's queue must
+/// stay live behind a descheduled waiter), gives the CPU away every
+/// [`SPIN_LIMIT`] rounds.
 #[derive(Debug, Default)]
 pub(crate) struct Waiter {
     rounds: u32,
@@ -170,9 +174,9 @@ impl Waiter {
 
     /// One round of waiting.
     #[inline]
-    pub(crate) fn wait<R: spin::relax::RelaxStrategy>(&mut self, preemptible: bool) {
+    pub(crate) fn wait<R: spin::relax::RelaxStrategy>(&mut self, give_away: bool) {
         crate::sync::relax::<R>();
-        if preemptible {
+        if give_away {
             self.rounds += 1;
             if self.rounds >= SPIN_LIMIT {
                 self.rounds = 0;
@@ -191,8 +195,9 @@ pub(crate) struct Backoff {
     step: u32,
 }
 
-/// The longest backoff, in relax rounds.
-pub(crate) const BACKOFF_MAX: u32 = 64;
+/// The longest backoff, in relax rounds (1 under loom: each round is a
+/// model scheduling point, and longer waits explore nothing new).
+pub(crate) const BACKOFF_MAX: u32 = if cfg!(loom) { 1 } else { 64 };
 
 impl Backoff {
     pub(crate) const fn new() -> Self {

@@ -207,10 +207,15 @@ pub fn test(options: &Options) -> ExitCode {
     // The benches run (quick settings): each checks its own results (for
     // example that every callback ran); their timings are not judged here.
     let mut benches = cargo(&[
-        "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--", "--quick",
+        "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench", "locks",
+        "--", "--quick",
     ]);
     let (ok, _) = run_logged("benches (--quick smoke run)", &mut benches);
     t.check("benches run (--quick)", ok);
+    // The seed workloads: results checked, timings not judged.
+    let mut seeds = cargo(&["bench", "-p", "seeds", "--bench", "seeds", "--", "--quick"]);
+    let (ok, _) = run_logged("seeds bench (--quick smoke run)", &mut seeds);
+    t.check("seeds bench run (--quick)", ok);
 
     // loom models (a 4-CPU build keeps the per-CPU models small).
     let mut loom = cargo(&[
@@ -220,6 +225,8 @@ pub fn test(options: &Options) -> ExitCode {
         "loom",
         "--test",
         "loom_preemptible",
+        "--test",
+        "loom_qspinlock",
         "--test",
         "loom_percpu",
         "--test",

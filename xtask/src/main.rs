@@ -66,13 +66,22 @@ const COMMANDS: &[Sub] = &[
     },
     Sub {
         name: "bench",
-        synopsis: "[--quick]",
+        synopsis: "[--quick] [--seeds]",
         about: "host benchmarks with peers",
-        flags: &[(
-            "--quick",
-            "50 ms x 3 per measurement instead of 200 ms x 7 (a smoke run)",
-        )],
-        default: || Task::Bench { quick: false },
+        flags: &[
+            (
+                "--quick",
+                "50 ms x 3 per measurement instead of 200 ms x 7 (a smoke run)",
+            ),
+            (
+                "--seeds",
+                "the five seed workloads against the designs they replaced, and the writer's cost at MAX_CPUS 8, 64, 256",
+            ),
+        ],
+        default: || Task::Bench {
+            quick: false,
+            seeds: false,
+        },
     },
 ];
 
@@ -80,7 +89,7 @@ const COMMANDS: &[Sub] = &[
 enum Task {
     Run,
     Test(checks::Options),
-    Bench { quick: bool },
+    Bench { quick: bool, seeds: bool },
 }
 
 /// The outcome of parsing.
@@ -113,7 +122,7 @@ fn execute(task: Task) -> ExitCode {
     let result = match task {
         Task::Run => run(),
         Task::Test(options) => return checks::test(&options),
-        Task::Bench { quick } => bench(quick),
+        Task::Bench { quick, seeds } => bench(quick, seeds),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -169,7 +178,8 @@ fn parse_flags(sub: &'static Sub, parser: &mut lexopt::Parser) -> Result<Parsed,
             (_, Short('h') | Long("help")) => return Ok(Parsed::Help(Some(sub))),
             (Task::Test(options), Long("kvm")) => options.kvm = true,
             (Task::Test(options), Long("host-only")) => options.host_only = true,
-            (Task::Bench { quick }, Long("quick")) => *quick = true,
+            (Task::Bench { quick, .. }, Long("quick")) => *quick = true,
+            (Task::Bench { seeds, .. }, Long("seeds")) => *seeds = true,
             (_, arg) => return Err(arg.unexpected()),
         }
     }
@@ -214,9 +224,13 @@ fn run() -> Result<(), String> {
     Ok(())
 }
 
-fn bench(quick: bool) -> Result<(), String> {
+fn bench(quick: bool, seeds: bool) -> Result<(), String> {
+    if seeds {
+        return bench_seeds(quick);
+    }
     let mut cmd = tools::cargo(&[
-        "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--",
+        "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench", "locks",
+        "--",
     ]);
     if quick {
         cmd.arg("--quick");
@@ -226,6 +240,33 @@ fn bench(quick: bool) -> Result<(), String> {
     } else {
         Err("cargo bench failed".into())
     }
+}
+
+/// `bench --seeds`: the seed workloads' table and plots, then the
+/// per-CPU rw lock writer's cost at three `MAX_CPUS` builds (a build-time
+/// constant, so one build each, in its own target directory).
+fn bench_seeds(quick: bool) -> Result<(), String> {
+    let mut cmd = tools::cargo(&["bench", "-p", "seeds", "--bench", "seeds", "--"]);
+    if quick {
+        cmd.arg("--quick");
+    }
+    if !tools::status_ok(&mut cmd) {
+        return Err("the seeds bench failed".into());
+    }
+    for n in [8, 64, 256] {
+        let mut cmd = tools::cargo(&["bench", "-p", "seeds", "--bench", "seeds", "--", "--writer"]);
+        cmd.env("KSYNC_MAX_CPUS", n.to_string()).env(
+            "CARGO_TARGET_DIR",
+            tools::root().join(format!("target/maxcpus-{n}")),
+        );
+        if quick {
+            cmd.arg("--quick");
+        }
+        if !tools::status_ok(&mut cmd) {
+            return Err(format!("the seeds writer bench failed at MAX_CPUS {n}"));
+        }
+    }
+    Ok(())
 }
 
 #[cfg(test)]
@@ -255,7 +296,10 @@ mod tests {
         ));
         assert!(matches!(
             parsed(&["bench", "--quick"]),
-            Ok(Parsed::Task(Task::Bench { quick: true }))
+            Ok(Parsed::Task(Task::Bench {
+                quick: true,
+                seeds: false
+            }))
         ));
     }
 

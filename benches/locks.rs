@@ -1,0 +1,249 @@
+//! Lock benchmark with oversubscription: a counter behind each lock,
+//! threads incrementing it for a fixed time, at 1, 2, 4 and 8 threads (on
+//! a 2-core machine 4 and 8 are 2x and 4x oversubscribed, as a guest with
+//! more vCPUs than host cores is).
+//!
+//! Locks: the lock inside `LockRef` (lock + `set_count`) and lockref's
+//! lockless get+put, `TicketMutex` and `QueuedMutex` each in both modes
+//! (strict FIFO, `set_vcpu_preemptible(false)`; and the preemptible
+//! test-and-set hand-off, `true`), `TtasMutex`, `spin::Mutex`, and
+//! `parking_lot::Mutex` (which parks: the reference for a hosted OS).
+//! Throughput counts increments by time, never a fixed number per thread
+//! (a thread could finish inside one time slice and the run would measure
+//! nothing); fairness is the min/max of the per-thread counts.
+//!
+//! Implementations are interleaved within each repetition (order rotated
+//! per rep) and the table shows medians; the ratio columns compare each
+//! lock with itself at one thread per core, in the same run. Thread `i` is
+//! pinned to core `i % cores`. `--quick` (or `KSYNC_BENCH_QUICK`) runs
+//! 50 ms x 3 reps and is for checking results only: every counter must
+//! equal the increments its threads counted.
+//!
+//! Run: `cargo bench --bench locks [-- --quick]`.
+
+mod common;
+
+use std::hint::black_box;
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::time::{Duration, Instant};
+
+use common::{Line, median};
+use core_affinity::CoreId;
+use ksync::LockRef;
+use ksync::kernel::set_vcpu_preemptible;
+use ksync::spinlock::{IrqQueuedMutex, QueuedMutex, TicketMutex, TtasMutex};
+
+const THREADS: [usize; 4] = [1, 2, 4, 8];
+
+/// The locks, in table order: name, and the mode it runs in (`None`: the
+/// lock has no mode, the host default is left as it is).
+const IMPLS: [(&str, Option<bool>); 11] = [
+    ("LockRef lock+count FIFO", Some(false)),
+    ("LockRef lock+count preemptible", Some(true)),
+    ("LockRef lockless get+put", None),
+    ("TicketMutex FIFO", Some(false)),
+    ("TicketMutex preemptible", Some(true)),
+    ("QueuedMutex FIFO", Some(false)),
+    ("QueuedMutex preemptible", Some(true)),
+    ("TtasMutex", Some(true)),
+    ("spin::Mutex", None),
+    ("parking_lot::Mutex", None),
+    ("IrqQueuedMutex preemptible", Some(true)),
+];
+
+/// One measurement.
+struct Sample {
+    /// Increments per microsecond, all threads together.
+    per_us: f64,
+    /// min / max of the per-thread counts.
+    fairness: f64,
+}
+
+/// Runs `op` on `threads` pinned threads for `dur`; returns the elapsed
+/// nanoseconds and each thread's count.
+fn measure<F: Fn() + Sync>(
+    threads: usize,
+    dur: Duration,
+    cores: &[CoreId],
+    op: F,
+) -> (f64, Vec<u64>) {
+    let ready = Line(AtomicUsize::new(0));
+    let go = Line(AtomicBool::new(false));
+    let stop = Line(AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|i| {
+                let (core, op, ready, go, stop) = (cores[i % cores.len()], &op, &ready, &go, &stop);
+                s.spawn(move || {
+                    core_affinity::set_for_current(core);
+                    ready.0.fetch_add(1, Release);
+                    while !go.0.load(Acquire) {
+                        std::thread::yield_now();
+                    }
+                    let mut n = 0u64;
+                    while !stop.0.load(Relaxed) {
+                        op();
+                        n += 1;
+                    }
+                    n
+                })
+            })
+            .collect();
+        while ready.0.load(Acquire) < threads {
+            std::thread::yield_now();
+        }
+        let t0 = Instant::now();
+        go.0.store(true, Release);
+        std::thread::sleep(dur);
+        stop.0.store(true, Relaxed);
+        let counts: Vec<u64> = workers
+            .into_iter()
+            .map(|w| w.join().expect("worker panicked"))
+            .collect();
+        (t0.elapsed().as_nanos() as f64, counts)
+    })
+}
+
+/// One measurement of lock `imp` at `threads` threads, on a fresh lock;
+/// checks that the counter equals the increments counted.
+fn run(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> Sample {
+    if let Some(preemptible) = IMPLS[imp].1 {
+        set_vcpu_preemptible(preemptible);
+    }
+    macro_rules! mutex {
+        ($mutex:expr) => {{
+            let m = Line($mutex);
+            let (ns, counts) = measure(threads, dur, cores, || *black_box(&m.0).lock() += 1);
+            (ns, counts, *m.0.lock())
+        }};
+    }
+    let (ns, counts, total) = match imp {
+        0 | 1 => {
+            let lr = Line(LockRef::new(0));
+            let (ns, counts) = measure(threads, dur, cores, || {
+                let mut g = black_box(&lr.0).lock();
+                let c = g.count();
+                g.set_count(c + 1);
+            });
+            (ns, counts, lr.0.count() as u64)
+        }
+        2 => {
+            // get + put on a base reference: the count returns to 1; the
+            // total is the number of pairs.
+            let lr = Line(LockRef::new(1));
+            let (ns, counts) = measure(threads, dur, cores, || {
+                let lr = black_box(&lr.0);
+                lr.get();
+                if lr.put_return().is_none() {
+                    let mut g = lr.lock();
+                    let c = g.count();
+                    g.set_count(c - 1);
+                }
+            });
+            assert_eq!(lr.0.count(), 1, "lockref get+put lost an update");
+            let total = counts.iter().sum();
+            (ns, counts, total)
+        }
+        3 | 4 => mutex!(TicketMutex::new(0u64)),
+        5 | 6 => mutex!(QueuedMutex::new(0u64)),
+        7 => mutex!(TtasMutex::new(0u64)),
+        8 => mutex!(spin::Mutex::<u64>::new(0)),
+        9 => mutex!(parking_lot::Mutex::new(0u64)),
+        10 => mutex!(IrqQueuedMutex::new(0u64)),
+        _ => unreachable!(),
+    };
+    let sum: u64 = counts.iter().sum();
+    assert_eq!(
+        total, sum,
+        "{}, {threads} threads: lost updates",
+        IMPLS[imp].0
+    );
+    let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+    Sample {
+        per_us: sum as f64 / (ns / 1000.0),
+        fairness: *min as f64 / (*max).max(1) as f64,
+    }
+}
+
+fn main() {
+    let (ms, reps) = common::settings();
+    let dur = Duration::from_millis(ms);
+    let cores = core_affinity::get_core_ids().unwrap_or_default();
+    assert!(!cores.is_empty(), "core_affinity found no cores");
+    let host_default = ksync::kernel::vcpu_preemptible();
+    let start = Instant::now();
+
+    // results[threads][impl][rep]
+    let mut results: Vec<Vec<Vec<Sample>>> = THREADS
+        .iter()
+        .map(|_| IMPLS.iter().map(|_| Vec::new()).collect())
+        .collect();
+    for imp in 0..IMPLS.len() {
+        run(imp, 2, dur / 5, &cores); // warm-up, not recorded
+    }
+    for rep in 0..reps {
+        for (t, &threads) in THREADS.iter().enumerate() {
+            for j in 0..IMPLS.len() {
+                let i = (j + rep) % IMPLS.len();
+                results[t][i].push(run(i, threads, dur, &cores));
+            }
+        }
+        eprintln!(
+            "rep {} of {reps}: {:.1} s",
+            rep + 1,
+            start.elapsed().as_secs_f64()
+        );
+    }
+    set_vcpu_preemptible(host_default);
+
+    println!("# ksync locks under oversubscription\n");
+    println!(
+        "{ms} ms per measurement, {reps} reps, locks interleaved (order rotated per rep), medians; \
+         {} cores, thread i pinned to core i % {}. Mops/s = increments per microsecond, all \
+         threads; fair = min/max of per-thread counts; \"vs 1/core\" = throughput relative to \
+         the same lock at {} threads in this run.\n",
+        cores.len(),
+        cores.len(),
+        cores.len()
+    );
+    let per_core = THREADS.iter().position(|&t| t == cores.len());
+    print!("| lock |");
+    for t in THREADS {
+        print!(" {t} thr Mops/s | fair |");
+        if per_core.is_some_and(|p| THREADS[p] < t) {
+            print!(" vs 1/core |");
+        }
+    }
+    println!();
+    print!("|---|");
+    for t in THREADS {
+        print!("---:|---:|");
+        if per_core.is_some_and(|p| THREADS[p] < t) {
+            print!("---:|");
+        }
+    }
+    println!();
+    for (i, (name, _)) in IMPLS.iter().enumerate() {
+        let med = |t: usize, f: fn(&Sample) -> f64| {
+            let mut v: Vec<f64> = results[t][i].iter().map(f).collect();
+            median(&mut v)
+        };
+        let base = per_core.map(|p| med(p, |s| s.per_us));
+        print!("| {name} |");
+        for (t, &threads) in THREADS.iter().enumerate() {
+            let (tput, fair) = (med(t, |s| s.per_us), med(t, |s| s.fairness));
+            print!(" {tput:.2} | {fair:.2} |");
+            if let (Some(p), Some(base)) = (per_core, base)
+                && THREADS[p] < threads
+            {
+                print!(" {:.2}x |", tput / base);
+            }
+        }
+        println!();
+    }
+    println!(
+        "\nLockRef's embedded lock follows the mode setting only once it has the preemptible \
+         mode; until then both of its rows are FIFO. Host default: preemptible = {host_default}."
+    );
+}

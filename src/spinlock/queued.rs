@@ -1,0 +1,584 @@
+//! The queued spinlock (Linux's `qspinlock`). The design, with the lock
+//! word's layout, is [`RawQueuedLock`]'s documentation, so that rustdoc
+//! shows it (this module is private; its items are re-exported by
+//! `spinlock`).
+
+use core::fmt;
+use core::marker::PhantomData;
+use core::sync::atomic::{Ordering::SeqCst, compiler_fence};
+
+use super::{RawIrqSave, RelaxStrategy, Spin};
+use crate::kernel::{self, Backoff, MAX_CPUS, Waiter, kick_waiters, vcpu_preemptible};
+use crate::percpu::{CachePadded, PerCpu};
+use crate::sync::{AtomicU32, Ordering, const_fn};
+use Ordering::{AcqRel, Acquire, Relaxed, Release};
+
+/// A [`lock_api::Mutex`] over a [`RawQueuedLock`].
+#[doc(alias = "qspinlock")]
+pub type QueuedMutex<T> = lock_api::Mutex<RawQueuedLock, T>;
+/// A [`QueuedMutex`] that saves and disables local interrupts while held
+/// (through the kernel's hooks, see [`RawIrqSave`]).
+pub type IrqQueuedMutex<T> = lock_api::Mutex<RawIrqSave<RawQueuedLock>, T>;
+
+// ---- the word (the layout table is in `RawQueuedLock`'s docs) ----------------
+
+/// The locked byte.
+const LOCKED_MASK: u32 = 0xff;
+/// The locked byte's "held" value.
+const LOCKED: u32 = 1;
+/// The pending bit (bit 8; bits 9-15 stay zero).
+const PENDING: u32 = 1 << 8;
+/// The locked and pending bytes: what the queue head waits to see clear.
+const LOCKED_PENDING_MASK: u32 = 0xffff;
+/// The tail: index and CPU.
+const TAIL_MASK: u32 = !LOCKED_PENDING_MASK;
+const TAIL_IDX_SHIFT: u32 = 16;
+const TAIL_IDX_MASK: u32 = 0b11;
+const TAIL_CPU_SHIFT: u32 = 18;
+/// Nodes per CPU: thread, softirq, hardirq, NMI.
+const NODES_PER_CPU: usize = 4;
+
+/// The tail value naming node `idx` of `cpu`.
+#[inline]
+fn encode_tail(cpu: usize, idx: usize) -> u32 {
+    // `CPUS_FIT` bounds `cpu + 1` to 14 bits; `idx < NODES_PER_CPU`.
+    ((cpu as u32 + 1) << TAIL_CPU_SHIFT) | ((idx as u32) << TAIL_IDX_SHIFT)
+}
+
+/// `(cpu, idx)` of a non-zero tail.
+#[inline]
+fn decode_tail(tail: u32) -> (usize, usize) {
+    let cpu = (tail >> TAIL_CPU_SHIFT) as usize - 1;
+    let idx = ((tail >> TAIL_IDX_SHIFT) & TAIL_IDX_MASK) as usize;
+    (cpu, idx)
+}
+
+// ---- per-CPU queue nodes ------------------------------------------------------
+
+/// One MCS queue node. Only its CPU initialises it; its predecessor writes
+/// `locked` and its successor writes `next`, each once per queueing.
+struct Node {
+    /// Set to 1 by the predecessor when this node becomes the queue head.
+    locked: AtomicU32,
+    /// The successor's tail value, 0 until it links itself.
+    next: AtomicU32,
+    /// Node 0 only: how many of this CPU's nodes are in use (Linux's
+    /// `node->count`). Only this CPU and its interrupt handlers touch it.
+    count: AtomicU32,
+}
+
+impl Node {
+    const_fn! {
+        fn new() -> Self {
+            Self { locked: AtomicU32::new(0), next: AtomicU32::new(0), count: AtomicU32::new(0) }
+        }
+    }
+}
+
+/// A CPU's nodes, each on its own cache line: a waiter's spinning never
+/// shares a line with another node's hand-off.
+struct CpuNodes([CachePadded<Node>; NODES_PER_CPU]);
+
+#[cfg(not(loom))]
+impl crate::percpu::ConstInit for CpuNodes {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self([const { CachePadded::new(Node::new()) }; NODES_PER_CPU]);
+}
+
+#[cfg(not(loom))]
+static NODES: PerCpu<CpuNodes> = PerCpu::new();
+
+// loom atomics cannot be built in a constant: one node set per execution.
+#[cfg(loom)]
+loom::lazy_static! {
+    static ref NODES: PerCpu<CpuNodes> =
+        PerCpu::from_fn(|_| CpuNodes(core::array::from_fn(|_| CachePadded::new(Node::new()))));
+}
+
+/// The node a non-zero tail value names.
+#[inline]
+fn node_of(tail: u32) -> &'static Node {
+    let nodes: &'static PerCpu<CpuNodes> = &NODES;
+    let (cpu, idx) = decode_tail(tail);
+    &nodes.cpu(cpu).0[idx]
+}
+
+/// This CPU's nesting level, taken for one slow-path acquisition: restores
+/// the count when dropped.
+struct Nesting {
+    count: &'static AtomicU32,
+    idx: u32,
+}
+
+impl Nesting {
+    /// Takes the next level on `cpu`.
+    #[inline]
+    fn enter(cpu: usize) -> Self {
+        let nodes: &'static PerCpu<CpuNodes> = &NODES;
+        let count = &nodes.cpu(cpu).0[0].count;
+        // Relaxed load and store, not an atomic increment: only this CPU
+        // updates its count, and an interrupt that arrives in between
+        // restores what it found before it returns (interrupts nest).
+        let idx = count.load(Relaxed);
+        count.store(idx + 1, Relaxed);
+        // The node must not be touched before an interrupt on this CPU
+        // can see the new count (a compiler barrier: only this CPU
+        // races with itself here; Linux's `barrier()`).
+        compiler_fence(SeqCst);
+        Self { count, idx }
+    }
+}
+
+impl Drop for Nesting {
+    #[inline]
+    fn drop(&mut self) {
+        // Every access to the node is done before an interrupt on this CPU
+        // may take it again.
+        compiler_fence(SeqCst);
+        self.count.store(self.idx, Relaxed);
+    }
+}
+
+// ---- the lock -----------------------------------------------------------------
+
+/// A queued spinlock (Linux's `qspinlock`) in one 32-bit word: FIFO, with
+/// each waiter spinning on its own per-CPU node. The contended path needs
+/// the kernel hooks ([`set_kernel!`](crate::set_kernel)).
+///
+/// # Why another FIFO lock
+///
+/// The ticket lock is fair, but every waiter spins on the lock's own cache
+/// line: each unlock invalidates that line in every waiting CPU, and all of
+/// them fetch it again to see whose turn it is, so one hand-off costs a
+/// number of line transfers that grows with the number of waiters. An MCS
+/// lock queues waiters in a linked list of nodes, one per waiter, and each
+/// waiter spins on a flag in *its own* node: the releasing CPU writes one
+/// remote line (its successor's flag) however many CPUs wait. The price of
+/// a classic MCS lock is a node per acquisition, passed from lock to
+/// unlock, and a two-word lock.
+///
+/// Linux's qspinlock keeps the MCS queue's scaling and fits in 32 bits:
+///
+/// * The nodes are per-CPU, not per-acquisition. A CPU waits for at most
+///   one lock per context, and contexts nest only as thread, softirq,
+///   hardirq and NMI, so four nodes per CPU are enough. Each CPU counts how
+///   deep it is nested (the count lives in its first node); an interrupt
+///   arriving while this CPU is queued takes the next node. Deeper nesting
+///   (a fifth level) has no node, so it spins on the lock word with
+///   test-and-set instead of corrupting a node in use.
+/// * The list is named by its tail only, written into the lock word as
+///   `(CPU + 1, nesting index)`; zero means no queue. A newcomer swaps
+///   itself in as the tail and links itself behind the old one.
+/// * The first waiter never queues: it sets the *pending* bit and spins on
+///   the word itself (a second cache line is not worth it for one waiter);
+///   only the second and later waiters build the queue. The queue head, in
+///   turn, spins on the word until the owner and the pending CPU are gone.
+/// * The node is needed only while waiting: the new owner has left the
+///   queue before it returns, so `unlock` is one atomic update of the word
+///   and a guard carries nothing.
+///
+/// # The lock word
+///
+/// | bits | field | meaning |
+/// |---|---|---|
+/// | 0-7 | locked byte | 1 while held (only bit 0 is ever set) |
+/// | 8 | pending | the first waiter, spinning on this word |
+/// | 9-15 | (zero) | the rest of the pending byte |
+/// | 16-17 | tail index | nesting level of the last queued waiter's node (0 thread, 1 softirq, 2 hardirq, 3 NMI) |
+/// | 18-31 | tail CPU | that waiter's CPU + 1; 0 (with index 0) means no queue |
+///
+/// Linux updates the locked byte and the pending byte with byte and
+/// halfword stores into this word. Rust's memory model has no mixed-size
+/// atomic accesses to one location, so every update here is a 32-bit
+/// atomic on the whole word: compare-exchange, `fetch_or`, `fetch_and`,
+/// `fetch_add`/`fetch_sub`. In particular unlock is a `fetch_sub` (an atomic
+/// read-modify-write where Linux has a plain byte store); its result tells
+/// unlock whether anyone waits, which it uses to wake halted waiters.
+/// Fourteen CPU bits limit the lock to 16 383 CPUs: using it with a larger
+/// [`MAX_CPUS`] fails the build.
+///
+/// # Oversubscribed CPUs
+///
+/// FIFO hand-off is a liability when a CPU can be descheduled while it
+/// waits (a guest with more vCPUs than host cores, host tests): the lock is
+/// passed to a queued CPU that is not running, and everyone behind it waits
+/// for the host to schedule it. When [`vcpu_preemptible`] says so, a
+/// contended `lock` does not queue at all: it waits until the whole word is
+/// zero and takes it with one compare-exchange, backing off exponentially
+/// between attempts, as Linux's `virt_spin_lock` does. Fairness is traded
+/// for progress. Both modes may run on one lock at once (a test-and-set
+/// taker only succeeds when nobody is queued), so changing the setting
+/// never breaks exclusion.
+///
+/// In either mode a waiter that has spun for
+/// [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds calls the kernel's
+/// [`SpinWait::wait`](crate::kernel::SpinWait), which may give the CPU away
+/// (the host test hooks yield the thread; the default elsewhere keeps
+/// spinning). That keeps the FIFO queue live on an oversubscribed machine
+/// too: the CPUs queued behind a descheduled one let it run. An unlock
+/// that sees waiters, and every hand-off inside the queue, calls
+/// [`SpinWait::kick`](crate::kernel::SpinWait).
+///
+/// # Kernel hooks
+///
+/// The contended FIFO path names this CPU's nodes by [`kernel::cpu_id`] and
+/// keeps preemption disabled while queued, so a binary that uses this lock
+/// needs [`set_kernel!`](crate::set_kernel) (the host test hooks provide
+/// it). The uncontended path calls no hook.
+///
+/// ```
+/// use ksync::spinlock::QueuedMutex;
+///
+/// static INODES: QueuedMutex<u64> = QueuedMutex::new(0);
+///
+/// *INODES.lock() += 1;
+/// assert_eq!(*INODES.lock(), 1);
+/// assert!(INODES.try_lock().is_some());
+/// ```
+///
+/// # Invariants
+/// The locked byte is 0 or 1 and only its holder clears it; the pending
+/// bit is set by at most one CPU at a time as its owner (others may set it
+/// for an instant and clear it again when they see it was theirs to clear);
+/// a non-zero tail names a node whose CPU is queued on this lock.
+#[doc(alias("qspinlock", "arch_spinlock_t", "queued_spin_lock"))]
+#[repr(transparent)]
+pub struct RawQueuedLock<R = Spin> {
+    val: AtomicU32,
+    relax: PhantomData<R>,
+}
+
+impl RawQueuedLock {
+    const_fn! {
+        /// A new, unlocked queued lock that spins with [`Spin`].
+        pub fn new() -> Self {
+            Self::with_relax()
+        }
+    }
+}
+
+impl<R> RawQueuedLock<R> {
+    /// Fails the build if a tail cannot name every CPU.
+    const CPUS_FIT: () = assert!(
+        MAX_CPUS < 1 << (32 - TAIL_CPU_SHIFT),
+        "RawQueuedLock names CPUs in 14 bits: KSYNC_MAX_CPUS must be below 16384"
+    );
+
+    const_fn! {
+        /// A new, unlocked queued lock with the relax strategy `R`.
+        pub fn with_relax() -> Self {
+            Self { val: AtomicU32::new(0), relax: PhantomData }
+        }
+    }
+
+    /// Tries to take the lock without waiting: succeeds only when nobody
+    /// holds it, is about to, or is queued for it.
+    #[doc(alias = "queued_spin_trylock")]
+    #[inline]
+    pub fn try_lock(&self) -> bool {
+        // Read first: a failed compare-exchange would still take the line
+        // exclusively. Acquire pairs with the Release `fetch_sub` in
+        // `unlock` (directly, or through the read-modify-writes after it).
+        self.val.load(Relaxed) == 0
+            && self
+                .val
+                .compare_exchange(0, LOCKED, Acquire, Relaxed)
+                .is_ok()
+    }
+
+    /// Whether the lock is held or about to be (a pending or queued CPU
+    /// counts, as in Linux's `queued_spin_is_locked`). A snapshot, stale
+    /// the moment it returns: not for synchronization.
+    #[doc(alias = "queued_spin_is_locked")]
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        self.val.load(Relaxed) != 0
+    }
+
+    /// Whether CPUs wait for the lock in FIFO mode (pending or queued; a
+    /// snapshot, like [`is_locked`](Self::is_locked)). Test-and-set waiters
+    /// ([`vcpu_preemptible`] mode) leave no mark in the word and are not
+    /// seen.
+    #[doc(alias = "queued_spin_is_contended")]
+    #[inline]
+    pub fn is_contended(&self) -> bool {
+        self.val.load(Relaxed) & !LOCKED_MASK != 0
+    }
+
+    /// Releases the lock.
+    ///
+    /// # Safety
+    /// The lock must be held by the caller's context.
+    #[doc(alias = "queued_spin_unlock")]
+    #[inline]
+    pub unsafe fn unlock(&self) {
+        // Release pairs with the Acquire in `lock`, `try_lock` and the
+        // waiters' loads of the word. Subtracting clears the locked byte
+        // without touching pending or the tail, which others may be
+        // changing.
+        let prev = self.val.fetch_sub(LOCKED, Release);
+        debug_assert!(
+            prev & LOCKED_MASK == LOCKED,
+            "unlock of a queued lock that is not held"
+        );
+        if prev != LOCKED || vcpu_preemptible() {
+            kick_waiters();
+        }
+    }
+}
+
+impl<R: RelaxStrategy> RawQueuedLock<R> {
+    /// Spins until the lock is taken: FIFO through the pending bit and the
+    /// queue, or by test-and-set when CPUs may be descheduled while they
+    /// spin ([`vcpu_preemptible`]; see the module docs).
+    #[doc(alias = "queued_spin_lock")]
+    #[inline]
+    pub fn lock(&self) {
+        // Acquire pairs with the Release `fetch_sub` in `unlock`.
+        if let Err(val) = self.val.compare_exchange(0, LOCKED, Acquire, Relaxed) {
+            self.lock_slow(val);
+        }
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn lock_slow(&self, val: u32) {
+        if vcpu_preemptible() {
+            return self.lock_word();
+        }
+        self.lock_pending(val);
+    }
+
+    /// Test-and-set on the whole word (Linux's `virt_spin_lock`): wait,
+    /// reading, with bounded exponential backoff until nobody holds, is
+    /// pending or is queued, then compare-exchange from zero.
+    #[doc(alias = "virt_spin_lock")]
+    fn lock_word(&self) {
+        let mut backoff = Backoff::new();
+        while !self.try_lock() {
+            backoff.backoff::<R>();
+        }
+    }
+
+    /// The first waiter: owns the pending bit and spins on the word. Joins
+    /// the queue if someone is pending or queued already.
+    fn lock_pending(&self, mut val: u32) {
+        // Pending set, locked clear: the pending CPU is taking the lock
+        // this instant. Look once more before queueing behind it.
+        if val == PENDING {
+            val = self.val.load(Relaxed);
+        }
+        if val & !LOCKED_MASK == 0 {
+            // Acquire: if the lock is free already, this is where we
+            // synchronize with its last unlock (the Release `fetch_sub`,
+            // through any read-modify-writes after it).
+            let prev = self.val.fetch_or(PENDING, Acquire);
+            if prev & !LOCKED_MASK == 0 {
+                // Ours. Wait for the owner to go.
+                if prev & LOCKED_MASK != 0 {
+                    let mut waiter = Waiter::new();
+                    // Acquire pairs with the Release `fetch_sub` in `unlock`.
+                    while self.val.load(Acquire) & LOCKED_MASK != 0 {
+                        waiter.wait::<R>(true);
+                    }
+                }
+                // Clear pending and set locked in one add (the locked byte
+                // is 0, pending is 1). Relaxed: the Acquire above ordered
+                // us after the unlock. Nobody else sets locked meanwhile:
+                // the queue head waits for pending to clear, `try_lock`
+                // for a zero word.
+                self.val.fetch_add(LOCKED.wrapping_sub(PENDING), Relaxed);
+                return;
+            }
+            // Someone else is pending or queued. Undo our bit if we set it.
+            // Relaxed: the bit was never ours, it published nothing.
+            if prev & PENDING == 0 {
+                self.val.fetch_and(!PENDING, Relaxed);
+            }
+        }
+        self.lock_queued();
+    }
+
+    /// The MCS queue (Linux's `queued_spin_lock_slowpath` after the
+    /// pending step).
+    fn lock_queued(&self) {
+        let () = Self::CPUS_FIT;
+        // The nodes are this CPU's: stay on it while one is in use.
+        let _preempt = kernel::preempt_disable();
+        let cpu = kernel::cpu_id();
+        let nesting = Nesting::enter(cpu);
+        let idx = nesting.idx as usize;
+        if idx >= NODES_PER_CPU {
+            // Nested deeper than thread, softirq, hardirq and NMI: no node
+            // left. Spin on the word rather than reuse one.
+            return self.lock_word();
+        }
+        let tail = encode_tail(cpu, idx);
+        let node = node_of(tail);
+        // Relaxed: published by the Release tail exchange below.
+        node.locked.store(0, Relaxed);
+        node.next.store(0, Relaxed);
+
+        // The node's line may have been cold; the lock may be free by now.
+        if self.try_lock() {
+            return;
+        }
+
+        // Swap our tail in, keeping the locked and pending bytes. Release:
+        // our successor reads this tail (Acquire) before it writes our
+        // `next`, so our initialisation above cannot overwrite its link.
+        // Acquire: likewise for our predecessor's node, which we link to.
+        let mut val = self.val.load(Relaxed);
+        let old = loop {
+            let new = (val & LOCKED_PENDING_MASK) | tail;
+            match self.val.compare_exchange_weak(val, new, AcqRel, Relaxed) {
+                Ok(old) => break old,
+                Err(now) => val = now,
+            }
+        };
+
+        let mut waiter = Waiter::new();
+        if old & TAIL_MASK != 0 {
+            // Link behind the old tail. Release pairs with its Acquire load
+            // of `next`: our `locked = 0` happens-before its hand-off.
+            node_of(old).next.store(tail, Release);
+            // Acquire pairs with the predecessor's Release hand-off store.
+            while node.locked.load(Acquire) == 0 {
+                waiter.wait::<R>(true);
+            }
+        }
+
+        // Queue head: wait for the owner and the pending CPU to go.
+        // Acquire pairs with the Release `fetch_sub` in `unlock`.
+        let val = loop {
+            let val = self.val.load(Acquire);
+            if val & LOCKED_PENDING_MASK == 0 {
+                break val;
+            }
+            waiter.wait::<R>(true);
+        };
+
+        // Last in the queue: clear the tail and lock in one step. Relaxed:
+        // the Acquire load above ordered us after the unlock.
+        if val & TAIL_MASK == tail
+            && self
+                .val
+                .compare_exchange(val, LOCKED, Relaxed, Relaxed)
+                .is_ok()
+        {
+            return;
+        }
+        // Someone queued behind us (or set pending for an instant, saw the
+        // tail and is queueing behind us): lock and keep the tail. Relaxed
+        // as above; nobody else sets locked while a tail is queued.
+        self.val.fetch_or(LOCKED, Relaxed);
+
+        // Hand the head over once the successor has linked itself (it is
+        // between its tail exchange and its link store). Acquire pairs with
+        // its Release link store: its `locked = 0` is done.
+        let next = loop {
+            let next = node.next.load(Acquire);
+            if next != 0 {
+                break next;
+            }
+            waiter.wait::<R>(true);
+        };
+        // Release pairs with the successor's Acquire load of `locked`: our
+        // last reads of our node happen-before it can reuse the queue.
+        node_of(next).locked.store(1, Release);
+        kick_waiters();
+        // `nesting` drops after the last access to the node.
+        drop(nesting);
+    }
+}
+
+impl<R> Default for RawQueuedLock<R> {
+    fn default() -> Self {
+        Self::with_relax()
+    }
+}
+
+impl<R> fmt::Debug for RawQueuedLock<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let val = self.val.load(Relaxed);
+        let tail = (val & TAIL_MASK != 0).then(|| decode_tail(val));
+        f.debug_struct("RawQueuedLock")
+            .field("locked", &(val & LOCKED_MASK != 0))
+            .field("pending", &(val & PENDING != 0))
+            .field("tail", &tail)
+            .finish()
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl<R> defmt::Format for RawQueuedLock<R> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        let val = self.val.load(Relaxed);
+        defmt::write!(
+            f,
+            "RawQueuedLock {{ locked: {}, pending: {}, tail: {:#x} }}",
+            val & LOCKED_MASK != 0,
+            val & PENDING != 0,
+            val >> TAIL_IDX_SHIFT
+        )
+    }
+}
+
+// ---- lock_api -----------------------------------------------------------------
+
+// SAFETY: `lock` and `try_lock` return only once this context set the
+// locked byte from 0 (by compare-exchange from a free word, by the pending
+// owner's add, or by the queue head after both owner and pending left),
+// and only the holder clears it: one holder at a time. Acquire/Release as
+// documented on the methods. No node is in use once `lock` returns, so a
+// guard may be sent to and unlocked on another CPU, or forgotten (the lock
+// stays held, which is safe).
+#[cfg(not(loom))]
+unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawQueuedLock<R> {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self::with_relax();
+    type Guard = lock_api::GuardSend;
+
+    #[inline]
+    fn lock(&self) -> Self::Guard {
+        RawQueuedLock::lock(self);
+        lock_api::GuardSend::default()
+    }
+
+    #[inline]
+    fn try_lock(&self) -> Option<Self::Guard> {
+        RawQueuedLock::try_lock(self).then(lock_api::GuardSend::default)
+    }
+
+    #[inline]
+    unsafe fn unlock(&self, _: Self::Guard) {
+        // SAFETY: the guard proves the lock is held.
+        unsafe { RawQueuedLock::unlock(self) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        RawQueuedLock::is_locked(self)
+    }
+}
+
+// SAFETY: in FIFO mode the plain unlock already hands the lock to the
+// pending CPU or the queue head in arrival order; in test-and-set mode
+// there is no order to keep. `bump` re-locks before it returns.
+#[cfg(not(loom))]
+unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawQueuedLock<R> {
+    #[inline]
+    unsafe fn unlock_fair(&self, guard: Self::Guard) {
+        // SAFETY: forwarded caller contract.
+        unsafe { lock_api::RawMutex::unlock(self, guard) }
+    }
+
+    #[inline]
+    unsafe fn bump(&self, guard: &mut Self::Guard) {
+        if self.is_contended() {
+            // SAFETY: forwarded caller contract; re-locked before return.
+            unsafe { RawQueuedLock::unlock(self) };
+            *guard = lock_api::RawMutex::lock(self);
+        }
+    }
+}

@@ -1,0 +1,334 @@
+//! loom models of the queued spinlock (`RawQueuedLock`): uncontended
+//! `try_lock`, the pending path, the MCS queue hand-off, an
+//! "interrupt-level" acquisition of a second lock while queued on the
+//! first, and the test-and-set mode for preemptible CPUs.
+//!
+//! Run with
+//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 KSYNC_MAX_CPUS=4 cargo test --release --test loom_qspinlock`
+//! (a 4-CPU build keeps the per-CPU node table, built afresh in every
+//! execution, small). loom's `UnsafeCell` stands for the protected data,
+//! so a missing happens-before between critical sections is reported as a
+//! data race; a lost hand-off shows as a model that never ends (loom
+//! reports the exceeded branch limit).
+//!
+//! The mode ([`set_vcpu_preemptible`]) and the spin-wait hook are
+//! process-wide, so the models run one at a time ([`SERIAL`]) and each
+//! execution sets the mode it models. As in `tests/loom.rs`, every racing
+//! role runs in a spawned thread and the main thread only joins.
+
+#![cfg(loom)]
+
+use std::sync::Mutex;
+
+use loom::cell::UnsafeCell;
+use loom::sync::Arc;
+use loom::thread;
+
+use ksync::kernel::{self, SpinWait, set_vcpu_preemptible};
+use ksync::spinlock::RawQueuedLock;
+
+#[path = "common/outcomes.rs"]
+mod outcomes;
+use outcomes::Outcomes;
+
+/// One model at a time: they set process-wide settings.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+fn serial() -> std::sync::MutexGuard<'static, ()> {
+    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// A model builder for three spinning CPUs: as in `tests/loom.rs`, a
+/// preemption bound of 2 does not finish in reasonable time there (loom
+/// explores the spinning), so it is at most 1.
+fn three_cpus() -> loom::model::Builder {
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(builder.preemption_bound.map_or(1, |b| b.min(1)));
+    builder
+}
+
+/// A queued lock and the data it protects.
+struct Locked {
+    lock: RawQueuedLock,
+    data: UnsafeCell<usize>,
+}
+
+// SAFETY: `data` is only accessed with `lock` held (loom checks it).
+unsafe impl Sync for Locked {}
+
+impl Locked {
+    fn new() -> Arc<Self> {
+        Arc::new(Self {
+            lock: RawQueuedLock::new(),
+            data: UnsafeCell::new(0),
+        })
+    }
+
+    /// The critical section: adds one to the data under the lock and
+    /// returns the lock's `Debug` text as seen while held.
+    fn bump(&self) -> String {
+        self.lock.lock();
+        let seen = format!("{:?}", self.lock);
+        // SAFETY: the lock is held (that is what the model checks).
+        self.data.with_mut(|d| unsafe { *d += 1 });
+        // SAFETY: locked above on this thread.
+        unsafe { self.lock.unlock() };
+        seen
+    }
+
+    /// The final value, once every thread has been joined.
+    fn value(&self) -> usize {
+        // SAFETY: all users are joined.
+        self.data.with(|d| unsafe { *d })
+    }
+}
+
+/// `try_lock` from two CPUs on a free lock: at least the first succeeds,
+/// the data counts exactly the successes, and a success after an unlock
+/// sees the earlier critical section.
+#[test]
+fn uncontended_try_lock() {
+    let _serial = serial();
+    let outcomes = Outcomes::new();
+    let seen = outcomes.clone();
+    loom::model(move || {
+        set_vcpu_preemptible(false);
+        let l = Locked::new();
+        let tries: Vec<_> = (0..2)
+            .map(|_| {
+                let l = Arc::clone(&l);
+                thread::spawn(move || {
+                    if !l.lock.try_lock() {
+                        return 0;
+                    }
+                    // SAFETY: the lock is held.
+                    l.data.with_mut(|d| unsafe { *d += 1 });
+                    // SAFETY: locked above on this thread.
+                    unsafe { l.lock.unlock() };
+                    1
+                })
+            })
+            .collect();
+        let wins: usize = tries.into_iter().map(|t| t.join().unwrap()).sum();
+        assert!(wins >= 1, "neither try_lock of a free lock succeeded");
+        assert_eq!(l.value(), wins);
+        assert!(!l.lock.is_locked());
+        seen.record(wins - 1);
+    });
+    outcomes.assert_all_seen(2);
+}
+
+/// Two CPUs lock: the second either finds the lock free or becomes the
+/// pending CPU (the holder sees `pending: true`) and takes over.
+#[test]
+fn pending_path() {
+    let _serial = serial();
+    let outcomes = Outcomes::new();
+    let seen = outcomes.clone();
+    loom::model(move || {
+        set_vcpu_preemptible(false);
+        let l = Locked::new();
+        let cpus: Vec<_> = (0..2)
+            .map(|_| {
+                let l = Arc::clone(&l);
+                thread::spawn(move || l.bump().contains("pending: true"))
+            })
+            .collect();
+        let seen_pending: Vec<bool> = cpus.into_iter().map(|t| t.join().unwrap()).collect();
+        let pending = seen_pending.contains(&true);
+        assert_eq!(l.value(), 2);
+        assert!(!l.lock.is_locked());
+        seen.record(usize::from(pending));
+    });
+    outcomes.assert_all_seen(2);
+}
+
+/// Three CPUs lock: with one holding and one pending, the third queues
+/// (a holder sees a tail) and is handed the head, then the lock.
+#[test]
+fn queue_hand_off() {
+    let _serial = serial();
+    let outcomes = Outcomes::new();
+    let seen = outcomes.clone();
+    three_cpus().check(move || {
+        set_vcpu_preemptible(false);
+        let l = Locked::new();
+        let cpus: Vec<_> = (0..3)
+            .map(|_| {
+                let l = Arc::clone(&l);
+                thread::spawn(move || l.bump().contains("tail: Some"))
+            })
+            .collect();
+        let seen_tail: Vec<bool> = cpus.into_iter().map(|t| t.join().unwrap()).collect();
+        let queued = seen_tail.contains(&true);
+        assert_eq!(l.value(), 3);
+        assert!(!l.lock.is_locked());
+        seen.record(usize::from(queued));
+    });
+    outcomes.assert_all_seen(2);
+}
+
+/// Four CPUs lock: with one holding, one pending and a queue head, the
+/// fourth queues behind the head, which hands the head over through the
+/// fourth's node (its `locked` flag) when it takes the lock.
+#[test]
+fn mcs_node_hand_off() {
+    let _serial = serial();
+    let outcomes = Outcomes::new();
+    let seen = outcomes.clone();
+    three_cpus().check(move || {
+        set_vcpu_preemptible(false);
+        let l = Locked::new();
+        let cpus: Vec<_> = (0..4)
+            .map(|_| {
+                let l = Arc::clone(&l);
+                thread::spawn(move || l.bump().contains("tail: Some"))
+            })
+            .collect();
+        let seen_tail: Vec<bool> = cpus.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(l.value(), 4);
+        assert!(!l.lock.is_locked());
+        seen.record(seen_tail.iter().filter(|&&t| t).count().min(2));
+    });
+    outcomes.assert_all_seen(3);
+}
+
+loom::thread_local! {
+    /// What this thread's "interrupt" does, once, from the spin-wait hook
+    /// while it waits for another lock.
+    static IRQ: std::cell::RefCell<Option<Irq>> = std::cell::RefCell::new(None);
+}
+
+/// An "interrupt handler" that takes lock `b`, noting whether its CPU
+/// was queued on lock `a` (its node 0 in use) when it arrived.
+struct Irq {
+    a: Arc<Locked>,
+    b: Arc<Locked>,
+    cpu: usize,
+    while_queued: Arc<loom::sync::atomic::AtomicBool>,
+}
+
+impl Irq {
+    fn run(self) {
+        let queued =
+            format!("{:?}", self.a.lock).contains(&format!("tail: Some(({}, 0))", self.cpu));
+        self.while_queued
+            .store(queued, loom::sync::atomic::Ordering::Relaxed);
+        self.b.bump();
+    }
+}
+
+/// The spin-wait hook: on a thread with an `IRQ`, run it once (an
+/// interrupt arriving mid-wait); otherwise yield to the model.
+fn irq_hook() {
+    match IRQ.with(|i| i.borrow_mut().take()) {
+        Some(irq) => irq.run(),
+        None => thread::yield_now(),
+    }
+}
+
+static IRQ_HOOK: SpinWait = SpinWait {
+    wait: irq_hook,
+    kick: None,
+};
+
+/// A CPU waiting for lock A is "interrupted" and takes lock B, which
+/// another CPU uses too; a third CPU contends for A. Exclusion holds on
+/// both locks and both drain, including the executions in which the
+/// handler ran while its CPU was queued on A (A's tail naming its node 0,
+/// so a contended B takes node 1).
+#[test]
+fn nested_acquisition_while_queued() {
+    let _serial = serial();
+    let outcomes = Outcomes::new();
+    let seen = outcomes.clone();
+    three_cpus().check(move || {
+        set_vcpu_preemptible(false);
+        kernel::set_spin_wait(&IRQ_HOOK);
+        let (a, b) = (Locked::new(), Locked::new());
+        let while_queued = Arc::new(loom::sync::atomic::AtomicBool::new(false));
+        let holder = {
+            let a = Arc::clone(&a);
+            thread::spawn(move || {
+                a.bump();
+            })
+        };
+        let other = {
+            let (a, b) = (Arc::clone(&a), Arc::clone(&b));
+            thread::spawn(move || {
+                a.bump();
+                b.bump();
+            })
+        };
+        let nester = {
+            let (a, b, flag) = (Arc::clone(&a), Arc::clone(&b), Arc::clone(&while_queued));
+            thread::spawn(move || {
+                let cpu = kernel::cpu_id();
+                let irq = Irq {
+                    a: Arc::clone(&a),
+                    b,
+                    cpu,
+                    while_queued: flag,
+                };
+                IRQ.with(|i| *i.borrow_mut() = Some(irq));
+                a.bump();
+                // The wait for A was too short for the hook: the
+                // "interrupt" comes after it.
+                if let Some(irq) = IRQ.with(|i| i.borrow_mut().take()) {
+                    irq.run();
+                }
+            })
+        };
+        for t in [holder, other, nester] {
+            t.join().unwrap();
+        }
+        assert_eq!(a.value(), 3);
+        assert_eq!(b.value(), 2);
+        assert!(!a.lock.is_locked() && !b.lock.is_locked());
+        seen.record(usize::from(
+            while_queued.load(loom::sync::atomic::Ordering::Relaxed),
+        ));
+    });
+    outcomes.assert_all_seen(2);
+}
+
+/// Preemptible CPUs: lock is test-and-set on the whole word (no pending
+/// bit, no queue). Exclusion, and `try_lock` from a third CPU.
+#[test]
+fn test_and_set_mode() {
+    let _serial = serial();
+    three_cpus().check(|| {
+        set_vcpu_preemptible(true);
+        let l = Locked::new();
+        let mut cpus: Vec<_> = (0..2)
+            .map(|_| {
+                let l = Arc::clone(&l);
+                thread::spawn(move || {
+                    let seen = l.bump();
+                    assert!(
+                        !seen.contains("pending: true") && !seen.contains("tail: Some"),
+                        "a test-and-set waiter marked the word: {seen}"
+                    );
+                    1
+                })
+            })
+            .collect();
+        cpus.push({
+            let l = Arc::clone(&l);
+            thread::spawn(move || {
+                if !l.lock.try_lock() {
+                    return 0;
+                }
+                // SAFETY: the lock is held.
+                l.data.with_mut(|d| unsafe { *d += 1 });
+                // SAFETY: locked above on this thread.
+                unsafe { l.lock.unlock() };
+                1
+            })
+        });
+        let done: usize = cpus.into_iter().map(|t| t.join().unwrap()).sum();
+        assert_eq!(l.value(), done);
+        assert!(!l.lock.is_locked());
+        set_vcpu_preemptible(false);
+    });
+}
