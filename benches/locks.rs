@@ -28,7 +28,7 @@ use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicUsize};
 use std::time::{Duration, Instant};
 
-use common::{Line, median};
+use common::{CachePadded, median};
 use core_affinity::CoreId;
 use ksync::LockRef;
 use ksync::kernel::set_vcpu_preemptible;
@@ -68,21 +68,21 @@ fn measure<F: Fn() + Sync>(
     cores: &[CoreId],
     op: F,
 ) -> (f64, Vec<u64>) {
-    let ready = Line(AtomicUsize::new(0));
-    let go = Line(AtomicBool::new(false));
-    let stop = Line(AtomicBool::new(false));
+    let ready = CachePadded::new(AtomicUsize::new(0));
+    let go = CachePadded::new(AtomicBool::new(false));
+    let stop = CachePadded::new(AtomicBool::new(false));
     std::thread::scope(|s| {
         let workers: Vec<_> = (0..threads)
             .map(|i| {
                 let (core, op, ready, go, stop) = (cores[i % cores.len()], &op, &ready, &go, &stop);
                 s.spawn(move || {
                     core_affinity::set_for_current(core);
-                    ready.0.fetch_add(1, Release);
-                    while !go.0.load(Acquire) {
+                    ready.fetch_add(1, Release);
+                    while !go.load(Acquire) {
                         std::thread::yield_now();
                     }
                     let mut n = 0u64;
-                    while !stop.0.load(Relaxed) {
+                    while !stop.load(Relaxed) {
                         op();
                         n += 1;
                     }
@@ -90,13 +90,13 @@ fn measure<F: Fn() + Sync>(
                 })
             })
             .collect();
-        while ready.0.load(Acquire) < threads {
+        while ready.load(Acquire) < threads {
             std::thread::yield_now();
         }
         let t0 = Instant::now();
-        go.0.store(true, Release);
+        go.store(true, Release);
         std::thread::sleep(dur);
-        stop.0.store(true, Relaxed);
+        stop.store(true, Relaxed);
         let counts: Vec<u64> = workers
             .into_iter()
             .map(|w| w.join().expect("worker panicked"))
@@ -113,27 +113,27 @@ fn run(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> Sample {
     }
     macro_rules! mutex {
         ($mutex:expr) => {{
-            let m = Line($mutex);
-            let (ns, counts) = measure(threads, dur, cores, || *black_box(&m.0).lock() += 1);
-            (ns, counts, *m.0.lock())
+            let m = CachePadded::new($mutex);
+            let (ns, counts) = measure(threads, dur, cores, || *black_box(&*m).lock() += 1);
+            (ns, counts, *m.lock())
         }};
     }
     let (ns, counts, total) = match imp {
         0 | 1 => {
-            let lr = Line(LockRef::new(0));
+            let lr = CachePadded::new(LockRef::new(0));
             let (ns, counts) = measure(threads, dur, cores, || {
-                let mut g = black_box(&lr.0).lock();
+                let mut g = black_box(&*lr).lock();
                 let c = g.count();
                 g.set_count(c + 1);
             });
-            (ns, counts, lr.0.count() as u64)
+            (ns, counts, lr.count() as u64)
         }
         2 => {
             // get + put on a base reference: the count returns to 1; the
             // total is the number of pairs.
-            let lr = Line(LockRef::new(1));
+            let lr = CachePadded::new(LockRef::new(1));
             let (ns, counts) = measure(threads, dur, cores, || {
-                let lr = black_box(&lr.0);
+                let lr = black_box(&*lr);
                 lr.get();
                 if lr.put_return().is_none() {
                     let mut g = lr.lock();
@@ -141,7 +141,7 @@ fn run(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> Sample {
                     g.set_count(c - 1);
                 }
             });
-            assert_eq!(lr.0.count(), 1, "lockref get+put lost an update");
+            assert_eq!(lr.count(), 1, "lockref get+put lost an update");
             let total = counts.iter().sum();
             (ns, counts, total)
         }

@@ -164,10 +164,10 @@ fn mutex_aliases() {
     assert_eq!(*M.lock(), 2);
     {
         let mut guard = I.lock();
-        assert!(kernel::host::irqs_disabled());
+        assert!(ksync::host::irqs_disabled());
         *guard += 3;
     }
-    assert!(!kernel::host::irqs_disabled());
+    assert!(!ksync::host::irqs_disabled());
     assert_eq!(*I.lock(), 3);
     // The raw trait, as lock_api users see it.
     let raw = <RawQueuedLock as RawMutex>::INIT;
