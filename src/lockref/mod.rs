@@ -97,6 +97,7 @@
 use core::fmt;
 use core::marker::PhantomData;
 
+use crate::lockdep::{Acquired, LockClassKey, Map};
 use crate::sync::{Ordering, StatCounter, const_fn, fence};
 use word::{Attempt, Rule};
 
@@ -136,6 +137,8 @@ pub struct LockRef {
     lock: RawTicketLock,
     #[cfg(not(target_has_atomic = "64"))]
     count: AtomicI32,
+    /// The lock's lockdep class (zero-sized without `lockdep`).
+    dep_map: Map,
 }
 
 /// The lock of a [`LockRef`], held; unlocks on drop.
@@ -152,6 +155,9 @@ pub struct LockRef {
 pub struct LockRefGuard<'a> {
     lockref: &'a LockRef,
     ticket: u16,
+    /// Records the release with lockdep after the unlock (zero-sized
+    /// without `lockdep`).
+    _dep: Acquired<'a>,
     not_send: PhantomData<*mut ()>,
 }
 
@@ -160,10 +166,13 @@ pub struct LockRefGuard<'a> {
 #[cfg(target_has_atomic = "64")]
 impl LockRef {
     const_fn! {
-        /// A new, unlocked lockref holding `count`.
+        /// A new, unlocked lockref holding `count`. With `lockdep`, its
+        /// lock's class is this call's location (see
+        /// [`lockdep`](crate::lockdep#lock-classes)).
         #[doc(alias = "lockref_init")]
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new(count: i32) -> Self {
-            Self { word: AtomicU64::new(word::with_count(count)) }
+            Self { word: AtomicU64::new(word::with_count(count)), dep_map: Map::new() }
         }
     }
 
@@ -312,10 +321,13 @@ impl LockRef {
 #[cfg(not(target_has_atomic = "64"))]
 impl LockRef {
     const_fn! {
-        /// A new, unlocked lockref holding `count`.
+        /// A new, unlocked lockref holding `count`. With `lockdep`, its
+        /// lock's class is this call's location (see
+        /// [`lockdep`](crate::lockdep#lock-classes)).
         #[doc(alias = "lockref_init")]
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new(count: i32) -> Self {
-            Self { lock: RawTicketLock::new(), count: AtomicI32::new(count) }
+            Self { lock: RawTicketLock::new(), count: AtomicI32::new(count), dep_map: Map::new() }
         }
     }
 
@@ -368,6 +380,7 @@ impl LockRef {
     /// refused. Both are reported (see the [module docs](self#saturation-and-misuse)).
     #[doc(alias = "lockref_get")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn get(&self) {
         let rule = Rule {
             lo: 0,
@@ -399,6 +412,7 @@ impl LockRef {
     /// whether it did.
     #[doc(alias = "lockref_get_not_zero")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn get_not_zero(&self) -> bool {
         self.get_if_at_least(1)
     }
@@ -407,11 +421,13 @@ impl LockRef {
     /// whether it did. A count of zero is revived to one.
     #[doc(alias = "lockref_get_not_dead")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn get_not_dead(&self) -> bool {
         self.get_if_at_least(0)
     }
 
     #[inline(always)]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn get_if_at_least(&self, lo: i32) -> bool {
         let rule = Rule {
             lo,
@@ -493,6 +509,7 @@ impl LockRef {
     ///   down).
     #[doc(alias = "lockref_put_or_lock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn put_or_lock(&self) -> Option<LockRefGuard<'_>> {
         let rule = Rule {
             lo: 2,
@@ -507,6 +524,7 @@ impl LockRef {
 
     #[cold]
     #[inline(never)]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn put_or_lock_locked(&self) -> Option<LockRefGuard<'_>> {
         let mut guard = self.lock();
         match guard.count() {
@@ -522,15 +540,55 @@ impl LockRef {
     /// Takes the lock; the count cannot change until the guard drops.
     #[doc(alias = "spin_lock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn lock(&self) -> LockRefGuard<'_> {
+        self.lock_subclass(0)
+    }
+
+    /// [`lock`](Self::lock) for deliberate nesting of locks of one
+    /// [lockdep](crate::lockdep) class (Linux's `spin_lock_nested`): a
+    /// parent's lock with [`lock`](Self::lock), then a child's with
+    /// `lock_nested(1)`, records the order "class -> class/1" instead of
+    /// reporting recursion. Without `lockdep`, exactly `lock`.
+    ///
+    /// # Panics
+    /// With `lockdep`, if `subclass` is not below
+    /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
+    #[doc(alias = "spin_lock_nested")]
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    pub fn lock_nested(&self, subclass: u8) -> LockRefGuard<'_> {
+        self.lock_subclass(subclass)
+    }
+
+    #[inline(always)]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    fn lock_subclass(&self, subclass: u8) -> LockRefGuard<'_> {
+        // Recorded before spinning, so a deadlock is reported first.
+        let dep = self.dep_map.acquire_guard(subclass, false, false);
         let ticket = self.raw_lock();
         // INVARIANT: `raw_lock` returns once the lock is taken with
         // `ticket`; the new guard is the only one that will release it.
         LockRefGuard {
             lockref: self,
             ticket,
+            _dep: dep,
             not_send: PhantomData,
         }
+    }
+
+    /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
+    /// the class of the place it was built (Linux's `lockdep_set_class`).
+    /// Does nothing without `lockdep`.
+    ///
+    /// ```
+    /// let mut lockref = ksync::LockRef::new(1);
+    /// lockref.set_lock_class(ksync::lock_class!("dentry"));
+    /// ```
+    #[doc(alias = "lockdep_set_class")]
+    #[inline]
+    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
+        self.dep_map.set_class(key);
     }
 
     /// The count: a racy snapshot, possibly stale the moment it returns.
@@ -644,6 +702,7 @@ fn refused_get(count: i32) {
 
 impl Default for LockRef {
     /// A lockref with count zero.
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn default() -> Self {
         Self::new(0)
     }
