@@ -45,6 +45,15 @@
 //! see [`irq`] for the other targets and for the IRQ-saving locks in
 //! binaries that never call `set_kernel!`.
 //!
+//! # Lock-order checking
+//!
+//! With the `lockdep` feature, [`lockdep`](crate::lockdep) reports through
+//! [`Kernel::lockdep_report`] (default: panic with the report) and asks
+//! [`Kernel::in_interrupt`] and [`Kernel::irqs_disabled`] to classify each
+//! acquisition (defaults: never in a handler, interrupts masked only by
+//! ksync). The hooks exist in every build, so `set_kernel!` is the same
+//! with and without the feature.
+//!
 //! # Oversubscribed CPUs
 //!
 //! [`set_vcpu_preemptible`] and [`set_spin_wait`] tell the locks that a CPU

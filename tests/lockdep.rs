@@ -7,7 +7,7 @@
 
 #![cfg(feature = "lockdep")]
 
-use std::sync::{Mutex, MutexGuard};
+use std::sync::{Mutex, MutexGuard, mpsc};
 use std::thread;
 
 use ksync::brlock::BrLock;
@@ -61,23 +61,33 @@ static B: LockRef = LockRef::new(0);
 fn cycle_of_two_is_reported_without_a_deadlock() {
     let _s = start();
     let (a_class, b_class) = (line_of("static A:"), line_of("static B:"));
-    // CPU 0: A then B, released before CPU 1 starts: nothing can deadlock.
-    thread::spawn(|| {
-        let _a = A.lock();
-        let _b = B.lock();
-    })
-    .join()
-    .unwrap();
+    // CPU 0: A then B, both released before CPU 1 starts: nothing can
+    // deadlock. CPU 0 stays online (parked) meanwhile, so CPU 1 is another
+    // CPU, not CPU 0's id handed to a new thread.
+    let (done_tx, done_rx) = mpsc::channel();
+    let (exit_tx, exit_rx) = mpsc::channel::<()>();
+    let cpu0 = thread::spawn(move || {
+        {
+            let _a = A.lock();
+            let _b = B.lock();
+        }
+        done_tx.send(ksync::kernel::cpu_id()).unwrap();
+        exit_rx.recv().unwrap();
+    });
+    let first_cpu = done_rx.recv().unwrap();
     no_report();
     // Later, CPU 1: B then A.
-    let (taken_b, taken_a) = thread::spawn(|| {
+    let (taken_b, taken_a, second_cpu) = thread::spawn(|| {
         let _b = B.lock();
         let b_at = taken_above!();
         let _a = A.lock();
-        (b_at, taken_above!())
+        (b_at, taken_above!(), ksync::kernel::cpu_id())
     })
     .join()
     .unwrap();
+    exit_tx.send(()).unwrap();
+    cpu0.join().unwrap();
+    assert_ne!(first_cpu, second_cpu);
     let report = one_report();
     println!("{report}");
     assert!(report.contains("circular locking dependency"), "{report}");

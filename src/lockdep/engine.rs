@@ -122,6 +122,7 @@ fn irqs_masked_now() -> bool {
 
 /// CPU `id` went offline (a host test thread exited): whatever it held is
 /// forgotten.
+#[cfg(feature = "test-hooks")]
 pub(crate) fn cpu_offline(id: usize) {
     kernel::check_cpu(id);
     // SAFETY: see `Cpus`: the CPU is gone, its context runs no more lock
@@ -375,6 +376,10 @@ fn cycle(g: &mut GraphGuard, prev: &Held, entry: &Held, id: usize) -> Option<Rep
     r.lock = Some(Site {
         class: g.describe(entry.class),
         at: entry.at,
+    });
+    r.other = Some(Site {
+        class: g.describe(prev.class),
+        at: prev.at,
     });
     // The edge being added, then the path back.
     r.chain[0] = Some(Link {

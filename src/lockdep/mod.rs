@@ -129,29 +129,51 @@
 //!
 //! # Reading a report
 //!
-//! A cycle, from `tests/lockdep.rs` (CPU 0 took `A` then `B`; later CPU 1
-//! took `B` and is now taking `A`):
+//! A cycle, from `tests/lockdep.rs`: the `static`s `A` (line 57) and `B`
+//! (line 58) are two classes; CPU 0 took `A` then `B` (lines 71, 72) and
+//! released both; later CPU 1 took `B` (line 81) and is now taking `A`
+//! (line 83). Nothing hung, yet:
 //!
 //! ```text
 //! ksync lockdep: possible circular locking dependency, on CPU 1
-//!   taking   tests/lockdep.rs:31:33 at tests/lockdep.rs:66:22
-//!   it closes this cycle of lock classes (each edge: the first time it was seen):
-//!     #0 tests/lockdep.rs:32:33 -> tests/lockdep.rs:31:33
-//!          tests/lockdep.rs:32:33 taken at tests/lockdep.rs:65:22, then tests/lockdep.rs:31:33 at tests/lockdep.rs:66:22
-//!     #1 tests/lockdep.rs:31:33 -> tests/lockdep.rs:32:33
-//!          tests/lockdep.rs:31:33 taken at tests/lockdep.rs:56:22, then tests/lockdep.rs:32:33 at tests/lockdep.rs:57:22
+//!   taking   class tests/lockdep.rs:57:21 at tests/lockdep.rs:83:20
+//!   holding  class tests/lockdep.rs:58:21 at tests/lockdep.rs:81:20
+//!   which closes this cycle of lock classes (each edge "held -> taken" where it was first seen):
+//!     #0 tests/lockdep.rs:58:21 -> tests/lockdep.rs:57:21
+//!          tests/lockdep.rs:58:21 taken at tests/lockdep.rs:81:20, then tests/lockdep.rs:57:21 at tests/lockdep.rs:83:20
+//!     #1 tests/lockdep.rs:57:21 -> tests/lockdep.rs:58:21
+//!          tests/lockdep.rs:57:21 taken at tests/lockdep.rs:71:24, then tests/lockdep.rs:58:21 at tests/lockdep.rs:72:24
 //!   a CPU following one edge while another follows the rest deadlocks: take these locks in one order
 //! ```
 //!
-//! Classes are named by where their locks were built (`file:line:column`
-//! of the `new` call, here the two `static`s) or by their key's name in
-//! quotes; `/1` after a class is a subclass. The first edge is the one
-//! being added now (held class -> class being taken, and where each was
-//! taken); the others are the path that already led back, each with the
-//! places where it was first seen. Fix it by choosing one order for every
-//! path, or, if two locks of one class nest deliberately, by a subclass.
+//! * A class is named by where its locks are built: `file:line:column` of
+//!   the `new` call (here the two `static`s' initialisers), or its key's
+//!   name in quotes (`"inode"`); `/1` after it is a subclass. A lock of
+//!   its own class is `lock@<address>`.
+//! * `taking` is the acquisition that found the bug (its class, then where
+//!   it is being taken), `holding` the held lock it would depend on.
+//! * The cycle lists edges "held class -> class taken while holding it".
+//!   Edge `#0` is the one being added now; the others are the path that
+//!   already led from the class being taken back to the held one, each
+//!   with the two places where it was seen first (the outer lock taken
+//!   here, then the inner one there). Follow them in the source: every
+//!   edge is a place that nests two locks.
+//! * To fix it, pick one order and change the code of one edge (here: take
+//!   `A` before `B` at lines 81-83), or, if the two are locks of one class
+//!   that nest in a fixed order (parent before child), take the inner one
+//!   with a subclass.
+//!
+//! The other reports follow the same pattern: a headline naming the bug and
+//! the CPU, then `taking`/`holding` (recursion), the use in a handler and
+//! the use with interrupts enabled (interrupt inversion), or the list of
+//! held locks (`LocksHeld`, `TooDeep`), each with its class and location.
 //!
 //! # For lock implementers
+//!
+//! [`LockRef`](crate::LockRef) records only when its lock is taken
+//! ([`lock`](crate::LockRef::lock), and the lockless operations' fallbacks
+//! to the lock); its lockless updates take no lock and record nothing, as
+//! in Linux.
 //!
 //! A lock joins in with a [`Map`] field and three calls:
 //! [`Map::acquire`] before it spins (or after a try-lock succeeded, with
@@ -201,8 +223,10 @@ mod report;
 
 pub use report::{Class, Link, Report, ReportKind, Site};
 
+#[cfg(all(feature = "lockdep", feature = "test-hooks"))]
+pub(crate) use engine::cpu_offline;
 #[cfg(feature = "lockdep")]
-pub(crate) use engine::{cpu_offline, irq_masked, irq_unmasking};
+pub(crate) use engine::{irq_masked, irq_unmasking};
 
 /// The most locks one CPU may hold at once while lockdep checks (Linux's
 /// `MAX_LOCK_DEPTH`); one more is a [`TooDeep`](ReportKind::TooDeep)

@@ -262,7 +262,7 @@ impl fmt::Display for Report {
             ReportKind::Cycle => {
                 write!(
                     f,
-                    "ksync lockdep: possible circular locking dependency, on CPU {cpu}\n  taking   {lock}\n  it closes this cycle of lock classes (each edge: the first time it was seen):"
+                    "ksync lockdep: possible circular locking dependency, on CPU {cpu}\n  taking   {lock}\n  holding  {other}\n  which closes this cycle of lock classes (each edge \"held -> taken\" where it was first seen):"
                 )?;
                 for (i, link) in self.cycle().enumerate() {
                     write!(f, "\n    #{i} {link}")?;
