@@ -214,8 +214,12 @@ fn irqsave_everywhere_outside_handlers_is_fine() {
     *TIMER.write_irqsave() += 1;
     *PER_CPU.local_lock_irqsave() += 1;
     {
-        // A plain lock taken with interrupts masked by hand.
+        // A plain lock taken with interrupts masked by hand, either way.
         let _irq = ksync::spinlock::IrqState::save();
+        *TIMER.write() += 1;
+    }
+    {
+        let _irq = ksync::spinlock::IrqState::<ksync::spinlock::ArchIrq>::save_with();
         *TIMER.write() += 1;
     }
     // Try-locks in handlers never spin: not a use in a handler.

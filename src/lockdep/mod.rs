@@ -103,6 +103,17 @@
 //! pops its entry from this CPU's stack (any entry: locks may be released
 //! out of order). `benches/lockdep.rs` measures it: see the README.
 //!
+//! lockdep runs on the kernel's hooks ([`set_kernel!`](crate::set_kernel)):
+//! this CPU's id, its interrupt masking, and two hooks of its own,
+//! [`in_interrupt`](crate::kernel::Kernel::in_interrupt) and
+//! [`irqs_disabled`](crate::kernel::Kernel::irqs_disabled). Those hooks
+//! must not take ksync locks (lockdep turns a nested call away, and the
+//! lock goes unrecorded). Masking done through ksync (the IRQ-saving locks
+//! and every [`IrqState`](crate::kernel::irq::IrqState), kernel hooks or
+//! [`ArchIrq`](crate::kernel::irq::ArchIrq)) is counted per CPU, so a plain
+//! lock taken inside `IrqState::save()` counts as taken with interrupts
+//! off.
+//!
 //! Acquisitions are recorded *before* a lock spins, so a real deadlock is
 //! reported before it hangs; try-locks are recorded once they succeed, and
 //! add no edge into the try-locked class (a try-lock cannot wait).

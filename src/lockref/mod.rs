@@ -98,7 +98,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use crate::lockdep::{Acquired, LockClassKey, Map};
-use crate::sync::{Ordering, StatCounter, const_fn, fence};
+use crate::sync::{Ordering, const_fn, fence};
 use word::{Attempt, Rule};
 
 #[cfg(target_has_atomic = "64")]
@@ -112,7 +112,11 @@ use crate::{
 #[cfg(not(target_has_atomic = "64"))]
 use crate::{spinlock::RawTicketLock, sync::AtomicI32};
 
+mod stats;
 pub(crate) mod word;
+
+pub use stats::{Stats, stats};
+use stats::{refused_get, saturated};
 
 /// The count a dead lockref holds after [`LockRefGuard::mark_dead`] (any
 /// negative count is dead).
@@ -645,56 +649,6 @@ impl Drop for LockRefGuard<'_> {
         // `self.ticket` and nothing else releases it; the guard ends here,
         // so it is released exactly once.
         unsafe { self.lockref.raw_unlock(self.ticket) }
-    }
-}
-
-// ---- reporting --------------------------------------------------------------
-
-static SATURATED: StatCounter = StatCounter::new(0);
-static GET_ON_DEAD: StatCounter = StatCounter::new(0);
-
-/// Process-wide counts of the lockref misuse this crate caught and
-/// survived (see the [module docs](self#saturation-and-misuse)).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub struct Stats {
-    /// Increments that found the count at `i32::MAX` and left it there.
-    pub saturated: usize,
-    /// `get` calls on a dead lockref (refused).
-    pub get_on_dead: usize,
-}
-
-/// Returns how often saturation and `get`-on-dead happened so far, in all
-/// lockrefs. Release builds do not panic on either: watch this instead.
-pub fn stats() -> Stats {
-    Stats {
-        saturated: SATURATED.load(Ordering::Relaxed),
-        get_on_dead: GET_ON_DEAD.load(Ordering::Relaxed),
-    }
-}
-
-#[cold]
-#[inline(never)]
-#[track_caller]
-fn saturated() {
-    SATURATED.fetch_add(1, Ordering::Relaxed);
-    if cfg!(debug_assertions) {
-        panic!("lockref: reference count saturated at i32::MAX; the object will leak");
-    }
-}
-
-#[cold]
-#[inline(never)]
-#[track_caller]
-fn refused_get(count: i32) {
-    if count == MAX {
-        saturated();
-    } else {
-        GET_ON_DEAD.fetch_add(1, Ordering::Relaxed);
-        if cfg!(debug_assertions) {
-            panic!("lockref: get() on a dead lockref (count {count}); refused");
-        }
     }
 }
 
