@@ -243,7 +243,7 @@ fn main() {
         println!();
     }
     println!(
-        "\nLockRef's embedded lock follows the mode setting only once it has the preemptible \
-         mode; until then both of its rows are FIFO. Host default: preemptible = {host_default}."
+        "\nFIFO rows: set_vcpu_preemptible(false); preemptible rows: true (LockRef's embedded \
+         lock follows the same setting). Host default: preemptible = {host_default}."
     );
 }

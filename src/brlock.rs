@@ -21,11 +21,18 @@
 //!
 //! Locks taken with the `_irqsave` variants mask local interrupts first;
 //! use them when interrupt handlers take the lock too.
+//!
+//! With `lockdep`, a brlock is one [lock class](crate::lockdep#lock-classes)
+//! (the place it was built), and local, per-CPU and global locking all take
+//! that class, as Linux's lglock did: an order "brlock -> X" on one CPU and
+//! "X -> brlock" on another is reported even when both are local, because
+//! a global locker between them makes it a deadlock.
 
 use core::fmt;
 use core::ops::{Deref, DerefMut};
 
 use crate::kernel::{self, PreemptGuard};
+use crate::lockdep::{Acquired, LockClassKey, Map};
 use crate::percpu::{ConstInit, PerCpu};
 use crate::spinlock::{IrqState, RawTicketLock};
 use crate::sync::{UnsafeCell, const_fn, init};
@@ -46,6 +53,9 @@ crate::sync::const_init! {
 #[doc(alias("lglock", "br_lock"))]
 pub struct BrLock<T = ()> {
     slots: PerCpu<Slot<T>>,
+    /// The lockdep class of all the slots' locks (zero-sized without
+    /// `lockdep`).
+    dep_map: Map,
 }
 
 // SAFETY: each `T` is reached only through its slot's lock (one holder at a
@@ -57,13 +67,15 @@ unsafe impl<T: Send> Send for BrLock<T> {}
 impl<T: ConstInit> BrLock<T> {
     const_fn! {
         /// Every CPU's `T` starts as `T::INIT`. `const`, for `static`s.
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
-            Self { slots: PerCpu::new() }
+            Self { slots: PerCpu::new(), dep_map: Map::new() }
         }
     }
 }
 
 impl<T: ConstInit> Default for BrLock<T> {
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn default() -> Self {
         Self::new()
     }
@@ -71,17 +83,28 @@ impl<T: ConstInit> Default for BrLock<T> {
 
 impl<T> BrLock<T> {
     /// CPU `i`'s `T` starts as `init(i)`.
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn from_fn(mut init: impl FnMut(usize) -> T) -> Self {
         Self {
             slots: PerCpu::from_fn(|i| Slot {
                 lock: RawTicketLock::new(),
                 data: UnsafeCell::new(init(i)),
             }),
+            dep_map: Map::new(),
         }
+    }
+
+    /// Puts the brlock in `key`'s [lockdep](crate::lockdep) class instead
+    /// of the class of the place it was built. Does nothing without
+    /// `lockdep`.
+    #[doc(alias = "lockdep_set_class")]
+    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
+        self.dep_map.set_class(key);
     }
 
     /// Takes this CPU's lock (preemption disabled until the guard drops).
     #[doc(alias = "lg_local_lock")]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn local_lock(&self) -> LocalGuard<'_, T> {
         let preempt = kernel::preempt_disable();
         let cpu = kernel::cpu_id();
@@ -90,6 +113,7 @@ impl<T> BrLock<T> {
 
     /// [`local_lock`](Self::local_lock) with local interrupts masked
     /// before spinning and restored after unlocking.
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn local_lock_irqsave(&self) -> LocalGuard<'_, T> {
         let irq = IrqState::save();
         let preempt = kernel::preempt_disable();
@@ -118,10 +142,13 @@ impl<T> BrLock<T> {
         irq: Option<IrqState>,
     ) -> LocalGuard<'_, T> {
         let slot = self.slots.cpu(cpu);
+        // Recorded once `cpu` is known to be valid, before spinning.
+        let dep = self.dep_map.acquire_guard(0, false, irq.is_some());
         slot.lock.lock();
         LocalGuard {
             slot,
             cpu,
+            _dep: dep,
             _preempt: preempt,
             _irq: irq,
         }
@@ -130,23 +157,30 @@ impl<T> BrLock<T> {
     /// Takes every CPU's lock, in CPU order (so global lockers cannot
     /// deadlock with each other).
     #[doc(alias = "lg_global_lock")]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn global_lock(&self) -> GlobalGuard<'_, T> {
         self.lock_all(kernel::preempt_disable(), None)
     }
 
     /// [`global_lock`](Self::global_lock) with local interrupts masked
     /// before spinning and restored after unlocking.
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn global_lock_irqsave(&self) -> GlobalGuard<'_, T> {
         let irq = IrqState::save();
         self.lock_all(kernel::preempt_disable(), Some(irq))
     }
 
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn lock_all(&self, preempt: PreemptGuard, irq: Option<IrqState>) -> GlobalGuard<'_, T> {
+        // One acquisition of the class for all the slots (taken in CPU
+        // order, which cannot deadlock with another global locker).
+        let dep = self.dep_map.acquire_guard(0, false, irq.is_some());
         for slot in self.slots.iter() {
             slot.lock.lock();
         }
         GlobalGuard {
             lock: self,
+            _dep: dep,
             _preempt: preempt,
             _irq: irq,
         }
@@ -172,7 +206,9 @@ impl<T> fmt::Debug for BrLock<T> {
 pub struct LocalGuard<'a, T> {
     slot: &'a Slot<T>,
     cpu: usize,
-    // Dropped after `Drop::drop` unlocks: preemption, then interrupts.
+    // Dropped after `Drop::drop` unlocks: lockdep's record, preemption,
+    // then interrupts.
+    _dep: Acquired<'a>,
     _preempt: PreemptGuard,
     _irq: Option<IrqState>,
 }
@@ -211,6 +247,7 @@ impl<T> Drop for LocalGuard<'_, T> {
 #[must_use = "dropping the guard unlocks at once"]
 pub struct GlobalGuard<'a, T> {
     lock: &'a BrLock<T>,
+    _dep: Acquired<'a>,
     _preempt: PreemptGuard,
     _irq: Option<IrqState>,
 }

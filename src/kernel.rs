@@ -45,6 +45,15 @@
 //! see [`irq`] for the other targets and for the IRQ-saving locks in
 //! binaries that never call `set_kernel!`.
 //!
+//! # Lock-order checking
+//!
+//! With the `lockdep` feature, [`lockdep`](crate::lockdep) reports through
+//! [`Kernel::lockdep_report`] (default: panic with the report) and asks
+//! [`Kernel::in_interrupt`] and [`Kernel::irqs_disabled`] to classify each
+//! acquisition (defaults: never in a handler, interrupts masked only by
+//! ksync). The hooks exist in every build, so `set_kernel!` is the same
+//! with and without the feature.
+//!
 //! # Oversubscribed CPUs
 //!
 //! [`set_vcpu_preemptible`] and [`set_spin_wait`] tell the locks that a CPU
@@ -164,6 +173,42 @@ pub unsafe trait Kernel {
         defmt::warn!("{}", report);
         let _ = report;
     }
+
+    /// Whether the caller runs in an interrupt handler (Linux's
+    /// `in_hardirq()`). Only [`lockdep`](crate::lockdep) asks, to find lock
+    /// classes taken both in handlers and elsewhere with interrupts
+    /// enabled. The default, `false`, is right for kernels whose handlers
+    /// take no ksync locks; lockdep then never reports such an inversion.
+    #[doc(alias = "in_hardirq")]
+    #[inline]
+    fn in_interrupt() -> bool {
+        false
+    }
+
+    /// Whether local interrupts are disabled on this CPU (Linux's
+    /// `irqs_disabled()`). Only [`lockdep`](crate::lockdep) asks, to tell
+    /// whether a lock is taken with interrupts enabled. It already knows
+    /// about masking done through ksync (the IRQ-saving locks,
+    /// [`IrqState`](irq::IrqState), [`Kernel::irq_save`] through ksync), so
+    /// the default, `false`, only misses masking the kernel did by other
+    /// means; a kernel that implements [`in_interrupt`](Kernel::in_interrupt)
+    /// should implement this too.
+    #[inline]
+    fn irqs_disabled() -> bool {
+        false
+    }
+
+    /// [`lockdep`](crate::lockdep) found a locking bug (feature `lockdep`):
+    /// print the report (it implements `Display`). The default logs it with
+    /// `defmt` (when that feature is on) and panics with it, as a kernel
+    /// built for debugging usually wants. A kernel may print and carry on
+    /// instead: lockdep's tables stay consistent after every report.
+    #[doc(alias = "print_circular_bug")]
+    fn lockdep_report(report: &LockdepReport) {
+        #[cfg(feature = "defmt")]
+        defmt::error!("{}", report);
+        panic!("{report}")
+    }
 }
 
 /// Provides ksync's kernel hooks from a type implementing
@@ -208,6 +253,18 @@ macro_rules! set_kernel {
             fn _ksync_set_kernel_v1_rcu_stall(report: &$crate::kernel::StallReport) {
                 <$kernel as $crate::kernel::Kernel>::rcu_stall(report)
             }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_in_interrupt() -> bool {
+                <$kernel as $crate::kernel::Kernel>::in_interrupt()
+            }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_irqs_disabled() -> bool {
+                <$kernel as $crate::kernel::Kernel>::irqs_disabled()
+            }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_lockdep_report(report: &$crate::kernel::LockdepReport) {
+                <$kernel as $crate::kernel::Kernel>::lockdep_report(report)
+            }
         };
     };
 }
@@ -224,12 +281,19 @@ unsafe extern "Rust" {
     safe fn _ksync_set_kernel_v1_irq_save() -> usize;
     unsafe fn _ksync_set_kernel_v1_irq_restore(flags: usize);
     safe fn _ksync_set_kernel_v1_rcu_stall(report: &StallReport);
+    safe fn _ksync_set_kernel_v1_in_interrupt() -> bool;
+    safe fn _ksync_set_kernel_v1_irqs_disabled() -> bool;
+    safe fn _ksync_set_kernel_v1_lockdep_report(report: &LockdepReport);
 }
 
-/// The kernel's [`Kernel::irq_save`].
+/// The kernel's [`Kernel::irq_save`] (with `lockdep`: also counted, so
+/// lockdep knows this CPU has interrupts masked).
 #[inline]
 pub(crate) fn irq_save_hook() -> usize {
-    _ksync_set_kernel_v1_irq_save()
+    let flags = _ksync_set_kernel_v1_irq_save();
+    #[cfg(feature = "lockdep")]
+    crate::lockdep::irq_masked();
+    flags
 }
 
 /// The kernel's [`Kernel::irq_restore`].
@@ -238,8 +302,50 @@ pub(crate) fn irq_save_hook() -> usize {
 /// As for [`Kernel::irq_restore`].
 #[inline]
 pub(crate) unsafe fn irq_restore_hook(flags: usize) {
+    #[cfg(feature = "lockdep")]
+    crate::lockdep::irq_unmasking();
     // SAFETY: forwarded caller contract.
     unsafe { _ksync_set_kernel_v1_irq_restore(flags) }
+}
+
+/// The kernel's [`Kernel::irq_save`], uncounted: lockdep's own masking.
+#[cfg(feature = "lockdep")]
+#[inline]
+pub(crate) fn irq_save_raw() -> usize {
+    _ksync_set_kernel_v1_irq_save()
+}
+
+/// The kernel's [`Kernel::irq_restore`], uncounted.
+///
+/// # Safety
+/// As for [`Kernel::irq_restore`].
+#[cfg(feature = "lockdep")]
+#[inline]
+pub(crate) unsafe fn irq_restore_raw(flags: usize) {
+    // SAFETY: forwarded caller contract.
+    unsafe { _ksync_set_kernel_v1_irq_restore(flags) }
+}
+
+/// The kernel's [`Kernel::in_interrupt`].
+#[cfg(feature = "lockdep")]
+#[inline]
+pub(crate) fn in_interrupt() -> bool {
+    _ksync_set_kernel_v1_in_interrupt()
+}
+
+/// The kernel's [`Kernel::irqs_disabled`].
+#[cfg(feature = "lockdep")]
+#[inline]
+pub(crate) fn irqs_disabled() -> bool {
+    _ksync_set_kernel_v1_irqs_disabled()
+}
+
+/// Hands a lockdep report to the kernel's [`Kernel::lockdep_report`].
+#[cfg(feature = "lockdep")]
+#[cold]
+#[inline(never)]
+pub(crate) fn lockdep_report(report: &LockdepReport) {
+    _ksync_set_kernel_v1_lockdep_report(report)
 }
 
 /// Hands a stall report to the kernel's [`Kernel::rcu_stall`].
@@ -344,6 +450,9 @@ mod spin;
 mod stall_report;
 
 pub use stall_report::{STALL_REPORT_CPUS, StallReport};
+
+/// The report type of [`Kernel::lockdep_report`]: [`lockdep::Report`](crate::lockdep::Report).
+pub use crate::lockdep::Report as LockdepReport;
 
 pub(crate) use spin::{Backoff, Waiter, kick_waiters};
 pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};

@@ -18,6 +18,8 @@
 //!   data with atomic loads and retry, free of undefined behaviour.
 //! * [`kernel`]: the hooks a kernel provides once ([`set_kernel!`]): CPU id,
 //!   CPU count, preemption control.
+//! * [`lockdep`]: lock-order checking (feature `lockdep`): reports lock
+//!   orders that could deadlock the first time they are seen.
 //!
 //! Everything is usable from `static`s (`const fn new`) and needs no
 //! allocator. Names follow Linux; the C names are doc aliases, so searching
@@ -46,6 +48,8 @@
 //!
 //! * `defmt`: `defmt::Format` for the public types.
 //! * `alloc`: `rcu::defer_free` (Linux's `kfree_rcu`), which allocates.
+//! * `lockdep`: lock-order checking for every ksync lock ([`lockdep`]); a
+//!   debug aid, off by default (off, the locks are unchanged).
 //! * `test-hooks`: kernel hooks for host tests in which threads play CPUs
 //!   (`host`); pulls in `std`, never for kernels.
 
@@ -56,6 +60,11 @@
 
 #[cfg(any(test, loom, feature = "test-hooks"))]
 extern crate std;
+
+#[cfg(all(loom, feature = "lockdep"))]
+compile_error!(
+    "the `lockdep` feature is not modelled under loom: build the loom models without it"
+);
 
 #[cfg(feature = "alloc")]
 extern crate alloc;
@@ -68,6 +77,7 @@ pub mod brlock;
 #[cfg(feature = "test-hooks")]
 pub mod host;
 pub mod kernel;
+pub mod lockdep;
 pub mod lockref;
 pub mod percpu;
 pub mod percpu_counter;

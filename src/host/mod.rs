@@ -9,8 +9,21 @@
 //!
 //! [`nr_cpus`](crate::kernel::nr_cpus) is [`MAX_CPUS`] (set `KSYNC_MAX_CPUS` for
 //! small models).
+//!
+//! # Interrupts and lockdep
+//!
+//! A thread plays an interrupt handler between [`enter_interrupt`] and
+//! [`exit_interrupt`]: [`Kernel::in_interrupt`] is true and its
+//! "interrupts" are off, as on a CPU taking an interrupt. Reports of
+//! [`lockdep`](crate::lockdep) (feature `lockdep`) panic, unless a test
+//! asked for them to be recorded ([`record_lockdep_reports`]), so it can
+//! read them ([`take_lockdep_reports`]) and go on.
 
-use crate::kernel::{Kernel, MAX_CPUS, StallReport};
+use std::string::{String, ToString};
+use std::sync::Mutex;
+use std::vec::Vec;
+
+use crate::kernel::{Kernel, LockdepReport, MAX_CPUS, StallReport};
 
 // The one loom switch of the host kernel.
 #[cfg(not(loom))]
@@ -20,7 +33,30 @@ mod backend; // OS threads: a process-wide id table
 #[path = "model.rs"]
 mod backend; // loom model threads: coroutines on one OS thread
 
-pub use backend::irqs_disabled;
+pub use backend::{enter_interrupt, exit_interrupt, irqs_disabled};
+
+/// Whether lockdep reports are recorded (`Some`) or panic (`None`).
+static LOCKDEP_REPORTS: Mutex<Option<Vec<String>>> = Mutex::new(None);
+
+fn lockdep_reports() -> std::sync::MutexGuard<'static, Option<Vec<String>>> {
+    LOCKDEP_REPORTS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// From now on (`true`), lockdep reports are recorded, process-wide, for
+/// [`take_lockdep_reports`]; `false` goes back to panicking (the default)
+/// and drops what was recorded.
+pub fn record_lockdep_reports(on: bool) {
+    *lockdep_reports() = on.then(Vec::new);
+}
+
+/// The lockdep reports recorded since the last call (each as printed),
+/// oldest first.
+pub fn take_lockdep_reports() -> Vec<String> {
+    lockdep_reports()
+        .as_mut()
+        .map(core::mem::take)
+        .unwrap_or_default()
+}
 
 /// The host implementation of [`Kernel`]; `ksync` registers it itself when
 /// the `test-hooks` feature is on.
@@ -51,6 +87,28 @@ unsafe impl Kernel for HostKernel {
 
     fn rcu_stall(report: &StallReport) {
         std::eprintln!("{report}");
+    }
+
+    #[inline]
+    fn in_interrupt() -> bool {
+        backend::in_interrupt()
+    }
+
+    #[inline]
+    fn irqs_disabled() -> bool {
+        backend::irqs_disabled()
+    }
+
+    fn lockdep_report(report: &LockdepReport) {
+        let text = report.to_string();
+        let mut reports = lockdep_reports();
+        match reports.as_mut() {
+            Some(list) => list.push(text),
+            None => {
+                drop(reports);
+                panic!("{text}");
+            }
+        }
     }
 }
 

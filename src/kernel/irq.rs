@@ -111,11 +111,17 @@ unsafe impl IrqControl for ArchIrq {
 
     #[inline]
     fn save() -> Self::Flags {
-        arch::irq_save()
+        let flags = arch::irq_save();
+        // lockdep counts masking through ksync, whichever way it is done.
+        #[cfg(feature = "lockdep")]
+        crate::lockdep::irq_masked();
+        flags
     }
 
     #[inline]
     unsafe fn restore(flags: Self::Flags) {
+        #[cfg(feature = "lockdep")]
+        crate::lockdep::irq_unmasking();
         // SAFETY: forwarded caller contract.
         unsafe { arch::irq_restore(flags) }
     }

@@ -97,7 +97,8 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use crate::sync::{Ordering, StatCounter, const_fn, fence};
+use crate::lockdep::{Acquired, LockClassKey, Map};
+use crate::sync::{Ordering, const_fn, fence};
 use word::{Attempt, Rule};
 
 #[cfg(target_has_atomic = "64")]
@@ -111,7 +112,11 @@ use crate::{
 #[cfg(not(target_has_atomic = "64"))]
 use crate::{spinlock::RawTicketLock, sync::AtomicI32};
 
+mod stats;
 pub(crate) mod word;
+
+pub use stats::{Stats, stats};
+use stats::{refused_get, saturated};
 
 /// The count a dead lockref holds after [`LockRefGuard::mark_dead`] (any
 /// negative count is dead).
@@ -136,6 +141,8 @@ pub struct LockRef {
     lock: RawTicketLock,
     #[cfg(not(target_has_atomic = "64"))]
     count: AtomicI32,
+    /// The lock's lockdep class (zero-sized without `lockdep`).
+    dep_map: Map,
 }
 
 /// The lock of a [`LockRef`], held; unlocks on drop.
@@ -152,6 +159,9 @@ pub struct LockRef {
 pub struct LockRefGuard<'a> {
     lockref: &'a LockRef,
     ticket: u16,
+    /// Records the release with lockdep after the unlock (zero-sized
+    /// without `lockdep`).
+    _dep: Acquired<'a>,
     not_send: PhantomData<*mut ()>,
 }
 
@@ -160,10 +170,13 @@ pub struct LockRefGuard<'a> {
 #[cfg(target_has_atomic = "64")]
 impl LockRef {
     const_fn! {
-        /// A new, unlocked lockref holding `count`.
+        /// A new, unlocked lockref holding `count`. With `lockdep`, its
+        /// lock's class is this call's location (see
+        /// [`lockdep`](crate::lockdep#lock-classes)).
         #[doc(alias = "lockref_init")]
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new(count: i32) -> Self {
-            Self { word: AtomicU64::new(word::with_count(count)) }
+            Self { word: AtomicU64::new(word::with_count(count)), dep_map: Map::new() }
         }
     }
 
@@ -312,10 +325,13 @@ impl LockRef {
 #[cfg(not(target_has_atomic = "64"))]
 impl LockRef {
     const_fn! {
-        /// A new, unlocked lockref holding `count`.
+        /// A new, unlocked lockref holding `count`. With `lockdep`, its
+        /// lock's class is this call's location (see
+        /// [`lockdep`](crate::lockdep#lock-classes)).
         #[doc(alias = "lockref_init")]
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new(count: i32) -> Self {
-            Self { lock: RawTicketLock::new(), count: AtomicI32::new(count) }
+            Self { lock: RawTicketLock::new(), count: AtomicI32::new(count), dep_map: Map::new() }
         }
     }
 
@@ -368,6 +384,7 @@ impl LockRef {
     /// refused. Both are reported (see the [module docs](self#saturation-and-misuse)).
     #[doc(alias = "lockref_get")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn get(&self) {
         let rule = Rule {
             lo: 0,
@@ -399,6 +416,7 @@ impl LockRef {
     /// whether it did.
     #[doc(alias = "lockref_get_not_zero")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn get_not_zero(&self) -> bool {
         self.get_if_at_least(1)
     }
@@ -407,11 +425,13 @@ impl LockRef {
     /// whether it did. A count of zero is revived to one.
     #[doc(alias = "lockref_get_not_dead")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn get_not_dead(&self) -> bool {
         self.get_if_at_least(0)
     }
 
     #[inline(always)]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn get_if_at_least(&self, lo: i32) -> bool {
         let rule = Rule {
             lo,
@@ -493,6 +513,7 @@ impl LockRef {
     ///   down).
     #[doc(alias = "lockref_put_or_lock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn put_or_lock(&self) -> Option<LockRefGuard<'_>> {
         let rule = Rule {
             lo: 2,
@@ -507,6 +528,7 @@ impl LockRef {
 
     #[cold]
     #[inline(never)]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn put_or_lock_locked(&self) -> Option<LockRefGuard<'_>> {
         let mut guard = self.lock();
         match guard.count() {
@@ -522,15 +544,55 @@ impl LockRef {
     /// Takes the lock; the count cannot change until the guard drops.
     #[doc(alias = "spin_lock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn lock(&self) -> LockRefGuard<'_> {
+        self.lock_subclass(0)
+    }
+
+    /// [`lock`](Self::lock) for deliberate nesting of locks of one
+    /// [lockdep](crate::lockdep) class (Linux's `spin_lock_nested`): a
+    /// parent's lock with [`lock`](Self::lock), then a child's with
+    /// `lock_nested(1)`, records the order "class -> class/1" instead of
+    /// reporting recursion. Without `lockdep`, exactly `lock`.
+    ///
+    /// # Panics
+    /// With `lockdep`, if `subclass` is not below
+    /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
+    #[doc(alias = "spin_lock_nested")]
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    pub fn lock_nested(&self, subclass: u8) -> LockRefGuard<'_> {
+        self.lock_subclass(subclass)
+    }
+
+    #[inline(always)]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    fn lock_subclass(&self, subclass: u8) -> LockRefGuard<'_> {
+        // Recorded before spinning, so a deadlock is reported first.
+        let dep = self.dep_map.acquire_guard(subclass, false, false);
         let ticket = self.raw_lock();
         // INVARIANT: `raw_lock` returns once the lock is taken with
         // `ticket`; the new guard is the only one that will release it.
         LockRefGuard {
             lockref: self,
             ticket,
+            _dep: dep,
             not_send: PhantomData,
         }
+    }
+
+    /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
+    /// the class of the place it was built (Linux's `lockdep_set_class`).
+    /// Does nothing without `lockdep`.
+    ///
+    /// ```
+    /// let mut lockref = ksync::LockRef::new(1);
+    /// lockref.set_lock_class(ksync::lock_class!("dentry"));
+    /// ```
+    #[doc(alias = "lockdep_set_class")]
+    #[inline]
+    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
+        self.dep_map.set_class(key);
     }
 
     /// The count: a racy snapshot, possibly stale the moment it returns.
@@ -590,60 +652,11 @@ impl Drop for LockRefGuard<'_> {
     }
 }
 
-// ---- reporting --------------------------------------------------------------
-
-static SATURATED: StatCounter = StatCounter::new(0);
-static GET_ON_DEAD: StatCounter = StatCounter::new(0);
-
-/// Process-wide counts of the lockref misuse this crate caught and
-/// survived (see the [module docs](self#saturation-and-misuse)).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-#[cfg_attr(feature = "defmt", derive(defmt::Format))]
-#[non_exhaustive]
-pub struct Stats {
-    /// Increments that found the count at `i32::MAX` and left it there.
-    pub saturated: usize,
-    /// `get` calls on a dead lockref (refused).
-    pub get_on_dead: usize,
-}
-
-/// Returns how often saturation and `get`-on-dead happened so far, in all
-/// lockrefs. Release builds do not panic on either: watch this instead.
-pub fn stats() -> Stats {
-    Stats {
-        saturated: SATURATED.load(Ordering::Relaxed),
-        get_on_dead: GET_ON_DEAD.load(Ordering::Relaxed),
-    }
-}
-
-#[cold]
-#[inline(never)]
-#[track_caller]
-fn saturated() {
-    SATURATED.fetch_add(1, Ordering::Relaxed);
-    if cfg!(debug_assertions) {
-        panic!("lockref: reference count saturated at i32::MAX; the object will leak");
-    }
-}
-
-#[cold]
-#[inline(never)]
-#[track_caller]
-fn refused_get(count: i32) {
-    if count == MAX {
-        saturated();
-    } else {
-        GET_ON_DEAD.fetch_add(1, Ordering::Relaxed);
-        if cfg!(debug_assertions) {
-            panic!("lockref: get() on a dead lockref (count {count}); refused");
-        }
-    }
-}
-
 // ---- trait impls ------------------------------------------------------------
 
 impl Default for LockRef {
     /// A lockref with count zero.
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn default() -> Self {
         Self::new(0)
     }

@@ -8,6 +8,7 @@ use core::ops::{Deref, DerefMut};
 
 use super::storage::{Padded, Storage, value_of};
 use super::{SeqCount, SeqData};
+use crate::lockdep::{Acquired, LockClassKey, Map};
 use crate::spinlock::{IrqState, RawTicketLock};
 use crate::sync::const_fn;
 
@@ -38,6 +39,8 @@ pub struct SeqLock<T> {
     /// Serialises writers (the `SeqCount` contract).
     lock: RawTicketLock,
     data: Storage<T>,
+    /// The writers' lock's lockdep class (zero-sized without `lockdep`).
+    dep_map: Map,
 }
 
 // SAFETY: the data is only accessed through atomic words (concurrently) or
@@ -58,9 +61,17 @@ impl<T: SeqData> SeqLock<T> {
         /// static JIFFIES: SeqLock<u64> = SeqLock::new(0);
         /// assert_eq!(JIFFIES.read(), 0);
         /// ```
+        /// With `lockdep`, the writers' lock's class is this call's
+        /// location (see [`lockdep`](crate::lockdep#lock-classes)).
         #[doc(alias = "seqlock_init")]
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new(value: T) -> Self {
-            Self { seq: SeqCount::new(), lock: RawTicketLock::new(), data: Storage::new(value) }
+            Self {
+                seq: SeqCount::new(),
+                lock: RawTicketLock::new(),
+                data: Storage::new(value),
+                dep_map: Map::new(),
+            }
         }
     }
 
@@ -251,10 +262,13 @@ impl<T: SeqData> SeqLock<T> {
     /// ```
     #[doc(alias("write_seqlock", "write_sequnlock"))]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn write(&self) -> SeqLockWriteGuard<'_, T> {
+        // Recorded before spinning, so a deadlock is reported first.
+        let dep = self.dep_map.acquire_guard(0, false, false);
         self.lock.lock();
         // SAFETY: locked just above; the guard unlocks.
-        unsafe { self.guard(None) }
+        unsafe { self.guard(None, dep) }
     }
 
     /// [`write`](Self::write) with local interrupts saved and disabled
@@ -270,14 +284,16 @@ impl<T: SeqData> SeqLock<T> {
     /// ```
     #[doc(alias("write_seqlock_irqsave", "write_sequnlock_irqrestore"))]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn write_irqsave(&self) -> SeqLockWriteGuard<'_, T> {
         // Interrupts off before spinning: a handler on this CPU must not
         // find the lock held (or the sequence odd) by the code it
         // interrupted.
         let irq = IrqState::save();
+        let dep = self.dep_map.acquire_guard(0, false, true);
         self.lock.lock();
         // SAFETY: locked just above; the guard unlocks.
-        unsafe { self.guard(Some(irq)) }
+        unsafe { self.guard(Some(irq), dep) }
     }
 
     /// [`write`](Self::write) if the writers' lock is free, without
@@ -292,10 +308,15 @@ impl<T: SeqData> SeqLock<T> {
     /// ```
     #[doc(alias = "write_tryseqlock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_write(&self) -> Option<SeqLockWriteGuard<'_, T>> {
+        if !self.lock.try_lock() {
+            return None;
+        }
+        let dep = self.dep_map.acquire_guard(0, true, false);
         // SAFETY: `try_lock` succeeded, so the lock is ours; the guard
         // unlocks.
-        self.lock.try_lock().then(|| unsafe { self.guard(None) })
+        Some(unsafe { self.guard(None, dep) })
     }
 
     /// Replaces the data with `value` (lock, publish, unlock), without
@@ -308,13 +329,25 @@ impl<T: SeqData> SeqLock<T> {
     /// assert_eq!(lock.read(), 2.5);
     /// ```
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn store(&self, value: T) {
+        let dep = self.dep_map.acquire_guard(0, false, false);
         self.lock.lock();
         // SAFETY: the lock is held (locked just above).
         unsafe {
             self.publish_locked(&Padded::new(value));
             self.lock.unlock();
         }
+        drop(dep);
+    }
+
+    /// Puts the writers' lock in `key`'s [lockdep](crate::lockdep) class
+    /// instead of the class of the place it was built. Does nothing
+    /// without `lockdep`.
+    #[doc(alias = "lockdep_set_class")]
+    #[inline]
+    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
+        self.dep_map.set_class(key);
     }
 
     /// The data, through exclusive access: no atomics, no lock.
@@ -352,13 +385,18 @@ impl<T: SeqData> SeqLock<T> {
     /// `self.lock` is held by the caller, and its ownership passes to the
     /// guard.
     #[inline]
-    unsafe fn guard(&self, irq: Option<IrqState>) -> SeqLockWriteGuard<'_, T> {
+    unsafe fn guard<'a>(
+        &'a self,
+        irq: Option<IrqState>,
+        dep: Acquired<'a>,
+    ) -> SeqLockWriteGuard<'a, T> {
         // SAFETY: the lock is held (caller), so only we write the data, and
         // the lock's Acquire made the previous writer's stores visible.
         let value = Padded::new(unsafe { self.data.load_exclusive() });
         SeqLockWriteGuard {
             lock: self,
             value,
+            _dep: dep,
             _irq: irq,
         }
     }
@@ -380,6 +418,7 @@ impl<T: SeqData> SeqLock<T> {
 }
 
 impl<T: SeqData + Default> Default for SeqLock<T> {
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn default() -> Self {
         Self::new(T::default())
     }
@@ -419,7 +458,9 @@ pub struct SeqLockWriteGuard<'a, T: SeqData> {
     /// The data being written, with the zero tail that the word stores
     /// cover.
     value: Padded<T>,
-    /// Dropped after `drop` has published and unlocked.
+    /// Dropped after `drop` has published and unlocked: lockdep's record,
+    /// then the interrupt state.
+    _dep: Acquired<'a>,
     _irq: Option<IrqState>,
 }
 

@@ -1,0 +1,511 @@
+//! The checks: per-CPU held-lock stacks, and what an acquisition and a
+//! release look at (the module docs of [`lockdep`](super) walk through
+//! them). The shared tables are in `graph`.
+//!
+//! A CPU's stack is touched only by that CPU, with interrupts masked
+//! through the kernel's raw hooks (not counted as "masked by ksync", and
+//! never through a tracked lock), and a `busy` flag turns away a nested
+//! call into lockdep (a kernel hook that takes a ksync lock) instead of
+//! corrupting the stack.
+
+use core::cell::UnsafeCell;
+
+use super::graph::{
+    self, Full, GraphGuard, IN_IRQ, INVERSION_REPORTED, IRQS_ON, Key, RECURSION_REPORTED,
+};
+use super::report::{Class, Link, Loc, Name, REPORT_CHAIN, Report, ReportKind, Site};
+use super::{MAX_CLASSES, MAX_DEPENDENCIES, MAX_LOCK_DEPTH, MAX_SUBCLASSES, Map, MapKey};
+use crate::kernel::{self, MAX_CPUS};
+use crate::sync::{AtomicBool, AtomicU32, Ordering};
+
+/// Checking is on until a table fills (it never comes back on).
+/// Written only under the graph lock.
+static ENABLED: AtomicBool = AtomicBool::new(true);
+
+/// Held-entry flag: taken by a successful try-lock.
+const TRY: u8 = 1 << 0;
+/// Held-entry flag: taken in an interrupt handler.
+const IN_HANDLER: u8 = 1 << 1;
+
+/// One held lock.
+#[derive(Clone, Copy)]
+struct Held {
+    /// The `Map`'s address: which lock.
+    map: usize,
+    class: u16,
+    subclass: u8,
+    flags: u8,
+    at: Option<Loc>,
+}
+
+impl Held {
+    const EMPTY: Self = Self {
+        map: 0,
+        class: 0,
+        subclass: 0,
+        flags: 0,
+        at: None,
+    };
+}
+
+struct CpuState {
+    held: [Held; MAX_LOCK_DEPTH],
+    depth: usize,
+    /// Inside lockdep on this CPU.
+    busy: bool,
+}
+
+struct Cpus(UnsafeCell<[CpuState; MAX_CPUS]>);
+
+// SAFETY: a CPU's entry is touched only by that CPU, with its interrupts
+// masked (`with_cpu`), or by `cpu_offline` for a CPU that is gone; so no two
+// contexts use one entry at once.
+unsafe impl Sync for Cpus {}
+
+static CPUS: Cpus = Cpus(UnsafeCell::new(
+    [const {
+        CpuState {
+            held: [Held::EMPTY; MAX_LOCK_DEPTH],
+            depth: 0,
+            busy: false,
+        }
+    }; MAX_CPUS],
+));
+
+/// How deeply each CPU has masked interrupts through ksync's hooks.
+static IRQ_DEPTH: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+
+/// Runs `f` on this CPU's state, with interrupts masked; `None` if lockdep
+/// is already running on this CPU (a nested call from a hook).
+fn with_cpu<R>(f: impl FnOnce(&mut CpuState, usize) -> R) -> Option<R> {
+    let flags = kernel::irq_save_raw();
+    let id = kernel::cpu_id();
+    // SAFETY: see `Cpus`: this CPU's entry, interrupts masked, and `busy`
+    // keeps a nested call on this CPU from taking a second `&mut`.
+    let cpu = unsafe { &mut (*CPUS.0.get())[id] };
+    let result = if cpu.busy {
+        None
+    } else {
+        cpu.busy = true;
+        let result = f(&mut *cpu, id);
+        cpu.busy = false;
+        Some(result)
+    };
+    // SAFETY: the matching save, just above.
+    unsafe { kernel::irq_restore_raw(flags) };
+    result
+}
+
+/// This CPU masked interrupts through ksync (called just after masking).
+pub(crate) fn irq_masked() {
+    let depth = &IRQ_DEPTH[kernel::cpu_id()];
+    // Relaxed: only this CPU touches its counter, with interrupts masked.
+    depth.store(depth.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+}
+
+/// This CPU is about to restore interrupts through ksync.
+pub(crate) fn irq_unmasking() {
+    let depth = &IRQ_DEPTH[kernel::cpu_id()];
+    // Relaxed: as in `irq_masked`.
+    depth.store(
+        depth.load(Ordering::Relaxed).saturating_sub(1),
+        Ordering::Relaxed,
+    );
+}
+
+/// Whether this CPU has interrupts masked, as far as lockdep can tell.
+fn irqs_masked_now() -> bool {
+    // Relaxed: this CPU's own counter (a stale read after a migration can
+    // only hide a use with interrupts on, never invent one).
+    IRQ_DEPTH[kernel::cpu_id()].load(Ordering::Relaxed) != 0 || kernel::irqs_disabled()
+}
+
+/// CPU `id` went offline (a host test thread exited): whatever it held is
+/// forgotten.
+#[cfg(feature = "test-hooks")]
+pub(crate) fn cpu_offline(id: usize) {
+    kernel::check_cpu(id);
+    // SAFETY: see `Cpus`: the CPU is gone, its context runs no more lock
+    // code, and its id is not handed out again before this returns.
+    unsafe { (*CPUS.0.get())[id].depth = 0 };
+    // Relaxed: nobody else uses the id yet.
+    IRQ_DEPTH[id].store(0, Ordering::Relaxed);
+}
+
+fn addr(map: &Map) -> usize {
+    core::ptr::from_ref(map) as usize
+}
+
+fn lock(graph: &mut Option<GraphGuard>) -> &mut GraphGuard {
+    graph.get_or_insert_with(GraphGuard::lock)
+}
+
+/// Turns checking off; `true` for the caller that did it (and reports).
+fn disable(_graph: &mut GraphGuard) -> bool {
+    // Relaxed: written under the graph lock; readers only skip work.
+    let was = ENABLED.load(Ordering::Relaxed);
+    ENABLED.store(false, Ordering::Relaxed);
+    was
+}
+
+/// How a report names a lock's class without the graph.
+fn describe_map(map: &Map, subclass: u8) -> Class {
+    let name = match map.key() {
+        MapKey::Location(l) => Name::Location(l),
+        MapKey::Named(k) => Name::Named(k.name()),
+        MapKey::Instance => Name::Instance(addr(map)),
+    };
+    Class { name, subclass }
+}
+
+/// The class of `map` with `subclass`, registered if new.
+fn class_of(map: &Map, subclass: u8, graph: &mut Option<GraphGuard>) -> Result<u16, Full> {
+    let cache = map.class_cache();
+    // Acquire pairs with the Release store below: the class's slot was
+    // reset before its index was published.
+    let cached = cache.load(Ordering::Acquire);
+    if subclass == 0 && cached != 0 {
+        return Ok((cached - 1) as u16);
+    }
+    let g = lock(graph);
+    let key = match map.key() {
+        MapKey::Location(l) => Key::Location(l),
+        MapKey::Named(k) => Key::Named(k),
+        // A lock that moved since it was first taken keeps its class.
+        MapKey::Instance => match cached {
+            0 => Key::Instance(addr(map)),
+            c => g.key_of((c - 1) as u16).unwrap_or(Key::Instance(addr(map))),
+        },
+    };
+    let class = g.class(key, subclass)?;
+    if subclass == 0 {
+        // Release pairs with the Acquire load above.
+        cache.store(u32::from(class) + 1, Ordering::Release);
+    }
+    Ok(class)
+}
+
+/// Records an acquisition (see [`Map::acquire`]).
+pub(super) fn acquire(map: &Map, at: Loc, subclass: u8, try_lock: bool, irqs_off: bool) {
+    assert!(
+        subclass < MAX_SUBCLASSES,
+        "lockdep: subclass {subclass} is not below MAX_SUBCLASSES ({MAX_SUBCLASSES})"
+    );
+    // Relaxed: a stale `true` only does checks that are thrown away.
+    if !ENABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let in_irq = kernel::in_interrupt();
+    // Asked before lockdep masks interrupts itself.
+    let irqs_on = !in_irq && !irqs_off && !irqs_masked_now();
+    let mut flags = 0;
+    if try_lock {
+        flags |= TRY;
+    }
+    if in_irq {
+        flags |= IN_HANDLER;
+    }
+    let mut entry = Held {
+        map: addr(map),
+        class: 0,
+        subclass,
+        flags,
+        at: Some(at),
+    };
+    let Some(Some(report)) = with_cpu(|cpu, id| check(cpu, id, map, &mut entry, irqs_on)) else {
+        return;
+    };
+    // Outside lockdep, with interrupts as the caller had them: the hook may
+    // print at length, or panic.
+    kernel::lockdep_report(&report);
+    // The lock is taken after all: record it (unless checking stopped).
+    with_cpu(|cpu, _| {
+        // Relaxed: as above.
+        if ENABLED.load(Ordering::Relaxed) && cpu.depth < MAX_LOCK_DEPTH {
+            cpu.held[cpu.depth] = entry;
+            cpu.depth += 1;
+        }
+    });
+}
+
+/// The checks of one acquisition; pushes the entry unless there is a
+/// report (then the caller pushes it once the report is out).
+fn check(
+    cpu: &mut CpuState,
+    id: usize,
+    map: &Map,
+    entry: &mut Held,
+    irqs_on: bool,
+) -> Option<Report> {
+    let mut graph: Option<GraphGuard> = None;
+    if cpu.depth == MAX_LOCK_DEPTH {
+        let g = lock(&mut graph);
+        if !disable(g) {
+            return None;
+        }
+        let mut report = Report::new(ReportKind::TooDeep, id);
+        report.lock = Some(Site {
+            class: describe_map(map, entry.subclass),
+            at: entry.at,
+        });
+        fill_held(&mut report, cpu, g);
+        return Some(report);
+    }
+    let class = match class_of(map, entry.subclass, &mut graph) {
+        Ok(class) => class,
+        Err(full) => {
+            let class = describe_map(map, entry.subclass);
+            return table_full(full, lock(&mut graph), class, entry.at, id);
+        }
+    };
+    entry.class = class;
+    let held = &cpu.held[..cpu.depth];
+    let try_lock = entry.flags & TRY != 0;
+    let in_irq = entry.flags & IN_HANDLER != 0;
+    let mut report = None;
+
+    // 1. Recursion: this class already held (in any context: a handler
+    // spinning on a lock its interrupted code holds is a deadlock too).
+    let mut recursion = false;
+    if !try_lock && let Some(prev) = held.iter().rev().find(|h| h.class == class) {
+        recursion = true;
+        let same = prev.map == entry.map;
+        if same || graph::usage(class) & RECURSION_REPORTED == 0 {
+            let g = lock(&mut graph);
+            if same || graph::usage(class) & RECURSION_REPORTED == 0 {
+                g.mark(class, RECURSION_REPORTED);
+                let mut r = Report::new(ReportKind::Recursion, id);
+                r.lock = Some(Site {
+                    class: g.describe(class),
+                    at: entry.at,
+                });
+                r.other = Some(Site {
+                    class: g.describe(prev.class),
+                    at: prev.at,
+                });
+                r.flag = same;
+                report = Some(r);
+            }
+        }
+    }
+
+    // 2. Interrupt usage: in a handler (try-locks never wait, so they do
+    // not count) or with interrupts enabled; both is an inversion.
+    let need = if in_irq {
+        if try_lock { 0 } else { IN_IRQ }
+    } else if irqs_on {
+        IRQS_ON
+    } else {
+        0
+    };
+    if need != 0 && graph::usage(class) & need == 0 {
+        let g = lock(&mut graph);
+        let usage = graph::usage(class);
+        if usage & need == 0 {
+            let slot = g.slot_mut(class);
+            let other_at = if need == IN_IRQ {
+                slot.irq_at = entry.at;
+                slot.irqs_on_at
+            } else {
+                slot.irqs_on_at = entry.at;
+                slot.irq_at
+            };
+            let other = if need == IN_IRQ { IRQS_ON } else { IN_IRQ };
+            let mut bits = need;
+            if usage & other != 0 && usage & INVERSION_REPORTED == 0 {
+                bits |= INVERSION_REPORTED;
+                if report.is_none() {
+                    let c = g.describe(class);
+                    let mut r = Report::new(ReportKind::IrqInversion, id);
+                    r.lock = Some(Site {
+                        class: c,
+                        at: entry.at,
+                    });
+                    r.other = Some(Site {
+                        class: c,
+                        at: other_at,
+                    });
+                    // `other` is the use in a handler.
+                    r.flag = need == IRQS_ON;
+                    report = Some(r);
+                }
+            }
+            g.mark(class, bits);
+        }
+    }
+
+    // 3. Dependencies: held class -> this class, for the lock on top of
+    // the stack and those under it down to the first that was not a
+    // try-lock (the earlier ones already lead to it), in this context
+    // only. A try-lock adds none: it cannot wait.
+    if !try_lock && !recursion {
+        for prev in held.iter().rev() {
+            if prev.flags & IN_HANDLER != entry.flags & IN_HANDLER {
+                break;
+            }
+            if !graph::edge_known(prev.class, class) {
+                let g = lock(&mut graph);
+                if !graph::edge_known(prev.class, class) {
+                    if report.is_none() {
+                        report = cycle(g, prev, entry, id);
+                    }
+                    if let Err(full) = g.add_edge(prev.class, class, prev.at, entry.at) {
+                        let c = g.describe(class);
+                        return table_full(full, g, c, entry.at, id);
+                    }
+                }
+            }
+            if prev.flags & TRY == 0 {
+                break;
+            }
+        }
+    }
+
+    if report.is_none() {
+        cpu.held[cpu.depth] = *entry;
+        cpu.depth += 1;
+    }
+    report
+}
+
+/// A cycle report if `entry`'s class already leads to `prev`'s.
+fn cycle(g: &mut GraphGuard, prev: &Held, entry: &Held, id: usize) -> Option<Report> {
+    let mut path = [0u16; REPORT_CHAIN];
+    let len = g.path(entry.class, prev.class, &mut path)?;
+    let mut r = Report::new(ReportKind::Cycle, id);
+    r.lock = Some(Site {
+        class: g.describe(entry.class),
+        at: entry.at,
+    });
+    r.other = Some(Site {
+        class: g.describe(prev.class),
+        at: prev.at,
+    });
+    // The edge being added, then the path back.
+    r.chain[0] = Some(Link {
+        from: g.describe(prev.class),
+        to: g.describe(entry.class),
+        from_at: prev.at,
+        to_at: entry.at,
+    });
+    let kept = len.min(REPORT_CHAIN);
+    for i in 1..kept {
+        let (from, to) = (path[i - 1], path[i]);
+        let (from_at, to_at) = g.edge_info(from, to);
+        r.chain[i] = Some(Link {
+            from: g.describe(from),
+            to: g.describe(to),
+            from_at,
+            to_at,
+        });
+    }
+    r.chain_len = len;
+    Some(r)
+}
+
+fn table_full(
+    full: Full,
+    g: &mut GraphGuard,
+    class: Class,
+    at: Option<Loc>,
+    id: usize,
+) -> Option<Report> {
+    if !disable(g) {
+        return None;
+    }
+    let mut r = Report::new(ReportKind::TableFull, id);
+    r.lock = Some(Site { class, at });
+    (r.what, r.limit) = match full {
+        Full::Classes => ("class", MAX_CLASSES),
+        Full::Dependencies => ("dependency", MAX_DEPENDENCIES),
+    };
+    Some(r)
+}
+
+fn fill_held(report: &mut Report, cpu: &CpuState, g: &GraphGuard) {
+    for (slot, held) in report.held.iter_mut().zip(&cpu.held[..cpu.depth]) {
+        *slot = Some(Site {
+            class: g.describe(held.class),
+            at: held.at,
+        });
+    }
+    report.held_len = cpu.depth;
+}
+
+/// Records a release (see [`Map::release`]).
+pub(super) fn release(map: &Map, at: Loc) {
+    let addr = addr(map);
+    let report = with_cpu(|cpu, id| {
+        let depth = cpu.depth;
+        match cpu.held[..depth].iter().rposition(|h| h.map == addr) {
+            Some(i) => {
+                cpu.held.copy_within(i + 1..depth, i);
+                cpu.depth -= 1;
+                None
+            }
+            // Relaxed: once checking stopped, locks taken since are not on
+            // the stack.
+            None if ENABLED.load(Ordering::Relaxed) => {
+                let mut r = Report::new(ReportKind::BadUnlock, id);
+                r.lock = Some(Site {
+                    class: describe_map(map, 0),
+                    at: Some(at),
+                });
+                Some(r)
+            }
+            None => None,
+        }
+    });
+    if let Some(Some(report)) = report {
+        kernel::lockdep_report(&report);
+    }
+}
+
+/// A lock's `Map` is going away (or changing class): a per-instance class
+/// is freed with everything recorded about it.
+pub(super) fn forget(map: &Map) {
+    if !matches!(map.key(), MapKey::Instance) {
+        return;
+    }
+    // Relaxed: the caller has the map exclusively (`&mut` or drop).
+    let cached = map.class_cache().load(Ordering::Relaxed);
+    if cached == 0 {
+        return;
+    }
+    let flags = kernel::irq_save_raw();
+    {
+        let mut g = GraphGuard::lock();
+        if let Some(key) = g.key_of((cached - 1) as u16) {
+            g.free_instance(key);
+        }
+    }
+    // SAFETY: the matching save, just above.
+    unsafe { kernel::irq_restore_raw(flags) };
+}
+
+/// The number of locks this CPU holds.
+pub(super) fn held_lock_count() -> usize {
+    with_cpu(|cpu, _| cpu.depth).unwrap_or(0)
+}
+
+/// Reports if this CPU holds locks.
+pub(super) fn assert_no_locks_held(what: &'static str, at: Loc) {
+    // Relaxed: as in `acquire`.
+    if !ENABLED.load(Ordering::Relaxed) {
+        return;
+    }
+    let report = with_cpu(|cpu, id| {
+        if cpu.depth == 0 {
+            return None;
+        }
+        let g = GraphGuard::lock();
+        let mut r = Report::new(ReportKind::LocksHeld, id);
+        r.what = what;
+        r.at = Some(at);
+        fill_held(&mut r, cpu, &g);
+        Some(r)
+    });
+    if let Some(Some(report)) = report {
+        kernel::lockdep_report(&report);
+    }
+}

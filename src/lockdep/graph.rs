@@ -1,0 +1,488 @@
+//! The shared tables: lock classes, the dependency graph and its search.
+//!
+//! * `classes`: one slot per class (a key and a subclass), with where it
+//!   was first taken and its first uses in and out of interrupt handlers.
+//!   Keyed classes are found through `hash` (open addressing, linear
+//!   probing, deletion by backward shift); freed per-instance classes go
+//!   on a free stack.
+//! * `ADJ`: the dependency matrix, one bit per (held class, taken class).
+//!   It is read without the graph lock by the acquisition fast path (is
+//!   this order already known?); only the graph lock's holder writes it,
+//!   with plain loads and stores (no read-modify-write, so targets without
+//!   compare-and-swap need nothing special).
+//! * `edges`: where each dependency was first seen, for reports only.
+//! * `USAGE`: per-class bits, read without the lock, written under it.
+//!
+//! Everything here is reached through [`GraphGuard`], the graph lock: a
+//! spin flag that lockdep does not track, taken only with interrupts
+//! masked (by the engine), so it can neither recurse nor be interrupted by
+//! a handler that takes it.
+
+use core::cell::UnsafeCell;
+use core::ops::{Deref, DerefMut};
+
+use super::report::{Class, Loc, Name};
+use super::{LockClassKey, MAX_CLASSES, MAX_DEPENDENCIES, MAX_SUBCLASSES};
+use crate::sync::{AtomicBool, AtomicU32, Ordering, spin_loop};
+
+/// Words of one row of the dependency matrix.
+const WORDS: usize = MAX_CLASSES.div_ceil(32);
+/// Slots of the class hash table: at most half full.
+const HASH: usize = (2 * MAX_CLASSES).next_power_of_two();
+
+// Class indices are `u16` (with one value to spare for "none").
+const _: () = assert!(MAX_CLASSES < u16::MAX as usize);
+
+/// Usage bit: taken in an interrupt handler (not by a try-lock).
+pub(super) const IN_IRQ: u32 = 1 << 0;
+/// Usage bit: taken with interrupts enabled.
+pub(super) const IRQS_ON: u32 = 1 << 1;
+/// A recursion on this class was reported.
+pub(super) const RECURSION_REPORTED: u32 = 1 << 2;
+/// An interrupt inversion on this class was reported.
+pub(super) const INVERSION_REPORTED: u32 = 1 << 3;
+
+/// A class's identity: its key and subclass.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Key {
+    /// Built at this location.
+    Location(Loc),
+    /// An explicit key (by address).
+    Named(&'static LockClassKey),
+    /// A lock of its own class, at this address when first taken.
+    Instance(usize),
+}
+
+impl Key {
+    /// Whether two keys are the same class. Locations compare by value:
+    /// one call site may be materialised more than once (inlining,
+    /// codegen units).
+    fn same(self, other: Key) -> bool {
+        match (self, other) {
+            (Key::Location(a), Key::Location(b)) => {
+                a.line() == b.line() && a.column() == b.column() && a.file() == b.file()
+            }
+            (Key::Named(a), Key::Named(b)) => core::ptr::eq(a, b),
+            (Key::Instance(a), Key::Instance(b)) => a == b,
+            _ => false,
+        }
+    }
+
+    fn hash(self, subclass: u8) -> usize {
+        let h = match self {
+            Key::Location(l) => {
+                (l.line() as usize).wrapping_mul(0x9e37_79b9)
+                    ^ (l.column() as usize) << 7
+                    ^ l.file().len()
+            }
+            Key::Named(k) => core::ptr::from_ref(k) as usize >> 3,
+            Key::Instance(a) => a >> 3,
+        };
+        (h ^ (subclass as usize).wrapping_mul(0x85eb_ca6b)).wrapping_mul(0x2545_f491) >> 5
+    }
+
+    fn name(self) -> Name {
+        match self {
+            Key::Location(l) => Name::Location(l),
+            Key::Named(k) => Name::Named(k.name()),
+            Key::Instance(a) => Name::Instance(a),
+        }
+    }
+}
+
+#[derive(Clone, Copy)]
+pub(super) struct ClassSlot {
+    /// `None`: free.
+    pub(super) key: Option<Key>,
+    pub(super) subclass: u8,
+    /// First taken in an interrupt handler, here.
+    pub(super) irq_at: Option<Loc>,
+    /// First taken with interrupts enabled, here.
+    pub(super) irqs_on_at: Option<Loc>,
+}
+
+impl ClassSlot {
+    const FREE: Self = Self {
+        key: None,
+        subclass: 0,
+        irq_at: None,
+        irqs_on_at: None,
+    };
+}
+
+/// Where a dependency was first seen.
+#[derive(Clone, Copy)]
+pub(super) struct Edge {
+    pub(super) from: u16,
+    pub(super) to: u16,
+    pub(super) used: bool,
+    pub(super) from_at: Option<Loc>,
+    pub(super) to_at: Option<Loc>,
+}
+
+impl Edge {
+    const FREE: Self = Self {
+        from: 0,
+        to: 0,
+        used: false,
+        from_at: None,
+        to_at: None,
+    };
+}
+
+/// Why a table refused an entry.
+#[derive(Clone, Copy, Debug)]
+pub(super) enum Full {
+    Classes,
+    Dependencies,
+}
+
+pub(super) struct Graph {
+    classes: [ClassSlot; MAX_CLASSES],
+    /// Class index + 1, 0 = empty.
+    hash: [u16; HASH],
+    /// Classes never used are `next_unused..`; freed ones are on `free`.
+    next_unused: usize,
+    free: [u16; MAX_CLASSES],
+    free_len: usize,
+    edges: [Edge; MAX_DEPENDENCIES],
+    /// Edges `..edge_high` have been used at least once.
+    edge_high: usize,
+    edge_live: usize,
+    // Search scratch space (breadth-first, from the new class).
+    visited: [u32; WORDS],
+    parent: [u16; MAX_CLASSES],
+    queue: [u16; MAX_CLASSES],
+}
+
+struct Shared {
+    locked: AtomicBool,
+    graph: UnsafeCell<Graph>,
+}
+
+// SAFETY: `graph` is only reached through a `GraphGuard`, which holds
+// `locked`: one context at a time.
+unsafe impl Sync for Shared {}
+
+static SHARED: Shared = Shared {
+    locked: AtomicBool::new(false),
+    graph: UnsafeCell::new(Graph {
+        classes: [ClassSlot::FREE; MAX_CLASSES],
+        hash: [0; HASH],
+        next_unused: 0,
+        free: [0; MAX_CLASSES],
+        free_len: 0,
+        edges: [Edge::FREE; MAX_DEPENDENCIES],
+        edge_high: 0,
+        edge_live: 0,
+        visited: [0; WORDS],
+        parent: [0; MAX_CLASSES],
+        queue: [0; MAX_CLASSES],
+    }),
+};
+
+/// The dependency matrix: bit `to` of row `from` is set once class `to`
+/// has been taken while `from` was held.
+static ADJ: [[AtomicU32; WORDS]; MAX_CLASSES] =
+    [const { [const { AtomicU32::new(0) }; WORDS] }; MAX_CLASSES];
+
+/// Per-class usage bits (`IN_IRQ`, ...).
+static USAGE: [AtomicU32; MAX_CLASSES] = [const { AtomicU32::new(0) }; MAX_CLASSES];
+
+/// Whether the order `from -> to` is already recorded. Lock-free: a stale
+/// `false` only sends the caller to the graph lock, which looks again.
+#[inline]
+pub(super) fn edge_known(from: u16, to: u16) -> bool {
+    let (word, bit) = (to as usize / 32, to as usize % 32);
+    // Relaxed: the bit is only a hint here (see above); everything that
+    // acts on it runs under the graph lock, whose Acquire orders it.
+    ADJ[from as usize][word].load(Ordering::Relaxed) & (1 << bit) != 0
+}
+
+/// A class's usage bits. Lock-free, as [`edge_known`].
+#[inline]
+pub(super) fn usage(class: u16) -> u32 {
+    // Relaxed: a hint, re-read under the graph lock before acting.
+    USAGE[class as usize].load(Ordering::Relaxed)
+}
+
+/// The graph lock, held.
+pub(super) struct GraphGuard(());
+
+impl GraphGuard {
+    /// Takes the graph lock. The caller has interrupts masked.
+    pub(super) fn lock() -> Self {
+        // Acquire pairs with the Release store in `drop`: the previous
+        // holder's table updates are visible.
+        while SHARED
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_err()
+        {
+            while SHARED.locked.load(Ordering::Relaxed) {
+                spin_loop();
+            }
+        }
+        GraphGuard(())
+    }
+}
+
+impl Drop for GraphGuard {
+    fn drop(&mut self) {
+        // Release pairs with the Acquire in `lock`.
+        SHARED.locked.store(false, Ordering::Release);
+    }
+}
+
+impl Deref for GraphGuard {
+    type Target = Graph;
+    fn deref(&self) -> &Graph {
+        // SAFETY: the guard holds the graph lock (see `Shared`).
+        unsafe { &*SHARED.graph.get() }
+    }
+}
+
+impl DerefMut for GraphGuard {
+    fn deref_mut(&mut self) -> &mut Graph {
+        // SAFETY: the guard holds the graph lock and is borrowed mutably.
+        unsafe { &mut *SHARED.graph.get() }
+    }
+}
+
+impl Graph {
+    fn find(&self, key: Key, subclass: u8) -> Result<u16, usize> {
+        let mut i = key.hash(subclass) & (HASH - 1);
+        loop {
+            match self.hash[i] {
+                0 => return Err(i),
+                c => {
+                    let slot = &self.classes[c as usize - 1];
+                    if slot.subclass == subclass && slot.key.is_some_and(|k| k.same(key)) {
+                        return Ok(c - 1);
+                    }
+                }
+            }
+            i = (i + 1) & (HASH - 1);
+        }
+    }
+
+    /// The class of `(key, subclass)`, registered if new.
+    pub(super) fn class(&mut self, key: Key, subclass: u8) -> Result<u16, Full> {
+        let hole = match self.find(key, subclass) {
+            Ok(class) => return Ok(class),
+            Err(hole) => hole,
+        };
+        let class = if self.free_len > 0 {
+            self.free_len -= 1;
+            self.free[self.free_len]
+        } else if self.next_unused < MAX_CLASSES {
+            self.next_unused += 1;
+            (self.next_unused - 1) as u16
+        } else {
+            return Err(Full::Classes);
+        };
+        self.classes[class as usize] = ClassSlot {
+            key: Some(key),
+            subclass,
+            irq_at: None,
+            irqs_on_at: None,
+        };
+        self.hash[hole] = class + 1;
+        Ok(class)
+    }
+
+    /// The key a class was registered with.
+    pub(super) fn key_of(&self, class: u16) -> Option<Key> {
+        self.classes[class as usize].key
+    }
+
+    /// How a report names `class`.
+    pub(super) fn describe(&self, class: u16) -> Class {
+        let slot = &self.classes[class as usize];
+        Class {
+            name: slot.key.map_or(Name::Named("?"), Key::name),
+            subclass: slot.subclass,
+        }
+    }
+
+    pub(super) fn slot_mut(&mut self, class: u16) -> &mut ClassSlot {
+        &mut self.classes[class as usize]
+    }
+
+    /// Sets usage bits of `class`.
+    pub(super) fn mark(&mut self, class: u16, bits: u32) {
+        let old = USAGE[class as usize].load(Ordering::Relaxed);
+        // Relaxed: readers use the bits as hints (see `usage`); the graph
+        // lock orders every decision taken on them.
+        USAGE[class as usize].store(old | bits, Ordering::Relaxed);
+    }
+
+    /// Frees the classes of a per-instance key (every subclass) when its
+    /// lock is dropped: its edges, usage and hash entries go.
+    pub(super) fn free_instance(&mut self, key: Key) {
+        for subclass in 0..MAX_SUBCLASSES {
+            if let Ok(class) = self.find(key, subclass) {
+                self.free_class(class);
+            }
+        }
+    }
+
+    fn free_class(&mut self, class: u16) {
+        // Unhash (backward-shift deletion keeps every probe chain whole).
+        let slot = self.classes[class as usize];
+        let Some(key) = slot.key else { return };
+        let mut hole = key.hash(slot.subclass) & (HASH - 1);
+        while self.hash[hole] != class + 1 {
+            if self.hash[hole] == 0 {
+                return;
+            }
+            hole = (hole + 1) & (HASH - 1);
+        }
+        self.hash[hole] = 0;
+        let mut i = (hole + 1) & (HASH - 1);
+        while self.hash[i] != 0 {
+            let c = self.hash[i] - 1;
+            let slot = &self.classes[c as usize];
+            let home = slot.key.expect("a hashed class").hash(slot.subclass) & (HASH - 1);
+            // Move the entry into the hole unless its home lies
+            // (cyclically) after the hole and at or before `i`.
+            let stays = if hole <= i {
+                hole < home && home <= i
+            } else {
+                hole < home || home <= i
+            };
+            if !stays {
+                self.hash[hole] = self.hash[i];
+                self.hash[i] = 0;
+                hole = i;
+            }
+            i = (i + 1) & (HASH - 1);
+        }
+        // Forget its dependencies, both ways.
+        let (word, bit) = (class as usize / 32, class as usize % 32);
+        for (from, row) in ADJ.iter().enumerate() {
+            if from == class as usize {
+                for w in row {
+                    w.store(0, Ordering::Relaxed);
+                }
+            } else {
+                let old = row[word].load(Ordering::Relaxed);
+                if old & (1 << bit) != 0 {
+                    row[word].store(old & !(1 << bit), Ordering::Relaxed);
+                }
+            }
+        }
+        for edge in &mut self.edges[..self.edge_high] {
+            if edge.used && (edge.from == class || edge.to == class) {
+                edge.used = false;
+                self.edge_live -= 1;
+            }
+        }
+        USAGE[class as usize].store(0, Ordering::Relaxed);
+        self.classes[class as usize] = ClassSlot::FREE;
+        self.free[self.free_len] = class;
+        self.free_len += 1;
+    }
+
+    /// Records `from -> to`, first seen with `from` taken at `from_at` and
+    /// `to` at `to_at`.
+    pub(super) fn add_edge(
+        &mut self,
+        from: u16,
+        to: u16,
+        from_at: Option<Loc>,
+        to_at: Option<Loc>,
+    ) -> Result<(), Full> {
+        if self.edge_live == MAX_DEPENDENCIES {
+            return Err(Full::Dependencies);
+        }
+        let index = if self.edge_high < MAX_DEPENDENCIES {
+            self.edge_high += 1;
+            self.edge_high - 1
+        } else {
+            self.edges
+                .iter()
+                .position(|e| !e.used)
+                .expect("edge_live < MAX_DEPENDENCIES")
+        };
+        self.edges[index] = Edge {
+            from,
+            to,
+            used: true,
+            from_at,
+            to_at,
+        };
+        self.edge_live += 1;
+        let (word, bit) = (to as usize / 32, to as usize % 32);
+        let cell = &ADJ[from as usize][word];
+        // Relaxed: see `edge_known`; the matrix is written only here and in
+        // `free_class`, under the graph lock.
+        cell.store(cell.load(Ordering::Relaxed) | 1 << bit, Ordering::Relaxed);
+        Ok(())
+    }
+
+    /// Where `from -> to` was first seen.
+    pub(super) fn edge_info(&self, from: u16, to: u16) -> (Option<Loc>, Option<Loc>) {
+        self.edges[..self.edge_high]
+            .iter()
+            .find(|e| e.used && e.from == from && e.to == to)
+            .map_or((None, None), |e| (e.from_at, e.to_at))
+    }
+
+    /// Breadth-first search for a path `from -> ... -> to`. On success,
+    /// `path` gets its classes in order (`from` first, `to` last; at most
+    /// `path.len()` of them, the length is returned).
+    pub(super) fn path(&mut self, from: u16, to: u16, path: &mut [u16]) -> Option<usize> {
+        self.visited = [0; WORDS];
+        self.visited[from as usize / 32] |= 1 << (from % 32);
+        self.queue[0] = from;
+        let (mut head, mut tail) = (0, 1);
+        let mut found = from == to;
+        while head < tail && !found {
+            let node = self.queue[head];
+            head += 1;
+            for (w, cell) in ADJ[node as usize].iter().enumerate() {
+                let mut bits = cell.load(Ordering::Relaxed) & !self.visited[w];
+                while bits != 0 {
+                    let next = (w * 32 + bits.trailing_zeros() as usize) as u16;
+                    bits &= bits - 1;
+                    self.visited[w] |= 1 << (next % 32);
+                    self.parent[next as usize] = node;
+                    if next == to {
+                        found = true;
+                        break;
+                    }
+                    self.queue[tail] = next;
+                    tail += 1;
+                }
+                if found {
+                    break;
+                }
+            }
+        }
+        if !found {
+            return None;
+        }
+        // Walk back from `to`, then reverse what fits.
+        let mut len = 1;
+        let mut node = to;
+        while node != from {
+            node = self.parent[node as usize];
+            len += 1;
+        }
+        let keep = len.min(path.len());
+        let mut node = to;
+        let mut i = len;
+        while i > 0 {
+            i -= 1;
+            if i < keep {
+                path[i] = node;
+            }
+            if node == from {
+                break;
+            }
+            node = self.parent[node as usize];
+        }
+        Some(len)
+    }
+}

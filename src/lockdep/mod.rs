@@ -1,0 +1,578 @@
+//! lockdep: lock-order checking, Linux's lockdep for ksync's locks
+//! (feature `lockdep`, off by default).
+//!
+//! A deadlock between two CPUs needs an unlucky interleaving: CPU 0 holds
+//! `A` and waits for `B` at the very moment CPU 1 holds `B` and waits for
+//! `A`. Tests rarely hit that moment; a machine in the field eventually
+//! does. lockdep does not wait for it. It records, for every *class* of
+//! locks, which classes were held when it was taken, and reports a bug the
+//! first time a program takes locks in an order that *could* deadlock, even
+//! if this time nothing went wrong: once `A` then `B` has been seen
+//! anywhere, `B` then `A` anywhere is a report.
+//!
+//! # What it reports
+//!
+//! Every report goes to the kernel's
+//! [`Kernel::lockdep_report`](crate::kernel::Kernel::lockdep_report) hook
+//! (default: `defmt` when that feature is on, then a panic with the
+//! report). The [`Report`] implements `Display`; its [`kind`](Report::kind)
+//! says which of these it is:
+//!
+//! * [`Cycle`](ReportKind::Cycle): taking a lock adds an edge "held class
+//!   -> new class" that closes a cycle in the dependency graph (`A -> B`
+//!   seen, now `B -> A`; or `A -> B -> C` seen, now `C -> A`). Found by a
+//!   breadth-first search from the new class when an edge is added for the
+//!   first time, so each order is checked once, not at every acquisition.
+//! * [`IrqInversion`](ReportKind::IrqInversion): a class is taken in an
+//!   interrupt handler and also, elsewhere, with interrupts enabled. The
+//!   handler can interrupt the second holder on its own CPU and spin
+//!   forever. It needs the kernel to say when it runs a handler
+//!   ([`Kernel::in_interrupt`](crate::kernel::Kernel::in_interrupt)).
+//! * [`Recursion`](ReportKind::Recursion): a CPU takes a lock of a class
+//!   it already holds: the same lock (a certain deadlock) or another lock
+//!   of the class, which deadlocks against a CPU nesting the two the other
+//!   way round. Deliberate, ordered nesting says so with a *subclass*
+//!   (`lock_nested`, below).
+//! * [`BadUnlock`](ReportKind::BadUnlock): a CPU releases a lock it does
+//!   not hold.
+//! * [`LocksHeld`](ReportKind::LocksHeld): [`assert_no_locks_held`] found
+//!   held locks (RCU's `synchronize` and `barrier` ask it: waiting for a
+//!   grace period with a spinlock held can wait forever).
+//! * [`TableFull`](ReportKind::TableFull) and
+//!   [`TooDeep`](ReportKind::TooDeep): a fixed table ran out (below);
+//!   checking turns itself off for good after this one report, and the
+//!   locks go on working.
+//!
+//! Each distinct problem is reported once: a closing edge is recorded after
+//! its report (the same order again finds the edge known), a class's
+//! interrupt inversion and its recursion are reported once per class.
+//!
+//! # Lock classes
+//!
+//! lockdep reasons about classes, not individual locks: the thousand
+//! dentries' locks are one class, so an order seen between two dentries'
+//! locks on one CPU is checked against every other pair. A lock's class is
+//! chosen when the lock is built, in this order:
+//!
+//! 1. An explicit key: a lock given a [`LockClassKey`] (made with
+//!    [`lock_class!`](crate::lock_class), Linux's `lockdep_set_class` and
+//!    Rust-for-Linux's `static_lock_class!`) belongs to that key's class,
+//!    named by the key's name: `set_lock_class` on [`LockRef`](crate::LockRef),
+//!    [`SeqLock`](crate::seqlock::SeqLock) and
+//!    [`BrLock`](crate::brlock::BrLock), or [`Map::with_key`].
+//! 2. The constructor's call site: `new` (and `from_fn`, `default`) are
+//!    `#[track_caller]` in `lockdep` builds, so every lock built by one
+//!    line of source shares a class, named `file:line:column`. A lock in a
+//!    `static` is built by its own initialiser, so it is its own class;
+//!    locks embedded in objects made by one constructor function share the
+//!    class of the line in that function. (`Location::caller` is `const`,
+//!    so this works in `const fn new` and in `static`s.)
+//! 3. The lock itself ([`Map::per_instance`]): for constructors that have
+//!    no call site to offer, such as `lock_api`'s `RawMutex::INIT`
+//!    constant. The class is registered on the first acquisition (named
+//!    by the lock's address then) and freed when the lock is dropped.
+//!
+//! A *subclass* (`0..MAX_SUBCLASSES`, Linux's `spin_lock_nested`) splits a
+//! class for deliberate nesting: taking a parent's lock with subclass 0 and
+//! a child's with subclass 1 records the order "class/0 -> class/1" and is
+//! not recursion. [`LockRef::lock_nested`](crate::LockRef::lock_nested) takes one.
+//!
+//! # Where it runs, and what it costs
+//!
+//! Every lock has a [`Map`] field: with the feature off a zero-sized type
+//! whose methods are empty, so the lock is byte for byte what it is without
+//! lockdep (`tests/lockdep_size.rs` checks the sizes; the calls compile to
+//! nothing). With it on, a `Map` holds the class key and a cached class
+//! index (24 bytes), and each acquisition:
+//!
+//! 1. asks the kernel whether it is in an interrupt handler and whether
+//!    interrupts are masked, then masks them itself and looks up this
+//!    CPU's *held-lock stack* (at most [`MAX_LOCK_DEPTH`] entries, one
+//!    stack per CPU, no allocation);
+//! 2. checks the stack for the class (recursion), and the class's usage
+//!    bits (interrupt inversion);
+//! 3. for the lock on top of the stack (and those under it down to the
+//!    first one that was not try-locked, as Linux does) checks the bit
+//!    "held class -> this class" in the dependency matrix;
+//! 4. pushes the new entry.
+//!
+//! Only what is new (a class's first use, a usage bit or an edge seen for
+//! the first time) takes the engine's graph lock: a plain spin flag that
+//! lockdep does not track, taken with interrupts masked, so lockdep never
+//! recurses into itself. An order seen before costs a few loads. A release
+//! pops its entry from this CPU's stack (any entry: locks may be released
+//! out of order). `benches/lockdep.rs` measures it: see the README.
+//!
+//! lockdep runs on the kernel's hooks ([`set_kernel!`](crate::set_kernel)):
+//! this CPU's id, its interrupt masking, and two hooks of its own,
+//! [`in_interrupt`](crate::kernel::Kernel::in_interrupt) and
+//! [`irqs_disabled`](crate::kernel::Kernel::irqs_disabled). Those hooks
+//! must not take ksync locks (lockdep turns a nested call away, and the
+//! lock goes unrecorded). Masking done through ksync (the IRQ-saving locks
+//! and every [`IrqState`](crate::kernel::irq::IrqState), kernel hooks or
+//! [`ArchIrq`](crate::kernel::irq::ArchIrq)) is counted per CPU, so a plain
+//! lock taken inside `IrqState::save()` counts as taken with interrupts
+//! off.
+//!
+//! Acquisitions are recorded *before* a lock spins, so a real deadlock is
+//! reported before it hangs; try-locks are recorded once they succeed, and
+//! add no edge into the try-locked class (a try-lock cannot wait).
+//! Dependencies are only recorded between locks taken in the same context:
+//! locks taken by an interrupt handler do not depend on those held by the
+//! code it interrupted (as in Linux, whose IRQ-usage rules cover that
+//! case).
+//!
+//! # Fixed tables
+//!
+//! Everything lives in static tables sized at build time:
+//!
+//! | table | size | set with |
+//! |---|---|---|
+//! | classes | [`MAX_CLASSES`] (256) | `KSYNC_LOCKDEP_CLASSES` |
+//! | dependencies (edges) | [`MAX_DEPENDENCIES`] (8 per class) | `KSYNC_LOCKDEP_DEPENDENCIES` |
+//! | held locks per CPU | [`MAX_LOCK_DEPTH`] (48, Linux's) | fixed |
+//! | dependency matrix | one bit per pair of classes (8 KiB at 256) | follows the classes |
+//!
+//! (set the variables like `KSYNC_MAX_CPUS`, e.g. in the kernel's
+//! `.cargo/config.toml` under `[env]`). At the defaults and 64 CPUs the
+//! tables take about 150 KiB. A full table is reported once and turns
+//! checking off; nothing is overwritten.
+//!
+//! # Reading a report
+//!
+//! A cycle, from `tests/lockdep.rs`: the `static`s `A` (line 57) and `B`
+//! (line 58) are two classes; CPU 0 took `A` then `B` (lines 71, 72) and
+//! released both; later CPU 1 took `B` (line 81) and is now taking `A`
+//! (line 83). Nothing hung, yet:
+//!
+//! ```text
+//! ksync lockdep: possible circular locking dependency, on CPU 1
+//!   taking   class tests/lockdep.rs:57:21 at tests/lockdep.rs:83:20
+//!   holding  class tests/lockdep.rs:58:21 at tests/lockdep.rs:81:20
+//!   which closes this cycle of lock classes (each edge "held -> taken" where it was first seen):
+//!     #0 tests/lockdep.rs:58:21 -> tests/lockdep.rs:57:21
+//!          tests/lockdep.rs:58:21 taken at tests/lockdep.rs:81:20, then tests/lockdep.rs:57:21 at tests/lockdep.rs:83:20
+//!     #1 tests/lockdep.rs:57:21 -> tests/lockdep.rs:58:21
+//!          tests/lockdep.rs:57:21 taken at tests/lockdep.rs:71:24, then tests/lockdep.rs:58:21 at tests/lockdep.rs:72:24
+//!   a CPU following one edge while another follows the rest deadlocks: take these locks in one order
+//! ```
+//!
+//! * A class is named by where its locks are built: `file:line:column` of
+//!   the `new` call (here the two `static`s' initialisers), or its key's
+//!   name in quotes (`"inode"`); `/1` after it is a subclass. A lock of
+//!   its own class is `lock@<address>`.
+//! * `taking` is the acquisition that found the bug (its class, then where
+//!   it is being taken), `holding` the held lock it would depend on.
+//! * The cycle lists edges "held class -> class taken while holding it".
+//!   Edge `#0` is the one being added now; the others are the path that
+//!   already led from the class being taken back to the held one, each
+//!   with the two places where it was seen first (the outer lock taken
+//!   here, then the inner one there). Follow them in the source: every
+//!   edge is a place that nests two locks.
+//! * To fix it, pick one order and change the code of one edge (here: take
+//!   `A` before `B` at lines 81-83), or, if the two are locks of one class
+//!   that nest in a fixed order (parent before child), take the inner one
+//!   with a subclass.
+//!
+//! The other reports follow the same pattern: a headline naming the bug and
+//! the CPU, then `taking`/`holding` (recursion), the use in a handler and
+//! the use with interrupts enabled (interrupt inversion), or the list of
+//! held locks (`LocksHeld`, `TooDeep`), each with its class and location.
+//!
+//! # For lock implementers
+//!
+//! [`LockRef`](crate::LockRef) records only when its lock is taken
+//! ([`lock`](crate::LockRef::lock), and the lockless operations' fallbacks
+//! to the lock); its lockless updates take no lock and record nothing, as
+//! in Linux.
+//!
+//! A lock joins in with a [`Map`] field and three calls:
+//! [`Map::acquire`] before it spins (or after a try-lock succeeded, with
+//! `try_lock` set), [`Map::release`] when it unlocks, or
+//! [`Map::acquire_guard`], whose [`Acquired`] guard releases on drop. The
+//! lock's `new` and locking methods carry
+//! `#[cfg_attr(feature = "lockdep", track_caller)]`, so that classes and
+//! acquisitions are named by the user's source lines, and nothing changes
+//! without the feature.
+//!
+//! # Example
+//!
+//! ```
+//! use ksync::LockRef;
+//! use ksync::lockdep;
+//!
+//! struct Inode {
+//!     lockref: LockRef,
+//! }
+//!
+//! impl Inode {
+//!     fn new() -> Self {
+//!         let mut lockref = LockRef::new(1);
+//!         // Without this line, every inode's lock is the class of the
+//!         // `LockRef::new` line above; with it, the class is "inode".
+//!         lockref.set_lock_class(ksync::lock_class!("inode"));
+//!         Inode { lockref }
+//!     }
+//! }
+//!
+//! let (parent, child) = (Inode::new(), Inode::new());
+//! let _p = parent.lockref.lock();
+//! // Same class, nested on purpose, always parent first: a subclass.
+//! let _c = child.lockref.lock_nested(1);
+//! assert_eq!(lockdep::held_lock_count(), if cfg!(feature = "lockdep") { 2 } else { 0 });
+//! ```
+
+use core::fmt;
+#[cfg(not(feature = "lockdep"))]
+use core::marker::PhantomData;
+
+#[cfg(feature = "lockdep")]
+mod engine;
+#[cfg(feature = "lockdep")]
+mod graph;
+mod report;
+
+pub use report::{Class, Link, Report, ReportKind, Site};
+
+#[cfg(all(feature = "lockdep", feature = "test-hooks"))]
+pub(crate) use engine::cpu_offline;
+#[cfg(feature = "lockdep")]
+pub(crate) use engine::{irq_masked, irq_unmasking};
+
+/// The most locks one CPU may hold at once while lockdep checks (Linux's
+/// `MAX_LOCK_DEPTH`); one more is a [`TooDeep`](ReportKind::TooDeep)
+/// report and checking stops.
+pub const MAX_LOCK_DEPTH: usize = 48;
+
+/// The number of subclasses of a class (`0..MAX_SUBCLASSES`), as Linux's
+/// `MAX_LOCKDEP_SUBCLASSES`.
+pub const MAX_SUBCLASSES: u8 = 8;
+
+/// The number of lock classes lockdep can tell apart (every subclass
+/// counts): `KSYNC_LOCKDEP_CLASSES` at build time, 256 by default.
+pub const MAX_CLASSES: usize = match option_env!("KSYNC_LOCKDEP_CLASSES") {
+    Some(text) => parse_env(text, "KSYNC_LOCKDEP_CLASSES", 1 << 14),
+    None => 256,
+};
+
+/// The number of dependencies (edges "class A was held when class B was
+/// taken") lockdep records: `KSYNC_LOCKDEP_DEPENDENCIES` at build time,
+/// 8 per class by default.
+pub const MAX_DEPENDENCIES: usize = match option_env!("KSYNC_LOCKDEP_DEPENDENCIES") {
+    Some(text) => parse_env(text, "KSYNC_LOCKDEP_DEPENDENCIES", 1 << 20),
+    None => 8 * MAX_CLASSES,
+};
+
+const fn parse_env(text: &str, name: &str, max: usize) -> usize {
+    let bytes = text.as_bytes();
+    let mut value = 0usize;
+    let mut i = 0;
+    assert!(!bytes.is_empty(), "a KSYNC_LOCKDEP_* variable is empty");
+    while i < bytes.len() {
+        let digit = bytes[i];
+        assert!(
+            digit.is_ascii_digit(),
+            "KSYNC_LOCKDEP_* variables must be decimal numbers"
+        );
+        value = value * 10 + (digit - b'0') as usize;
+        assert!(value <= max, "a KSYNC_LOCKDEP_* variable is too large");
+        i += 1;
+    }
+    let _ = name;
+    assert!(value >= 2, "KSYNC_LOCKDEP_* variables must be at least 2");
+    value
+}
+
+/// An explicit lock class: every lock given this key (by `set_lock_class`
+/// or [`Map::with_key`]) belongs to one class, named `name` in reports.
+/// The key's address is its identity, so it lives in a `static`; make one
+/// with [`lock_class!`](crate::lock_class).
+#[doc(alias("lock_class_key", "static_lock_class"))]
+pub struct LockClassKey {
+    name: &'static str,
+}
+
+impl LockClassKey {
+    /// A key named `name`. Put it in a `static` (or leak it): two keys are
+    /// two classes even if their names are equal.
+    pub const fn new(name: &'static str) -> Self {
+        Self { name }
+    }
+
+    /// The name reports give the class.
+    pub const fn name(&self) -> &'static str {
+        self.name
+    }
+}
+
+impl fmt::Debug for LockClassKey {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_tuple("LockClassKey").field(&self.name).finish()
+    }
+}
+
+/// A `&'static` [`LockClassKey`] named by the argument, from a `static`
+/// this macro defines (each use of the macro is its own class), as
+/// Rust-for-Linux's `static_lock_class!`.
+///
+/// ```
+/// let mut lockref = ksync::LockRef::new(0);
+/// lockref.set_lock_class(ksync::lock_class!("dentry"));
+/// ```
+#[macro_export]
+macro_rules! lock_class {
+    ($name:expr) => {{
+        static KEY: $crate::lockdep::LockClassKey = $crate::lockdep::LockClassKey::new($name);
+        &KEY
+    }};
+}
+
+/// How this CPU's locks look to lockdep: the number of locks this CPU
+/// holds now (in every context; 0 without the feature or once checking
+/// stopped).
+#[doc(alias = "lockdep_depth")]
+#[inline]
+pub fn held_lock_count() -> usize {
+    #[cfg(feature = "lockdep")]
+    return engine::held_lock_count();
+    #[cfg(not(feature = "lockdep"))]
+    0
+}
+
+/// Reports ([`LocksHeld`](ReportKind::LocksHeld)) if this CPU holds any
+/// lock: for code that must not run under a spinlock, such as waiting for
+/// an RCU grace period. `what` names that code in the report. Does nothing
+/// without the feature.
+///
+/// ```
+/// ksync::lockdep::assert_no_locks_held("rcu::synchronize");
+/// ```
+#[doc(alias = "lockdep_assert_none_held_once")]
+#[cfg_attr(feature = "lockdep", track_caller)]
+#[inline]
+pub fn assert_no_locks_held(what: &'static str) {
+    #[cfg(feature = "lockdep")]
+    engine::assert_no_locks_held(what, core::panic::Location::caller());
+    #[cfg(not(feature = "lockdep"))]
+    let _ = what;
+}
+
+// ---- the per-lock field -------------------------------------------------------
+
+/// A lock's lockdep identity (Linux's `struct lockdep_map`): the field a
+/// lock carries to take part. Zero-sized, with empty methods, without the
+/// `lockdep` feature.
+///
+/// See the [module docs](self#for-lock-implementers) for how a lock uses
+/// it and [`Lock classes`](self#lock-classes) for how the class is chosen.
+///
+/// ```
+/// use ksync::lockdep::Map;
+///
+/// static MAP: Map = Map::new(); // its own class, named by this line
+/// MAP.acquire(0, false, false); // before spinning on the lock it tracks
+/// MAP.release(); // when unlocking it
+/// ```
+#[doc(alias = "lockdep_map")]
+pub struct Map {
+    #[cfg(feature = "lockdep")]
+    key: MapKey,
+    /// Index + 1 of the class of subclass 0, 0 until registered.
+    #[cfg(feature = "lockdep")]
+    class: crate::sync::AtomicU32,
+    #[cfg(not(feature = "lockdep"))]
+    _none: (),
+}
+
+/// Where a [`Map`]'s class comes from.
+#[cfg(feature = "lockdep")]
+#[derive(Clone, Copy, Debug)]
+pub(crate) enum MapKey {
+    /// The constructor's call site.
+    Location(&'static core::panic::Location<'static>),
+    /// An explicit key.
+    Named(&'static LockClassKey),
+    /// The lock itself.
+    Instance,
+}
+
+// Off, a `Map` costs nothing: the size check every lock relies on.
+#[cfg(not(feature = "lockdep"))]
+const _: () = assert!(size_of::<Map>() == 0 && size_of::<Acquired<'_>>() == 0);
+
+#[cfg(feature = "lockdep")]
+impl Map {
+    const fn with(key: MapKey) -> Self {
+        Self {
+            key,
+            class: crate::sync::AtomicU32::new(0),
+        }
+    }
+
+    /// A lock whose class is the caller's source location (the place the
+    /// lock is built: put `#[track_caller]` on its constructor).
+    #[track_caller]
+    pub const fn new() -> Self {
+        Self::with(MapKey::Location(core::panic::Location::caller()))
+    }
+
+    /// A lock of `key`'s class.
+    pub const fn with_key(key: &'static LockClassKey) -> Self {
+        Self::with(MapKey::Named(key))
+    }
+
+    /// A lock that is its own class, registered when first taken and freed
+    /// when the lock drops (for constructors without a call site, such as
+    /// `lock_api`'s `INIT`).
+    pub const fn per_instance() -> Self {
+        Self::with(MapKey::Instance)
+    }
+
+    /// Moves the lock to `key`'s class (Linux's `lockdep_set_class`): call
+    /// it before the lock is first used.
+    pub fn set_class(&mut self, key: &'static LockClassKey) {
+        engine::forget(self);
+        self.key = MapKey::Named(key);
+        *self.class.get_mut() = 0;
+    }
+
+    /// Records that this CPU is taking the lock, at the caller's location.
+    /// Call it before spinning (so a deadlock is reported before it
+    /// hangs), or after a try-lock succeeded with `try_lock` set.
+    /// `irqs_off`: the lock path itself masked interrupts (IRQ-saving
+    /// locks). `subclass` is `0` unless nesting on purpose.
+    ///
+    /// # Panics
+    /// If `subclass` is not below [`MAX_SUBCLASSES`].
+    #[doc(alias = "lock_acquire")]
+    #[track_caller]
+    #[inline]
+    pub fn acquire(&self, subclass: u8, try_lock: bool, irqs_off: bool) {
+        engine::acquire(
+            self,
+            core::panic::Location::caller(),
+            subclass,
+            try_lock,
+            irqs_off,
+        );
+    }
+
+    /// Records that this CPU released the lock.
+    #[doc(alias = "lock_release")]
+    #[track_caller]
+    #[inline]
+    pub fn release(&self) {
+        engine::release(self, core::panic::Location::caller());
+    }
+
+    /// [`acquire`](Self::acquire), and a guard that calls
+    /// [`release`](Self::release) when it drops (put it in the lock's
+    /// guard).
+    #[track_caller]
+    #[inline]
+    pub fn acquire_guard(&self, subclass: u8, try_lock: bool, irqs_off: bool) -> Acquired<'_> {
+        self.acquire(subclass, try_lock, irqs_off);
+        Acquired { map: self }
+    }
+
+    pub(crate) fn key(&self) -> MapKey {
+        self.key
+    }
+
+    pub(crate) fn class_cache(&self) -> &crate::sync::AtomicU32 {
+        &self.class
+    }
+}
+
+#[cfg(not(feature = "lockdep"))]
+impl Map {
+    /// A lock whose class is the caller's source location (with `lockdep`).
+    #[inline(always)]
+    pub const fn new() -> Self {
+        Self { _none: () }
+    }
+
+    /// A lock of `key`'s class (with `lockdep`).
+    #[inline(always)]
+    pub const fn with_key(key: &'static LockClassKey) -> Self {
+        let _ = key;
+        Self::new()
+    }
+
+    /// A lock that is its own class (with `lockdep`).
+    #[inline(always)]
+    pub const fn per_instance() -> Self {
+        Self::new()
+    }
+
+    /// Moves the lock to `key`'s class (with `lockdep`; nothing here).
+    #[inline(always)]
+    pub fn set_class(&mut self, key: &'static LockClassKey) {
+        let _ = key;
+    }
+
+    /// Records an acquisition (with `lockdep`; nothing here).
+    #[inline(always)]
+    pub fn acquire(&self, subclass: u8, try_lock: bool, irqs_off: bool) {
+        let _ = (subclass, try_lock, irqs_off);
+    }
+
+    /// Records a release (with `lockdep`; nothing here).
+    #[inline(always)]
+    pub fn release(&self) {}
+
+    /// An acquisition and its releasing guard (with `lockdep`; nothing
+    /// here).
+    #[inline(always)]
+    pub fn acquire_guard(&self, subclass: u8, try_lock: bool, irqs_off: bool) -> Acquired<'_> {
+        let _ = (subclass, try_lock, irqs_off);
+        Acquired { map: PhantomData }
+    }
+}
+
+impl Default for Map {
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+#[cfg(feature = "lockdep")]
+impl Drop for Map {
+    fn drop(&mut self) {
+        engine::forget(self);
+    }
+}
+
+impl fmt::Debug for Map {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let mut d = f.debug_struct("Map");
+        #[cfg(feature = "lockdep")]
+        d.field("key", &self.key);
+        d.finish_non_exhaustive()
+    }
+}
+
+/// An acquisition recorded by [`Map::acquire_guard`]; dropping it records
+/// the release. Zero-sized without the feature.
+#[must_use = "dropping it records the release at once"]
+pub struct Acquired<'a> {
+    #[cfg(feature = "lockdep")]
+    map: &'a Map,
+    #[cfg(not(feature = "lockdep"))]
+    map: PhantomData<&'a Map>,
+}
+
+#[cfg(feature = "lockdep")]
+impl Drop for Acquired<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        self.map.release();
+    }
+}
+
+impl fmt::Debug for Acquired<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("Acquired")
+    }
+}

@@ -1,0 +1,345 @@
+//! What lockdep tells the kernel: a [`Report`], a fixed-size value (no
+//! allocation) that names the classes involved and where each lock and
+//! each edge was first seen. It exists in every build, because the
+//! kernel's hook names it; only `lockdep` builds make one.
+
+use core::fmt;
+use core::panic::Location;
+
+/// A source location (of a lock's construction or acquisition).
+pub(crate) type Loc = &'static Location<'static>;
+
+/// The most links of a dependency cycle a report lists (the rest are
+/// counted).
+pub(crate) const REPORT_CHAIN: usize = 8;
+/// The most held locks a report lists (the rest are counted).
+pub(crate) const REPORT_HELD: usize = 8;
+
+/// Which bug a [`Report`] is about (see the [module docs](super#what-it-reports)).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[cfg_attr(feature = "defmt", derive(defmt::Format))]
+#[non_exhaustive]
+pub enum ReportKind {
+    /// A new lock order closes a cycle of lock classes.
+    Cycle,
+    /// A class used in an interrupt handler is also taken with interrupts
+    /// enabled.
+    IrqInversion,
+    /// A lock taken while this CPU already holds its class.
+    Recursion,
+    /// A release of a lock this CPU does not hold.
+    BadUnlock,
+    /// [`assert_no_locks_held`](super::assert_no_locks_held) found locks
+    /// held.
+    LocksHeld,
+    /// The class or dependency table is full: checking is off from now on.
+    TableFull,
+    /// More than [`MAX_LOCK_DEPTH`](super::MAX_LOCK_DEPTH) locks held on
+    /// one CPU: checking is off from now on.
+    TooDeep,
+}
+
+/// How a class is named.
+#[derive(Clone, Copy, Debug)]
+#[cfg_attr(not(feature = "lockdep"), allow(dead_code))]
+pub(crate) enum Name {
+    /// Built at this source location.
+    Location(Loc),
+    /// An explicit key's name.
+    Named(&'static str),
+    /// A lock of its own class, at this address.
+    Instance(usize),
+}
+
+/// A lock class, as a [`Report`] names it: where its locks are built
+/// (`file:line:column`), its key's name (in quotes), or, for a lock of its
+/// own class, its address; then `/n` for a subclass `n` other than 0.
+#[derive(Clone, Copy, Debug)]
+pub struct Class {
+    pub(crate) name: Name,
+    pub(crate) subclass: u8,
+}
+
+impl Class {
+    /// The subclass (0 unless taken with a `*_nested` method).
+    pub fn subclass(&self) -> u8 {
+        self.subclass
+    }
+}
+
+impl fmt::Display for Class {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.name {
+            Name::Location(l) => write!(f, "{l}")?,
+            Name::Named(n) => write!(f, "\"{n}\"")?,
+            Name::Instance(a) => write!(f, "lock@{a:#x}")?,
+        }
+        if self.subclass != 0 {
+            write!(f, "/{}", self.subclass)?;
+        }
+        Ok(())
+    }
+}
+
+/// A lock in a report: its class, and where it was taken (if known).
+#[derive(Clone, Copy, Debug)]
+pub struct Site {
+    pub(crate) class: Class,
+    pub(crate) at: Option<Loc>,
+}
+
+impl Site {
+    /// The lock's class.
+    pub fn class(&self) -> Class {
+        self.class
+    }
+
+    /// Where it was taken (or released, for a bad unlock).
+    pub fn at(&self) -> Option<&'static Location<'static>> {
+        self.at
+    }
+}
+
+impl fmt::Display for Site {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "class {}", self.class)?;
+        if let Some(at) = self.at {
+            write!(f, " at {at}")?;
+        }
+        Ok(())
+    }
+}
+
+/// One edge of a dependency cycle: `to` was taken while `from` was held;
+/// `from_at` and `to_at` are where the two were taken the first time this
+/// order was seen.
+#[derive(Clone, Copy, Debug)]
+pub struct Link {
+    pub(crate) from: Class,
+    pub(crate) to: Class,
+    pub(crate) from_at: Option<Loc>,
+    pub(crate) to_at: Option<Loc>,
+}
+
+impl Link {
+    /// The class held.
+    pub fn from(&self) -> Class {
+        self.from
+    }
+
+    /// The class taken while `from` was held.
+    pub fn to(&self) -> Class {
+        self.to
+    }
+}
+
+impl fmt::Display for Link {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{} -> {}", self.from, self.to)?;
+        if self.from_at.is_none() && self.to_at.is_none() {
+            return Ok(());
+        }
+        write!(f, "\n         {} taken at ", self.from)?;
+        write_at(f, self.from_at)?;
+        write!(f, ", then {} at ", self.to)?;
+        write_at(f, self.to_at)
+    }
+}
+
+fn write_at(f: &mut fmt::Formatter<'_>, at: Option<Loc>) -> fmt::Result {
+    match at {
+        Some(at) => write!(f, "{at}"),
+        None => f.write_str("?"),
+    }
+}
+
+/// A locking bug found by lockdep, handed to
+/// [`Kernel::lockdep_report`](crate::kernel::Kernel::lockdep_report).
+/// `Display` prints it in full (see the [module docs](super#reading-a-report)
+/// for an example and how to read it).
+#[derive(Clone, Debug)]
+pub struct Report {
+    pub(crate) kind: ReportKind,
+    pub(crate) cpu: usize,
+    /// The lock being taken or released (or the one that did not fit).
+    pub(crate) lock: Option<Site>,
+    /// The other side: the held lock of the same class (recursion), the
+    /// first use the other way (interrupt inversion).
+    pub(crate) other: Option<Site>,
+    /// Recursion on the very same lock; inversion first seen in a handler.
+    pub(crate) flag: bool,
+    pub(crate) chain: [Option<Link>; REPORT_CHAIN],
+    pub(crate) chain_len: usize,
+    pub(crate) held: [Option<Site>; REPORT_HELD],
+    pub(crate) held_len: usize,
+    /// What [`assert_no_locks_held`](super::assert_no_locks_held) was
+    /// asked about, or which table filled up.
+    pub(crate) what: &'static str,
+    /// Where [`assert_no_locks_held`](super::assert_no_locks_held) was
+    /// called.
+    pub(crate) at: Option<Loc>,
+    /// The size of the table that filled up.
+    pub(crate) limit: usize,
+}
+
+impl Report {
+    #[cfg_attr(not(feature = "lockdep"), allow(dead_code))]
+    pub(crate) const fn new(kind: ReportKind, cpu: usize) -> Self {
+        Self {
+            kind,
+            cpu,
+            lock: None,
+            other: None,
+            flag: false,
+            chain: [None; REPORT_CHAIN],
+            chain_len: 0,
+            held: [None; REPORT_HELD],
+            held_len: 0,
+            what: "",
+            at: None,
+            limit: 0,
+        }
+    }
+
+    /// Which bug this is.
+    pub fn kind(&self) -> ReportKind {
+        self.kind
+    }
+
+    /// The CPU that found it.
+    pub fn cpu(&self) -> usize {
+        self.cpu
+    }
+
+    /// The lock being taken or released when the bug was found.
+    pub fn lock(&self) -> Option<Site> {
+        self.lock
+    }
+
+    /// For a [`Cycle`](ReportKind::Cycle): its edges, starting with the one
+    /// being added (held class -> class being taken), then the path that
+    /// leads back (at most 8 are kept; [`cycle_len`](Self::cycle_len) is
+    /// the full length).
+    pub fn cycle(&self) -> impl Iterator<Item = &Link> {
+        self.chain.iter().flatten()
+    }
+
+    /// The number of edges in the cycle (0 for other kinds).
+    pub fn cycle_len(&self) -> usize {
+        self.chain_len
+    }
+
+    /// The locks this CPU held (for [`LocksHeld`](ReportKind::LocksHeld)
+    /// and [`TooDeep`](ReportKind::TooDeep); at most 8 are kept).
+    pub fn held(&self) -> impl Iterator<Item = &Site> {
+        self.held.iter().flatten()
+    }
+
+    fn write_held(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, site) in self.held().enumerate() {
+            write!(f, "\n    #{i} {site}")?;
+        }
+        if self.held_len > REPORT_HELD {
+            write!(f, "\n    ... and {} more", self.held_len - REPORT_HELD)?;
+        }
+        Ok(())
+    }
+}
+
+impl fmt::Display for Report {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let none = Site {
+            class: Class {
+                name: Name::Named("?"),
+                subclass: 0,
+            },
+            at: None,
+        };
+        let lock = self.lock.unwrap_or(none);
+        let other = self.other.unwrap_or(none);
+        let cpu = self.cpu;
+        match self.kind {
+            ReportKind::Cycle => {
+                write!(
+                    f,
+                    "ksync lockdep: possible circular locking dependency, on CPU {cpu}\n  taking   {lock}\n  holding  {other}\n  which closes this cycle of lock classes (each edge \"held -> taken\" where it was first seen):"
+                )?;
+                for (i, link) in self.cycle().enumerate() {
+                    write!(f, "\n    #{i} {link}")?;
+                }
+                if self.chain_len > REPORT_CHAIN {
+                    write!(f, "\n    ... and {} more", self.chain_len - REPORT_CHAIN)?;
+                }
+                write!(
+                    f,
+                    "\n  a CPU following one edge while another follows the rest deadlocks: take these locks in one order"
+                )
+            }
+            ReportKind::IrqInversion => {
+                let (irq, on) = if self.flag {
+                    (other, lock)
+                } else {
+                    (lock, other)
+                };
+                write!(
+                    f,
+                    "ksync lockdep: lock class {} is taken in an interrupt handler and with interrupts enabled, on CPU {cpu}\n  in a handler:            {irq}\n  with interrupts enabled: {on}\n  the handler can interrupt a holder on its own CPU and spin forever: take it with interrupts masked (the `_irqsave` forms) outside handlers",
+                    lock.class
+                )
+            }
+            ReportKind::Recursion => {
+                let what = if self.flag {
+                    "the same lock: this CPU deadlocks on itself"
+                } else {
+                    "another lock of the class: a CPU nesting them the other way deadlocks with this one; if the nesting is deliberate and ordered, take the inner one with a subclass (`lock_nested`)"
+                };
+                write!(
+                    f,
+                    "ksync lockdep: recursive locking, on CPU {cpu}\n  taking   {lock}\n  holding  {other}\n  {what}"
+                )
+            }
+            ReportKind::BadUnlock => write!(
+                f,
+                "ksync lockdep: release of a lock this CPU does not hold, on CPU {cpu}\n  releasing {lock}\n  (released twice, never taken, or taken on another CPU)"
+            ),
+            ReportKind::LocksHeld => {
+                write!(
+                    f,
+                    "ksync lockdep: {} called with locks held, on CPU {cpu}",
+                    self.what
+                )?;
+                if let Some(at) = self.at {
+                    write!(f, " (at {at})")?;
+                }
+                write!(f, "\n  held:")?;
+                self.write_held(f)
+            }
+            ReportKind::TableFull => write!(
+                f,
+                "ksync lockdep: the {} table is full ({}), on CPU {cpu}, taking {lock}\n  lock checking is off from now on: raise {}",
+                self.what,
+                self.limit,
+                if self.what == "class" {
+                    "KSYNC_LOCKDEP_CLASSES"
+                } else {
+                    "KSYNC_LOCKDEP_DEPENDENCIES"
+                }
+            ),
+            ReportKind::TooDeep => {
+                write!(
+                    f,
+                    "ksync lockdep: more than {} locks held on CPU {cpu}, taking {lock}\n  lock checking is off from now on; held:",
+                    super::MAX_LOCK_DEPTH
+                )?;
+                self.write_held(f)
+            }
+        }
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl defmt::Format for Report {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "{}", defmt::Display2Format(self))
+    }
+}
