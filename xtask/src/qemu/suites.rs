@@ -98,7 +98,20 @@ pub fn test_all(kvm: bool) -> Vec<Outcome> {
         let suites = registry.clone().unwrap_or_default();
         println!("[qemu] {}: {}", config.name, config.describe());
         for suite in &suites {
-            let outcome = run_suite(config, kernel, suite);
+            let mut outcome = run_suite(config, kernel, suite);
+            // A control proves the checks can fail; a race it relies on
+            // may be missed in one boot on an overloaded host (TCG vCPUs
+            // on busy cores run few operations), so it gets up to
+            // CONTROL_BOOTS boots to be caught. A test suite gets one.
+            let mut boots = 1;
+            while suite.kind == "control" && !outcome.passed && boots < CONTROL_BOOTS {
+                boots += 1;
+                println!(
+                    "[qemu]   {:<40} not caught yet, boot {boots} of {CONTROL_BOOTS}",
+                    outcome.name
+                );
+                outcome = run_suite(config, kernel, suite);
+            }
             println!(
                 "[qemu]   {:<40} {}  {}",
                 outcome.name,
@@ -126,6 +139,9 @@ fn kvm_usable() -> bool {
 }
 
 /// One boot running one suite, judged.
+/// How many boots a control gets to show that its broken variant is caught.
+const CONTROL_BOOTS: u32 = 3;
+
 fn run_suite(config: &Config, kernel: &Path, suite: &SuiteInfo) -> Outcome {
     let control = suite.kind == "control";
     let name = if control {
