@@ -9,7 +9,7 @@ fn main() {
     let script = dir.join("src/arch").join(&arch).join("link.ld");
     if !script.exists() {
         panic!(
-            "ksync-qemu builds for x86_64 and aarch64 only (no {})",
+            "ksync-qemu builds for x86_64, aarch64 and riscv64 only (no {})",
             script.display()
         );
     }

@@ -1,7 +1,7 @@
 //! The project driver: `cargo xtask run | test | bench`.
 //!
-//! * `run`: the main job — boots the SMP demo kernels under QEMU on x86_64
-//!   and aarch64 with 4 CPUs and prints their tables.
+//! * `run`: the main job — boots the SMP demo kernels under QEMU on x86_64,
+//!   aarch64 and riscv64 with 4 CPUs and prints their tables.
 //! * `test`: every check the project has, installing what it needs; ends
 //!   with the line `N passed, N failed` (tests and checks counted together).
 //! * `bench`: the host benchmarks (`cargo bench`), side by side with peers.
@@ -42,7 +42,7 @@ const COMMANDS: &[Sub] = &[
     Sub {
         name: "run",
         synopsis: "",
-        about: "boot the SMP demo on QEMU (x86_64, aarch64) and print its tables",
+        about: "boot the SMP demo on QEMU (x86_64, aarch64, riscv64) and print its tables",
         flags: &[],
         default: || Task::Run,
     },

@@ -1,6 +1,6 @@
 //! The QEMU runner: builds the SMP test kernels in `qemu/` (their own cargo
-//! workspace), boots them on x86_64 and aarch64, and judges them by their
-//! `KSYNC-` marker lines (see `qemu/README.md` for the protocol).
+//! workspace), boots them on x86_64, aarch64 and riscv64, and judges them
+//! by their `KSYNC-` marker lines (see `qemu/README.md` for the protocol).
 //!
 //! Configurations (one TCG configuration per kernel image of each row of
 //! [`arch::ARCHES`], plus the KVM ones):
@@ -10,6 +10,7 @@
 //! | `x86_64-tcg` | `-M q35 -cpu qemu64 -smp 4`, TCG | x86_64 |
 //! | `aarch64-lse` | `-M virt -cpu max -smp 4`, TCG | aarch64 built with `+lse` (CAS) |
 //! | `aarch64-llsc` | `-M virt -cpu cortex-a57 -smp 4`, TCG | aarch64 without LSE (LDXR/STXR) |
+//! | `riscv64-tcg` | `-M virt -bios default -cpu rv64 -smp 4`, TCG | riscv64 (the generic paths: LR/SC, `amoadd`) |
 //! | `x86_64-kvm` | `-accel kvm -cpu qemu64 -smp min(4, host cores)` | x86_64; only with `kvm` (or `KSYNC_QEMU_KVM=1`) and a usable `/dev/kvm` |
 //!
 //! Every run has a timeout, so a hang becomes a failure that names the suite
@@ -17,7 +18,8 @@
 //! architecture's [`arch::ExitCodes`]): x86_64's `isa-debug-exit` turns the
 //! kernel's verdict into 33 (pass) or 1 (fail), and a triple fault or plain
 //! shutdown exits 0, which counts as failure; aarch64's semihosting exit
-//! gives 0 or 1. The verdict comes from the marker lines.
+//! gives 0 or 1, and so does riscv64's `sifive_test`. The verdict comes
+//! from the marker lines.
 //!
 //! The parts:
 //!

@@ -1,6 +1,6 @@
-//! The architecture layer: everything that differs between x86_64 and
-//! aarch64. Both modules provide the same items (checked by the build of
-//! each target):
+//! The architecture layer: everything that differs between x86_64,
+//! aarch64 and riscv64. Each module provides the same items (checked by the
+//! build of each target):
 //!
 //! * `NAME`, `TIMER_HZ`; `Uart` (`fmt::Write`, `unsafe fn steal()`);
 //! * bring-up: `init_cpu(cpu)` (every CPU, first), `init_console()` and
@@ -8,18 +8,24 @@
 //!   `start_secondaries(possible)`, `timer_start()`;
 //! * `cpu_index()`, `counter()`, `counter_hz()`, `irq_enable()`,
 //!   `irq_disable()`;
-//! * `fw_cfg_select(key)`, `fw_cfg_read_u8()`;
+//! * `fw_cfg_select(key)`, `fw_cfg_read_u8()`; `boot_args(buf)`, the
+//!   kernel command line where the runner cannot use fw_cfg files
+//!   (riscv64; `None` on the others, defined here);
 //! * `exit(success)`, `park()`.
 //!
-//! and, common to both: [`MAX_CPUS`], [`CpuLocal`] for per-CPU hardware
+//! and, common to all: [`MAX_CPUS`], [`CpuLocal`] for per-CPU hardware
 //! handles, and the [`Upcalls`] through which the arch code reaches the
 //! layers above it (timer tick, console, fatal errors) without importing
 //! them. The only name from above the arch code knows is the entry point,
 //! `crate::kernel_entry`, which its boot code jumps to.
 
+// riscv64 keeps no per-CPU hardware handles (its timer and interrupt
+// enables are per-hart CSRs): `CpuLocal` goes unused there.
+#[cfg_attr(target_arch = "riscv64", allow(dead_code))]
 mod cpu_local;
 pub mod upcalls;
 
+#[cfg_attr(target_arch = "riscv64", allow(unused_imports))]
 pub use self::cpu_local::CpuLocal;
 pub use self::upcalls::Upcalls;
 
@@ -37,5 +43,21 @@ mod x86_64;
 #[cfg(target_arch = "x86_64")]
 pub use self::x86_64::*;
 
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-compile_error!("ksync-qemu runs on x86_64 and aarch64 only");
+#[cfg(target_arch = "riscv64")]
+mod riscv64;
+#[cfg(target_arch = "riscv64")]
+pub use self::riscv64::*;
+
+/// The kernel command line, for architectures whose runner passes the plan
+/// that way instead of as a fw_cfg file: none on x86_64 and aarch64.
+#[cfg(not(target_arch = "riscv64"))]
+pub fn boot_args(_buf: &mut [u8]) -> Option<usize> {
+    None
+}
+
+#[cfg(not(any(
+    target_arch = "x86_64",
+    target_arch = "aarch64",
+    target_arch = "riscv64"
+)))]
+compile_error!("ksync-qemu runs on x86_64, aarch64 and riscv64 only");

@@ -1,14 +1,17 @@
 //! The run's arguments, from the fw_cfg file `opt/ksync/run` (QEMU option
-//! `-fw_cfg name=opt/ksync/run,string=WORDS`): a space-separated list of
+//! `-fw_cfg name=opt/ksync/run,string=WORDS`) or, where QEMU cannot add
+//! fw_cfg files (riscv64 `virt` on QEMU 7.2), the kernel command line
+//! (`-append WORDS`, `arch::boot_args`): a space-separated list of
 //!
 //! * suite names (see `list`), run in that order;
 //! * `tests`: every test suite; `controls`: every control; `bench`: the
-//!   benchmark; `demo`: the tests, then the benchmark (the default when the
-//!   file is absent);
+//!   benchmark; `demo`: the tests, then the benchmark (the default without
+//!   arguments);
 //! * `list`: print the registered suites and stop without starting the
 //!   secondary CPUs.
 
 use super::{Kind, Registry, runner};
+use crate::arch;
 use crate::kernel::fw_cfg;
 use crate::println;
 
@@ -24,7 +27,9 @@ pub enum Command {
 /// `registry`.
 pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
     let mut buf = [0u8; 256];
-    let len = fw_cfg::read_file("opt/ksync/run", &mut buf).unwrap_or(0);
+    let len = fw_cfg::read_file("opt/ksync/run", &mut buf)
+        .or_else(|| arch::boot_args(&mut buf))
+        .unwrap_or(0);
     let text = core::str::from_utf8(&buf[..len]).map_err(|_| "opt/ksync/run is not UTF-8")?;
     let text = text.trim_end_matches('\0').trim();
     let text = if text.is_empty() { "demo" } else { text };

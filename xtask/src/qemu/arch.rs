@@ -21,6 +21,8 @@ pub struct Arch {
     /// Further QEMU arguments: firmware, and the device or interface through
     /// which the kernel ends QEMU with a status.
     pub qemu_args: &'static [&'static str],
+    /// How the kernel gets its arguments (the suites to run).
+    pub plan: PlanVia,
     /// What QEMU's exit status says about the kernel's verdict.
     pub exit: ExitCodes,
     /// The counter the in-guest benchmark reads, for the demo table.
@@ -30,6 +32,19 @@ pub struct Arch {
     /// A KVM configuration of the first variant, where the host can run
     /// this architecture under KVM.
     pub kvm: Option<Kvm>,
+}
+
+/// How the runner hands the kernel its arguments (`qemu/README.md`, "By
+/// hand").
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub enum PlanVia {
+    /// The fw_cfg file `opt/ksync/run`:
+    /// `-fw_cfg name=opt/ksync/run,string=WORDS`.
+    FwCfg,
+    /// The kernel command line, `-append WORDS` (the device tree's
+    /// `/chosen/bootargs`): QEMU 7.2's riscv64 `virt` creates its fw_cfg
+    /// device too late for `-fw_cfg` on the command line.
+    Append,
 }
 
 /// How QEMU's exit status reflects the kernel's verdict. Only a
@@ -93,6 +108,7 @@ pub const ARCHES: &[Arch] = &[
             "-device",
             "isa-debug-exit,iobase=0xf4,iosize=0x04",
         ],
+        plan: PlanVia::FwCfg,
         // isa-debug-exit turns the value v written into status 2v+1.
         exit: ExitCodes {
             pass: 33,
@@ -121,6 +137,7 @@ pub const ARCHES: &[Arch] = &[
         machine: "virt",
         // The kernel ends QEMU through semihosting's exit call.
         qemu_args: &["-semihosting-config", "enable=on,target=native"],
+        plan: PlanVia::FwCfg,
         exit: ExitCodes {
             pass: 0,
             fail: 1,
@@ -148,6 +165,34 @@ pub const ARCHES: &[Arch] = &[
                 demo: false,
             },
         ],
+        kvm: None,
+    },
+    Arch {
+        name: "riscv64",
+        target: "riscv64gc-unknown-none-elf",
+        qemu: "qemu-system-riscv64",
+        apt_package: "qemu-system-misc",
+        machine: "virt",
+        // OpenSBI (QEMU's own build) boots the kernel in S-mode; the kernel
+        // ends QEMU through the board's `sifive_test` device.
+        qemu_args: &["-bios", "default"],
+        plan: PlanVia::Append,
+        exit: ExitCodes {
+            pass: 0,
+            fail: 1,
+            silent_stop: None,
+        },
+        counter: "time CSR (rdtime)",
+        // The generic paths: lockref by core's LR/SC compare-exchange, the
+        // per-CPU add by `amoadd`, interrupts by `sstatus.SIE`.
+        variants: &[Variant {
+            config: "riscv64-tcg",
+            label: "riscv64",
+            rustflags: "",
+            target_subdir: "",
+            cpu: "rv64",
+            demo: true,
+        }],
         kvm: None,
     },
 ];

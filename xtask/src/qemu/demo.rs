@@ -8,9 +8,8 @@ use super::run::{Marker, Run, run_qemu};
 use super::{CPUS, RUN_SLACK};
 
 /// The main job: boots the demo (every test suite, then the benchmark) on
-/// each architecture's demo image (x86_64, aarch64 `+lse`) with 4 CPUs, and
-/// prints per architecture a table of
-/// the suites (passed, operations per CPU, fairness) and of the in-guest
+/// each architecture's demo image (x86_64, aarch64 `+lse`, riscv64) with 4
+/// CPUs, and prints per architecture a table of the suites (passed, operations per CPU, fairness) and of the in-guest
 /// benchmark. Err if a suite fails or a kernel does not come up.
 pub fn demo() -> Result<(), String> {
     let configs: Vec<Config> = Config::all_tcg(CPUS)

@@ -11,11 +11,11 @@ use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::arch::{Accel, Config};
+use super::arch::{Accel, Config, PlanVia};
 use super::qemu_dir;
 
 /// The QEMU command that boots `kernel` in `config`, with `run` as the
-/// kernel's arguments (passed through `fw_cfg`).
+/// kernel's arguments (passed the way the architecture's [`PlanVia`] says).
 fn qemu_command(config: &Config, kernel: &Path, run: &str) -> Command {
     let arch = config.arch;
     let mut cmd = Command::new(arch.qemu);
@@ -30,9 +30,12 @@ fn qemu_command(config: &Config, kernel: &Path, run: &str) -> Command {
         .args(["-serial", "stdio", "-M", arch.machine])
         .args(arch.qemu_args)
         .arg("-kernel")
-        .arg(kernel)
-        .args(["-fw_cfg", &format!("name=opt/ksync/run,string={run}")])
-        .stdin(Stdio::null())
+        .arg(kernel);
+    match arch.plan {
+        PlanVia::FwCfg => cmd.args(["-fw_cfg", &format!("name=opt/ksync/run,string={run}")]),
+        PlanVia::Append => cmd.args(["-append", run]),
+    };
+    cmd.stdin(Stdio::null())
         .stdout(Stdio::piped())
         .stderr(Stdio::piped());
     cmd
@@ -257,10 +260,17 @@ mod tests {
                 "qemu-system-aarch64 -accel tcg,thread=multi -cpu cortex-a57 {common} -M virt \
                  -semihosting-config enable=on,target=native {tail}"
             ),
+            format!(
+                "qemu-system-riscv64 -accel tcg,thread=multi -cpu rv64 {common} -M virt \
+                 -bios default -kernel k -append rcu"
+            ),
         ];
         let configs = Config::all_tcg(4);
         let names: Vec<&str> = configs.iter().map(|c| c.name).collect();
-        assert_eq!(names, ["x86_64-tcg", "aarch64-lse", "aarch64-llsc"]);
+        assert_eq!(
+            names,
+            ["x86_64-tcg", "aarch64-lse", "aarch64-llsc", "riscv64-tcg"]
+        );
         for (config, expected) in configs.iter().zip(&expected) {
             assert_eq!(line(config), *expected);
         }
