@@ -44,8 +44,10 @@ pub const fn tag_of(name: u32) -> u32 {
     name.wrapping_mul(0x9e37_79b1) ^ 0x5eed
 }
 
-/// A dentry.
+/// A dentry, on cache lines of its own (Linux aligns dentries to a cache
+/// line too).
 #[derive(Debug)]
+#[repr(align(128))]
 pub struct Dentry {
     link: Link,
     parent: AtomicU32,
@@ -192,9 +194,9 @@ impl Dcache {
     }
 
     #[inline]
-    fn dentry_of<'g>(link: &'g Link) -> &'g Dentry {
+    fn dentry_of(link: &Link) -> &Dentry {
         // SAFETY: every link on the buckets is the `link` field of a
-        // dentry of the pool (`add`, `rename`), valid for `'g` as the link is.
+        // dentry of the pool (`add`, `rename`), valid as long as the link is.
         unsafe {
             &*(link as *const Link)
                 .byte_sub(offset_of!(Dentry, link))
@@ -259,7 +261,11 @@ impl Dcache {
 
     /// The final check: every dentry holds `expected(index)` references,
     /// its tag matches its name, and it is found by a lookup of its name.
-    pub fn check(&self, name: &'static str, expected: impl Fn(u32) -> i32) -> Result<(), Violation> {
+    pub fn check(
+        &self,
+        name: &'static str,
+        expected: impl Fn(u32) -> i32,
+    ) -> Result<(), Violation> {
         let guard = rcu::read_lock();
         for d in &self.dentries[..self.used.load(Relaxed)] {
             let i = d.index();
@@ -271,14 +277,22 @@ impl Dcache {
                 ));
             }
             if d.tag() != tag_of(d.name()) {
-                return Err(violation(name, "a dentry's tag does not match its name", i.into()));
+                return Err(violation(
+                    name,
+                    "a dentry's tag does not match its name",
+                    i.into(),
+                ));
             }
             let found = self.buckets[bucket_of(d.parent(), d.name())]
                 .iter(&guard)
                 .filter(|l| core::ptr::eq(Self::dentry_of(l), d))
                 .count();
             if found != 1 {
-                return Err(violation(name, "a dentry is not hashed exactly once", i.into()));
+                return Err(violation(
+                    name,
+                    "a dentry is not hashed exactly once",
+                    i.into(),
+                ));
             }
         }
         Ok(())

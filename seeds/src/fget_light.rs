@@ -130,7 +130,10 @@ impl Workload for FgetLight {
     const VARIANTS: &'static [(LightVariant, &'static str)] = &[
         (LightVariant::Light, "fget_light (unshared: no count)"),
         (LightVariant::AlwaysCount, "fget + fput every time"),
-        (LightVariant::ControlIgnoreSharing, "control: light while shared"),
+        (
+            LightVariant::ControlIgnoreSharing,
+            "control: light while shared",
+        ),
     ];
     const CONTROL: LightVariant = LightVariant::ControlIgnoreSharing;
     const BENCH: Config = Config {

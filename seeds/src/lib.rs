@@ -212,7 +212,11 @@ impl Faults {
     #[cold]
     pub(crate) fn record(&self, what: usize, detail: u64) {
         // Relaxed: read by `check` after the run's end (thread joins).
-        if self.first.compare_exchange(0, what + 1, Relaxed, Relaxed).is_ok() {
+        if self
+            .first
+            .compare_exchange(0, what + 1, Relaxed, Relaxed)
+            .is_ok()
+        {
             self.detail.store(detail, Relaxed);
         }
         self.count.fetch_add(1, Relaxed);
@@ -309,5 +313,5 @@ pub(crate) fn put_last(refs: &ksync::LockRef) -> bool {
 /// Whether operation `i` of a step on `cpu` is a write.
 #[inline]
 pub(crate) fn writes_now(cpu: usize, i: u64, config: Config) -> bool {
-    cpu == 0 && config.write_every != 0 && i % u64::from(config.write_every) == 0
+    cpu == 0 && config.write_every != 0 && i.is_multiple_of(u64::from(config.write_every))
 }

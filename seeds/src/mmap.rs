@@ -285,11 +285,14 @@ impl Workload for MmapSem {
         (MmapVariant::Gated, "GatedPercpuRwLock"),
         (MmapVariant::SpinRwLock, "spin::RwLock"),
         (MmapVariant::Rwsem, "ticket-lock rwsem"),
-        (MmapVariant::ControlNoLock, "control: faults without the lock"),
+        (
+            MmapVariant::ControlNoLock,
+            "control: faults without the lock",
+        ),
     ];
     const CONTROL: MmapVariant = MmapVariant::ControlNoLock;
     const BENCH: Config = Config {
-        write_every: 1024,
+        write_every: 4096,
         delay: 0,
     };
 
@@ -298,8 +301,14 @@ impl Workload for MmapSem {
         self.faults.reset();
         // Relaxed: setup; the run's start orders it.
         for (k, v) in self.vmas.iter().enumerate() {
-            v.state
-                .store(if k < FIXED || k % 2 == 0 { MAPPED } else { UNMAPPED }, Relaxed);
+            v.state.store(
+                if k < FIXED || k % 2 == 0 {
+                    MAPPED
+                } else {
+                    UNMAPPED
+                },
+                Relaxed,
+            );
         }
         for p in &self.pages {
             p.store(0, Relaxed);
@@ -333,12 +342,27 @@ impl Workload for MmapSem {
 
     fn check(&self) -> Result<(), Violation> {
         self.faults.result(Self::NAME, &MESSAGES)?;
-        if let Some(k) = self.vmas.iter().position(|v| v.state.load(Relaxed) > MAPPED) {
-            return Err(crate::violation(Self::NAME, "a VMA was left half-changed", k as u64));
-        }
-        if self.percpu.is_locked() || self.gated.is_locked() || self.spin.try_write().is_none() || !self.rwsem.is_idle()
+        if let Some(k) = self
+            .vmas
+            .iter()
+            .position(|v| v.state.load(Relaxed) > MAPPED)
         {
-            return Err(crate::violation(Self::NAME, "a lock is still held after the run", 0));
+            return Err(crate::violation(
+                Self::NAME,
+                "a VMA was left half-changed",
+                k as u64,
+            ));
+        }
+        if self.percpu.is_locked()
+            || self.gated.is_locked()
+            || self.spin.try_write().is_none()
+            || !self.rwsem.is_idle()
+        {
+            return Err(crate::violation(
+                Self::NAME,
+                "a lock is still held after the run",
+                0,
+            ));
         }
         Ok(())
     }

@@ -137,7 +137,10 @@ impl PathWalk {
 
     /// (root, pwd) pair `k`, with references for `fs`.
     fn pair_refs(&self, k: usize, delta: i32) -> [u32; 2] {
-        let p = [self.pairs[k][0].load(Relaxed), self.pairs[k][1].load(Relaxed)];
+        let p = [
+            self.pairs[k][0].load(Relaxed),
+            self.pairs[k][1].load(Relaxed),
+        ];
         for &d in &p {
             let d = self.dcache.get(d);
             if delta > 0 {
@@ -165,7 +168,8 @@ impl PathWalk {
 
     fn check_pair(&self, [root, pwd]: [u32; 2]) {
         if self.dcache.get(pwd).parent() != root {
-            self.faults.record(0, u64::from(root) << 32 | u64::from(pwd));
+            self.faults
+                .record(0, u64::from(root) << 32 | u64::from(pwd));
         }
     }
 
@@ -190,8 +194,7 @@ impl PathWalk {
             let mut cur = self.dcache.get(pair[1]);
             let mut seq = cur.seq.read_begin();
             for name in [SRC, DIR, FILE0 + k] {
-                let Some((mut child, mut child_seq)) = self.dcache.lookup(cur, name, &guard)
-                else {
+                let Some((mut child, mut child_seq)) = self.dcache.lookup(cur, name, &guard) else {
                     return false;
                 };
                 if cur.seq.read_retry(seq) {
@@ -367,7 +370,10 @@ impl Workload for PathWalk {
     fn check(&self) -> Result<(), Violation> {
         self.faults.result(Self::NAME, &MESSAGES)?;
         let k = self.pair.load(Relaxed) as usize;
-        let held = [self.pairs[k][0].load(Relaxed), self.pairs[k][1].load(Relaxed)];
+        let held = [
+            self.pairs[k][0].load(Relaxed),
+            self.pairs[k][1].load(Relaxed),
+        ];
         self.dcache
             .check(Self::NAME, |i| if held.contains(&i) { 2 } else { 1 })?;
         for m in self.mounts.iter().map(|m| &m.refs).chain([&self.root_mnt]) {

@@ -14,7 +14,7 @@ use seeds::walk::PathWalk;
 use seeds::{Config, Workload};
 
 const THREADS: usize = 4;
-const RUN: Duration = Duration::from_millis(250);
+const RUN: Duration = Duration::from_millis(150);
 const CONTROL_BUDGET: Duration = Duration::from_secs(10);
 
 /// Every correct variant, torture and measured configurations.
@@ -46,7 +46,10 @@ fn control<W: Workload>(w: &'static W) {
     let _serial = common::serial();
     match common::run_control(w, THREADS, CONTROL_BUDGET) {
         Some(v) => eprintln!("{}: control caught: {v}", W::NAME),
-        None => panic!("{}: the broken control was not caught in {CONTROL_BUDGET:?}", W::NAME),
+        None => panic!(
+            "{}: the broken control was not caught in {CONTROL_BUDGET:?}",
+            W::NAME
+        ),
     }
 }
 

@@ -106,10 +106,21 @@ pub(crate) fn run<W: Workload>(
 
 /// Runs the control under torture until its check fails (or `budget`
 /// passes): returns the violation, if any was caught.
-pub(crate) fn run_control<W: Workload>(w: &'static W, threads: usize, budget: Duration) -> Option<Violation> {
+pub(crate) fn run_control<W: Workload>(
+    w: &'static W,
+    threads: usize,
+    budget: Duration,
+) -> Option<Violation> {
     let t0 = Instant::now();
     while t0.elapsed() < budget {
-        let r = run(w, W::CONTROL, Config::TORTURE, threads, Duration::from_millis(100), false);
+        let r = run(
+            w,
+            W::CONTROL,
+            Config::TORTURE,
+            threads,
+            Duration::from_millis(100),
+            false,
+        );
         if let Err(v) = r.check {
             return Some(v);
         }
