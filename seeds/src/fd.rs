@@ -28,6 +28,7 @@ use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize};
 use core::{mem::offset_of, ptr};
 
 use ksync::LockRef;
+use ksync::percpu::CachePadded;
 use ksync::rcu::{self, RcuHead, RcuPtr, ReadGuard};
 use ksync::spinlock::{IrqTicketMutex, TicketMutex};
 
@@ -142,14 +143,16 @@ pub struct Files {
     /// Index in `arrays` of the published one (writers only).
     size: AtomicUsize,
     /// `files->file_lock`: serialises writers; readers too, before RCU.
-    file_lock: TicketMutex<()>,
+    /// (Each lock and the writers' counters on lines of their own, away
+    /// from the read-mostly `table`.)
+    file_lock: CachePadded<TicketMutex<()>>,
     /// The reader-writer variant's lock.
-    rw: spin::RwLock<()>,
+    rw: CachePadded<spin::RwLock<()>>,
     files: [File; FILES],
     /// Taken from RCU callbacks, which a kernel may run in interrupts.
-    pool: IrqTicketMutex<Pool>,
+    pool: CachePadded<IrqTicketMutex<Pool>>,
     /// Installed files (writers only).
-    open: AtomicUsize,
+    open: CachePadded<AtomicUsize>,
     pub(crate) faults: Faults,
 }
 
@@ -166,14 +169,14 @@ impl Files {
             table: RcuPtr::null(),
             arrays: [const { FdArray::new() }; SIZES.len()],
             size: AtomicUsize::new(0),
-            file_lock: TicketMutex::new(()),
-            rw: spin::RwLock::new(()),
+            file_lock: CachePadded::new(TicketMutex::new(())),
+            rw: CachePadded::new(spin::RwLock::new(())),
             files: [const { File::new() }; FILES],
-            pool: IrqTicketMutex::new(Pool {
+            pool: CachePadded::new(IrqTicketMutex::new(Pool {
                 free: [0; FILES],
                 len: 0,
-            }),
-            open: AtomicUsize::new(0),
+            })),
+            open: CachePadded::new(AtomicUsize::new(0)),
             faults: Faults::new(),
         }
     }
@@ -561,7 +564,7 @@ impl Workload for FdLookup {
         let protect = variant.protect();
         let mut c = Counts::default();
         for i in 0..n {
-            if crate::writes_now(cpu, i, config) {
+            if crate::writes_now(cpu, config, rng) {
                 self.files.write_op(protect, rng, config.delay);
                 c.writes += 1;
             }

@@ -13,9 +13,10 @@
 //! * Before: always `fget` + `fput`.
 //! * Control: the plain lookup even while the table is shared.
 //!
-//! Torture runs share tables: every `64 x write_every` operations an owner
-//! raises `users` and lets the CPU after it (its "second thread") close
-//! and open fds in its table, then takes the table back (a store-load
+//! Torture runs share tables: every 64 operations an owner raises `users`
+//! and lets the CPU after it (its "second thread") close and open fds in
+//! its table (on average every `write_every` operations of that CPU), then,
+//! 64 operations later, takes the table back (a store-load
 //! handshake: `share := false`, wait for `helper_in == false`; the helper
 //! sets `helper_in`, then re-checks `share`; both `SeqCst`). The control's
 //! owner then uses files the helper closed: a count of 0 under a user that
@@ -156,12 +157,13 @@ impl Workload for FgetLight {
         let (variant, config) = self.settings.get(Self::VARIANTS);
         let me = &self.procs[cpu % PROCS];
         let other = &self.procs[(cpu + 1) % PROCS];
-        let share_every = 64 * u64::from(config.write_every);
+        // Torture runs only (measured runs never share).
+        let sharing = config.write_every != 0;
         let mut shared = false;
         let mut c = Counts::default();
         for i in 0..n {
-            if share_every != 0 {
-                if i % share_every == 0 {
+            if sharing {
+                if i % 64 == 0 {
                     if shared {
                         me.unshare();
                     } else {
@@ -169,7 +171,7 @@ impl Workload for FgetLight {
                     }
                     shared = !shared;
                 }
-                if i % u64::from(config.write_every) == 0
+                if crate::random_write(config, rng)
                     && !core::ptr::eq(me, other)
                     && other.help(rng, config.delay)
                 {

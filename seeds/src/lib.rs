@@ -96,7 +96,8 @@ impl fmt::Display for Violation {
 /// How a run drives a workload.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Config {
-    /// CPU 0 does one write after every this many operations (0: never).
+    /// CPU 0 does one write every this many operations, on average
+    /// (0: never).
     pub write_every: u32,
     /// `spin_loop` iterations inside each read section and write section,
     /// to widen race windows (torture); 0 for measurements.
@@ -310,8 +311,20 @@ pub(crate) fn put_last(refs: &ksync::LockRef) -> bool {
     }
 }
 
-/// Whether operation `i` of a step on `cpu` is a write.
+/// Whether CPU `cpu` writes before its next operation: CPU 0, on average
+/// once every [`Config::write_every`] operations (random, so that the rate
+/// does not depend on how many operations a step is asked for).
 #[inline]
-pub(crate) fn writes_now(cpu: usize, i: u64, config: Config) -> bool {
-    cpu == 0 && config.write_every != 0 && i.is_multiple_of(u64::from(config.write_every))
+pub(crate) fn writes_now(cpu: usize, config: Config, rng: &mut Rng) -> bool {
+    cpu == 0 && random_write(config, rng)
+}
+
+/// True on average once every [`Config::write_every`] calls (never at 0).
+#[inline]
+pub(crate) fn random_write(config: Config, rng: &mut Rng) -> bool {
+    match config.write_every {
+        0 => false,
+        1 => true,
+        n => rng.below(u64::from(n)) == 0,
+    }
 }

@@ -319,7 +319,7 @@ impl Workload for MmapSem {
         let (variant, config) = self.settings.get(Self::VARIANTS);
         let mut c = Counts::default();
         for i in 0..n {
-            if crate::writes_now(cpu, i, config) {
+            if crate::writes_now(cpu, config, rng) {
                 self.map_or_unmap(variant, rng, config.delay);
                 c.writes += 1;
             }

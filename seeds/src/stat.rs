@@ -175,11 +175,11 @@ impl Workload for StatStorm {
         self.last.store(last, Relaxed);
     }
 
-    fn step(&self, cpu: usize, n: u64, _rng: &mut Rng) -> Counts {
+    fn step(&self, cpu: usize, n: u64, rng: &mut Rng) -> Counts {
         let (variant, config) = self.settings.get(Self::VARIANTS);
         let mut c = Counts::default();
         for i in 0..n {
-            if crate::writes_now(cpu, i, config) {
+            if crate::writes_now(cpu, config, rng) {
                 let last = self.last.load(Relaxed);
                 let to = if self.dcache.get(last).name() == PATH[3] {
                     RENAMED

@@ -348,7 +348,7 @@ impl Workload for PathWalk {
         let (variant, config) = self.settings.get(Self::VARIANTS);
         let mut c = Counts::default();
         for i in 0..n {
-            if crate::writes_now(cpu, i, config) {
+            if crate::writes_now(cpu, config, rng) {
                 self.switch(variant);
                 c.writes += 1;
             }
