@@ -41,11 +41,18 @@ static STAT: StatStorm = StatStorm::new();
 static WALK: PathWalk = PathWalk::new();
 static MMAP: MmapSem = MmapSem::new();
 
+/// A measurement in which a worker had less than this share of its CPU
+/// (of the elapsed time; of its fair share when threads outnumber cores)
+/// was disturbed by other load.
+const MIN_CPU_SHARE: f64 = 0.9;
+
 /// One workload's measurements: `ops[variant][threads][rep]` (ops/s).
 struct Measured {
     name: &'static str,
     labels: Vec<&'static str>,
     ops: Vec<Vec<Vec<f64>>>,
+    /// Lowest worker CPU share of each measurement, same shape.
+    share: Vec<Vec<Vec<f64>>>,
 }
 
 /// An after/before pair (indices into the measured variants) with the
@@ -89,6 +96,7 @@ fn measure<W: Workload>(w: &'static W, dur: Duration, reps: usize) -> Measured {
         .filter(|(v, _)| *v != W::CONTROL)
         .collect();
     let mut ops = vec![vec![Vec::new(); THREADS.len()]; variants.len()];
+    let mut share = ops.clone();
     for rep in 0..reps {
         for (ti, &threads) in THREADS.iter().enumerate() {
             for j in 0..variants.len() {
@@ -102,6 +110,7 @@ fn measure<W: Workload>(w: &'static W, dur: Duration, reps: usize) -> Measured {
                     );
                 }
                 ops[vi][ti].push(r.ops_per_sec());
+                share[vi][ti].push(r.cpu_share.unwrap_or(1.0));
             }
         }
     }
@@ -109,6 +118,7 @@ fn measure<W: Workload>(w: &'static W, dur: Duration, reps: usize) -> Measured {
         name: W::NAME,
         labels: variants.iter().map(|(_, l)| *l).collect(),
         ops,
+        share,
     }
 }
 
@@ -140,6 +150,23 @@ fn print_table(m: &Measured, report: &Report) {
         let _ = write!(row, " {seed} |");
         println!("{row}");
     }
+    let mut low = String::new();
+    for (l, v) in m.labels.iter().zip(&m.share) {
+        let lows: Vec<String> = THREADS
+            .iter()
+            .zip(v)
+            .map(|(t, s)| {
+                let min = s.iter().copied().fold(f64::INFINITY, f64::min);
+                let n = s.iter().filter(|&&x| x < MIN_CPU_SHARE).count();
+                format!("{t}: {min:.2} ({n})")
+            })
+            .collect();
+        let _ = write!(low, "\n- {l}: {}", lows.join(", "));
+    }
+    println!(
+        "\nLoad check, lowest worker CPU share per thread count (measurements below \
+         {MIN_CPU_SHARE}):{low}"
+    );
 }
 
 /// The median ratio `a / b` at `threads`.
@@ -157,8 +184,9 @@ const WRITERS: [(MmapVariant, &str); 4] = [
     (MmapVariant::Rwsem, "ticket-lock rwsem"),
 ];
 
-/// ns per empty write section, one thread, no readers: median over reps.
-fn writer_cost(dur: Duration, reps: usize) -> Vec<f64> {
+/// ns per empty write section, one thread, no readers: (median, min) over
+/// reps (the minimum is the figure least disturbed by other load).
+fn writer_cost(dur: Duration, reps: usize) -> Vec<(f64, f64)> {
     MMAP.setup(MmapVariant::Percpu, MmapSem::BENCH);
     std::thread::scope(|s| {
         s.spawn(|| {
@@ -178,18 +206,20 @@ fn writer_cost(dur: Duration, reps: usize) -> Vec<f64> {
                 }
             }
             rcu::cpu_offline();
-            ns.iter().map(|v| median(v)).collect()
+            ns.iter()
+                .map(|v| (median(v), v.iter().copied().fold(f64::INFINITY, f64::min)))
+                .collect()
         })
         .join()
         .unwrap()
     })
 }
 
-fn print_writer(ns: &[f64]) {
+fn print_writer(ns: &[(f64, f64)]) {
     let cells: Vec<String> = WRITERS
         .iter()
         .zip(ns)
-        .map(|((_, l), n)| format!("{l} {n:.1} ns"))
+        .map(|((_, l), (m, lo))| format!("{l} {m:.1} ns (min {lo:.1})"))
         .collect();
     println!("writer-cost MAX_CPUS={MAX_CPUS}: {}", cells.join(", "));
 }
@@ -401,6 +431,11 @@ fn main() {
     for (m, r) in &results {
         print_table(m, r);
     }
+    let disturbed: usize = results
+        .iter()
+        .flat_map(|(m, _)| m.share.iter().flatten().flatten())
+        .filter(|&&s| s < MIN_CPU_SHARE)
+        .count();
     println!("\n## mmap_sem writer: one empty write section, no readers\n");
     print_writer(&writer);
 
@@ -441,6 +476,13 @@ fn main() {
             "NOT MET"
         };
         println!("- {what}: {v:.2}x (goal >= {target:.2}x): {verdict}");
+    }
+    if disturbed > 0 && !quick {
+        println!(
+            "- WARNING: in {disturbed} measurements a worker had less than {MIN_CPU_SHARE} of \
+             its CPU (see the load checks): other load shared the cores; rerun on a quiet \
+             machine before trusting these numbers."
+        );
     }
 
     if !quick {

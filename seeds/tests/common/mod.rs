@@ -28,10 +28,20 @@ pub(crate) fn serial() -> MutexGuard<'static, ()> {
 pub(crate) struct Run {
     /// Per-thread counts.
     pub(crate) counts: Vec<Counts>,
-    /// Wall-clock time from the start signal to the stop signal, seconds.
+    /// Wall-clock time from the start signal until the last thread
+    /// stopped (after the step it was in at the stop signal), seconds.
     pub(crate) secs: f64,
     /// The workload's final check.
     pub(crate) check: Result<(), Violation>,
+    /// Lowest share of the run a worker spent on a CPU (Linux schedstat;
+    /// `None` elsewhere): well below 1, other load took our cores.
+    pub(crate) cpu_share: Option<f64>,
+}
+
+/// Nanoseconds the calling thread has spent on a CPU (Linux schedstat).
+fn cpu_ns() -> Option<u64> {
+    let stat = std::fs::read_to_string("/proc/thread-self/schedstat").ok()?;
+    stat.split_whitespace().next()?.parse().ok()
 }
 
 impl Run {
@@ -80,28 +90,45 @@ pub(crate) fn run<W: Workload>(
                     let mut rng = Rng::new(t as u64 + 1);
                     let mut c = Counts::default();
                     start.wait();
+                    let (t0, cpu0) = (Instant::now(), cpu_ns());
                     while !stop.load(Relaxed) {
                         c += w.step(t, STEP, &mut rng);
                     }
+                    let on_cpu = cpu_ns().zip(cpu0).map(|(c1, c0)| c1 - c0);
+                    let secs = t0.elapsed().as_secs_f64();
                     rcu::cpu_offline();
-                    c
+                    (c, on_cpu, secs)
                 })
             })
             .collect();
         start.wait();
-        let t0 = Instant::now();
         std::thread::sleep(dur);
         stop.store(true, Relaxed);
-        let secs = t0.elapsed().as_secs_f64();
-        let counts = handles.into_iter().map(|h| h.join().unwrap()).collect();
-        (counts, secs)
+        let done: Vec<_> = handles.into_iter().map(|h| h.join().unwrap()).collect();
+        // A thread stops after its current step: the run lasted until the
+        // last one did.
+        let secs = done.iter().map(|d| d.2).fold(0.0, f64::max);
+        (done, secs)
     });
     let check = w.check();
+    // With more threads than cores a thread can only have its share.
+    let fair = (cores_or(threads) as f64 / threads as f64).min(1.0);
+    let cpu_share = counts
+        .iter()
+        .map(|&(_, ns, secs)| ns.map(|ns| ns as f64 / (secs * 1e9 * fair)))
+        .collect::<Option<Vec<f64>>>()
+        .map(|v| v.into_iter().fold(f64::INFINITY, f64::min));
     Run {
-        counts,
+        counts: counts.into_iter().map(|(c, _, _)| c).collect(),
         secs,
         check,
+        cpu_share,
     }
+}
+
+/// The machine's core count (`threads` if unknown).
+fn cores_or(threads: usize) -> usize {
+    std::thread::available_parallelism().map_or(threads, |n| n.get())
 }
 
 /// Runs the control under torture until its check fails (or `budget`
