@@ -149,13 +149,15 @@ impl Dcache {
         }
     }
 
-    /// Empties the cache; nobody may use it meanwhile.
+    /// Empties the cache (unhashes every dentry); nobody may use it
+    /// meanwhile.
     pub fn reset(&self) {
-        for b in &self.buckets {
-            b.clear();
-        }
-        for d in &self.dentries {
-            Head::forget(&d.link);
+        let _lock = self.rename_lock.lock();
+        for d in &self.dentries[..self.used.load(Relaxed)] {
+            // SAFETY: we hold `rename_lock`, which serialises the lists'
+            // writers; every dentry below `used` is hashed (`add`, and
+            // `rename` re-hashes).
+            unsafe { self.buckets[bucket_of(d.parent(), d.name())].del(&d.link) };
             d.refs.lock().set_count(0);
             d.set_mounted(false);
         }

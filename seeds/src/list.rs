@@ -1,7 +1,9 @@
 //! A private stand-in for `ksync::rcu::list` (an RCU hlist), until that
 //! lands: just what the dentry cache needs, behind the three calls
-//! [`Head::add_head`], [`Head::del`] and [`Head::iter`], so that switching
-//! is a change of this file only.
+//! [`Head::add_head`], [`Head::del`] and [`Head::iter`] (and the two
+//! constructors), so that switching is a change of this file only: make
+//! `Head` and `Link` the library's head and node types (or thin wrappers
+//! over them) and forward the three calls.
 //!
 //! Writers (insertion and removal) are serialised by the caller's lock;
 //! readers iterate under an RCU read guard. Nodes live as long as their
@@ -39,19 +41,6 @@ impl Head {
         Head {
             first: AtomicPtr::new(ptr::null_mut()),
         }
-    }
-
-    /// Empties the list, forgetting its members (which must be re-added
-    /// before use: `setup` only, with no reader running).
-    pub(crate) fn clear(&self) {
-        // Relaxed: no reader runs; the run's start orders it.
-        self.first.store(ptr::null_mut(), Ordering::Relaxed);
-    }
-
-    /// Unmarks a node that [`clear`](Self::clear) dropped.
-    pub(crate) fn forget(node: &Link) {
-        // Relaxed: as in `clear`.
-        node.linked.store(false, Ordering::Relaxed);
     }
 
     /// Adds `node` at the front (`hlist_add_head_rcu`).
@@ -138,5 +127,55 @@ impl<'g> Iterator for Iter<'g> {
         let link = unsafe { cur.as_ref() }?;
         self.next = &link.next;
         Some(link)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{Head, Link};
+    use ksync::rcu;
+
+    fn collect(head: &Head, links: &[Link]) -> [Option<usize>; 4] {
+        let guard = rcu::read_lock();
+        let mut out = [None; 4];
+        for (slot, l) in out.iter_mut().zip(head.iter(&guard)) {
+            *slot = links.iter().position(|x| core::ptr::eq(x, l));
+        }
+        out
+    }
+
+    #[test]
+    fn add_iterate_remove() {
+        let (head, links) = (Head::new(), [Link::new(), Link::new(), Link::new()]);
+        for l in &links {
+            // SAFETY: single-threaded; `links` outlives `head`'s use.
+            unsafe { head.add_head(l) };
+        }
+        assert_eq!(collect(&head, &links), [Some(2), Some(1), Some(0), None]);
+        // SAFETY: as above.
+        unsafe { head.del(&links[1]) };
+        assert_eq!(collect(&head, &links), [Some(2), Some(0), None, None]);
+        // SAFETY: as above; re-adding a removed node is allowed.
+        unsafe { head.add_head(&links[1]) };
+        assert_eq!(collect(&head, &links), [Some(1), Some(2), Some(0), None]);
+    }
+
+    #[test]
+    #[should_panic(expected = "already on a list")]
+    fn double_add_panics() {
+        let (head, link) = (Head::new(), Link::new());
+        // SAFETY: single-threaded; `link` outlives `head`'s use.
+        unsafe {
+            head.add_head(&link);
+            head.add_head(&link);
+        }
+    }
+
+    #[test]
+    #[should_panic(expected = "not on this list")]
+    fn removing_a_stranger_panics() {
+        let (head, link) = (Head::new(), Link::new());
+        // SAFETY: single-threaded.
+        unsafe { head.del(&link) };
     }
 }
