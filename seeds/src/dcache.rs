@@ -14,7 +14,7 @@
 //! and miss: a miss is believed only if the global `rename_seq` (Linux's
 //! `rename_lock` seqlock) did not change meanwhile.
 //!
-//! The lists are [`crate::list`], a private stand-in for
+//! The lists are `crate::list`, a private stand-in for
 //! `ksync::rcu::list` until that lands.
 
 use core::mem::offset_of;

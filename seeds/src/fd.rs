@@ -8,7 +8,7 @@
 //!
 //! * After: `fget` is an RCU lookup plus [`LockRef::get_not_zero`] (a file
 //!   being closed has count 0 and is skipped); the last `fput` frees the
-//!   file through [`call_rcu`], so a reader that found it before the close
+//!   file through [`call_rcu`](rcu::call_rcu), so a reader that found it before the close
 //!   still reads a file, not a reused one.
 //! * Before: the same table read under the table's spinlock
 //!   (`files->file_lock`), or under a reader-writer lock; files are freed at
