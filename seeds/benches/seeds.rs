@@ -246,7 +246,8 @@ fn svg(m: &Measured, note: &str) -> String {
         "<svg xmlns=\"http://www.w3.org/2000/svg\" width=\"{w}\" height=\"{h}\" \
          font-family=\"sans-serif\" font-size=\"12\">\n\
          <rect width=\"{w}\" height=\"{h}\" fill=\"white\"/>\n\
-         <text x=\"{left}\" y=\"22\" font-size=\"15\">{} (host, {note})</text>\n",
+         <text x=\"{left}\" y=\"20\" font-size=\"15\">{}</text>\n\
+         <text x=\"{left}\" y=\"34\" font-size=\"10\" fill=\"#555\">host: {note}</text>\n",
         m.name
     );
     let mut v = 0.0;
@@ -489,8 +490,13 @@ fn main() {
         let dir = std::env::var("KSYNC_SEEDS_PLOTS")
             .unwrap_or_else(|_| concat!(env!("CARGO_MANIFEST_DIR"), "/plots").into());
         std::fs::create_dir_all(&dir).expect("creating the plot directory");
-        let note = format!("{cores} cores, median of {reps}");
         for (m, _) in &results {
+            let all: Vec<f64> = m.share.iter().flatten().flatten().copied().collect();
+            let low = all.iter().filter(|&&s| s < MIN_CPU_SHARE).count();
+            let note = format!(
+                "{cores} cores, median of {reps}; {low}/{} runs disturbed by other load",
+                all.len()
+            );
             let path = format!("{dir}/{}.svg", slug(m.name));
             std::fs::write(&path, svg(m, &note)).expect("writing a plot");
             eprintln!("wrote {path}");
