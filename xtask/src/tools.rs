@@ -99,13 +99,34 @@ fn apt_get(args: &[&str], packages: &[&str]) -> bool {
     )
 }
 
-/// Installs the packages whose file (`(package, path)`) is missing.
+/// What the host suite needs on aarch64 and riscv64 Linux under qemu-user
+/// (`.cargo/config.toml` names the linkers and runners), as `(package, a
+/// file it installs)`.
+pub const CROSS_PACKAGES: &[(&str, &str)] = &[
+    ("qemu-user-static", "/usr/bin/qemu-aarch64-static"),
+    ("gcc-aarch64-linux-gnu", "/usr/bin/aarch64-linux-gnu-gcc"),
+    (
+        "libc6-dev-arm64-cross",
+        "/usr/aarch64-linux-gnu/lib/libc.so",
+    ),
+    // Also in qemu-user-static, which an older install may lack.
+    ("qemu-user-static", "/usr/bin/qemu-riscv64-static"),
+    ("gcc-riscv64-linux-gnu", "/usr/bin/riscv64-linux-gnu-gcc"),
+    (
+        "libc6-dev-riscv64-cross",
+        "/usr/riscv64-linux-gnu/lib/libc.so",
+    ),
+];
+
+/// Installs the packages whose file (`(package, path)`) is missing, each
+/// package once.
 pub fn ensure_apt_files(what: &[(&str, &str)]) -> Result<(), String> {
-    let missing: Vec<&str> = what
-        .iter()
-        .filter(|(_, path)| !Path::new(path).exists())
-        .map(|(pkg, _)| *pkg)
-        .collect();
+    let mut missing: Vec<&str> = Vec::new();
+    for (package, path) in what {
+        if !Path::new(path).exists() && !missing.contains(package) {
+            missing.push(package);
+        }
+    }
     apt_install("packages", &missing)
 }
 
