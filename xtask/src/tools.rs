@@ -210,4 +210,39 @@ mod tests {
         );
         assert!(targets.iter().all(|t| !t.is_empty() && !t.contains('"')));
     }
+
+    /// Every cross linker and qemu-user runner `.cargo/config.toml` names
+    /// is installed by [`super::CROSS_PACKAGES`], with its sysroot, and its
+    /// target is one the driver adds.
+    #[test]
+    fn cross_packages_cover_the_runners() {
+        let path = super::root().join(".cargo/config.toml");
+        let text = std::fs::read_to_string(&path).expect("the workspace's cargo config");
+        let config: toml::Table = text.parse().expect("it parses");
+        let targets = super::toolchain_targets().expect("rust-toolchain.toml parses");
+        let provided = |file: &str| super::CROSS_PACKAGES.iter().any(|(_, p)| *p == file);
+        let per_target = config["target"].as_table().expect("[target.*] tables");
+        assert!(per_target.len() >= 2, "{per_target:?}");
+        for (target, table) in per_target {
+            assert!(
+                targets.contains(target),
+                "{target} not in rust-toolchain.toml"
+            );
+            let linker = table["linker"].as_str().expect("a linker");
+            assert!(provided(&format!("/usr/bin/{linker}")), "{linker}");
+            let runner: Vec<&str> = table["runner"]
+                .as_str()
+                .expect("a runner")
+                .split_whitespace()
+                .collect();
+            assert!(provided(&format!("/usr/bin/{}", runner[0])), "{runner:?}");
+            let sysroot = runner[runner.iter().position(|w| *w == "-L").expect("-L") + 1];
+            assert!(
+                super::CROSS_PACKAGES
+                    .iter()
+                    .any(|(_, p)| p.starts_with(&format!("{sysroot}/"))),
+                "{sysroot}"
+            );
+        }
+    }
 }
