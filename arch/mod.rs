@@ -10,6 +10,7 @@
 //!   `lockref::word`; a backend supplies the atomic update (the LL/SC block
 //!   makes the check in asm, with that module's shifts as operands):
 //!   - loom and Miri always take the portable step, which they can check;
+//!   - `--cfg ksync_generic` (below) takes it too;
 //!   - aarch64 with LSE (`target_feature = "lse"`): `cas`, inlined (core's
 //!     atomics call an out-of-line helper on `aarch64-*-linux-gnu`);
 //!   - aarch64 without LSE: the whole check-and-update in one LDXR/STXR
@@ -32,6 +33,7 @@
 //! * **per-CPU local add** — add to this CPU's slot of a per-CPU counter,
 //!   atomic with respect to interrupts on this CPU (only this CPU writes the
 //!   slot, so no cross-CPU atomicity is needed):
+//!   - loom, Miri and `--cfg ksync_generic`: the portable `fetch_add`;
 //!   - x86_64: a plain `add` to memory, one instruction, no `lock` prefix;
 //!   - aarch64 with LSE: `stadd`;
 //!   - everything else: a Relaxed `fetch_add` on the slot, an atomic
@@ -41,6 +43,15 @@
 //!
 //! The portable module is compiled under `cfg(test)` on every arch, so the
 //! fallback is exercised by the unit tests on x86_64 and aarch64 too.
+//!
+//! **`--cfg ksync_generic`** (in `RUSTFLAGS`) switches the two fallback
+//! questions, the lockref step and the local add, to the portable paths on
+//! every architecture, so the fallback that riscv64 and the other targets
+//! get can be tortured on x86_64's and aarch64's SMP guests too (`cargo
+//! xtask test` boots such images: `x86_64-generic`, `aarch64-generic`). It
+//! is a test switch, not a tuning knob: the native paths are as fast or
+//! faster. Interrupt masking and hypervisor detection are no fallback
+//! question (the portable masking is for one core) and stay native.
 
 #![allow(dead_code)]
 
@@ -67,6 +78,8 @@ mod riscv64;
 cfg_select! {
     // loom and Miri run no `asm!`; they check the portable step.
     any(loom, miri) => { pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt}; }
+    // `--cfg ksync_generic`: the portable step everywhere, to torture it under SMP.
+    all(ksync_generic, target_has_atomic = "64") => { pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt}; }
     // LL/SC must be one asm block; LSE `cas` avoids core's outlined helper.
     target_arch = "aarch64" => { pub(crate) use aarch64::{STEP_LOADS_WORD, lockref_attempt}; }
     // x86_64 and the rest: `compare_exchange` (`lock cmpxchg` on x86_64).
@@ -142,20 +155,18 @@ pub(crate) use generic::hypervisor_present;
 
 // ---- per-CPU local add -----------------------------------------------------
 
-#[cfg(all(target_arch = "x86_64", not(any(loom, miri))))]
-pub(crate) use x86_64::local_add;
-
-#[cfg(all(target_arch = "aarch64", target_feature = "lse", not(any(loom, miri))))]
-pub(crate) use aarch64::local_add;
-
-#[cfg(not(all(
-    any(
-        target_arch = "x86_64",
-        all(target_arch = "aarch64", target_feature = "lse")
-    ),
-    not(any(loom, miri))
-)))]
-pub(crate) use generic::local_add;
+cfg_select! {
+    // loom and Miri run no `asm!`; loom sees the `fetch_add`'s interleavings.
+    any(loom, miri) => { pub(crate) use generic::local_add; }
+    // `--cfg ksync_generic`: the portable add everywhere, to torture it under SMP.
+    ksync_generic => { pub(crate) use generic::local_add; }
+    // x86_64: a plain `add` to memory, interrupt-atomic as one instruction.
+    target_arch = "x86_64" => { pub(crate) use x86_64::local_add; }
+    // aarch64 with LSE: `stadd`, one instruction.
+    all(target_arch = "aarch64", target_feature = "lse") => { pub(crate) use aarch64::local_add; }
+    // Everything else: a Relaxed `fetch_add` (an atomic RMW, so interrupt-atomic).
+    _ => { pub(crate) use generic::local_add; }
+}
 
 /// Keeps the signature of every backend's step identical (checked at
 /// compile time on every target that has one).

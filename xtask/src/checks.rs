@@ -6,7 +6,9 @@ use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use crate::qemu;
-use crate::tools::{cargo, ensure_apt_files, ensure_toolchain, root, runs, toolchain_targets};
+use crate::tools::{
+    CROSS_PACKAGES, cargo, ensure_apt_files, ensure_toolchain, root, runs, toolchain_targets,
+};
 
 /// What `cargo xtask test` was asked for.
 pub struct Options {
@@ -107,16 +109,7 @@ pub fn test(options: &Options) -> ExitCode {
     let start = Instant::now();
     let mut t = Tally::default();
 
-    let setup = ensure_toolchain().and_then(|()| {
-        ensure_apt_files(&[
-            ("qemu-user-static", "/usr/bin/qemu-aarch64-static"),
-            ("gcc-aarch64-linux-gnu", "/usr/bin/aarch64-linux-gnu-gcc"),
-            (
-                "libc6-dev-arm64-cross",
-                "/usr/aarch64-linux-gnu/lib/libc.so",
-            ),
-        ])
-    });
+    let setup = ensure_toolchain().and_then(|()| ensure_apt_files(CROSS_PACKAGES));
     if let Err(e) = &setup {
         println!("setup: {e}");
     }
@@ -143,20 +136,33 @@ pub fn test(options: &Options) -> ExitCode {
         ]),
     );
     t.check("clippy host", ok);
-    for (target, flags) in [
-        ("aarch64-unknown-none", ""),
-        ("aarch64-unknown-none", "-C target-feature=+lse"),
-        ("x86_64-unknown-none", ""),
+    // Each set of rustflags builds in its own directory, or the runs would
+    // rebuild each other's artefacts.
+    for (target, flags, dir) in [
+        ("aarch64-unknown-none", "", "target"),
+        (
+            "aarch64-unknown-none",
+            "-C target-feature=+lse",
+            "target/lse",
+        ),
+        ("x86_64-unknown-none", "", "target"),
+        // The portable lockref step and local add on the two arches that
+        // have native ones (arch/mod.rs).
+        (
+            "aarch64-unknown-none",
+            "--cfg ksync_generic",
+            "target/generic",
+        ),
+        (
+            "x86_64-unknown-none",
+            "--cfg ksync_generic",
+            "target/generic",
+        ),
     ] {
         let name = format!("clippy --lib {target} {flags}");
         let mut cmd = cargo(&[
             "clippy", "--lib", "--target", target, "--", "-D", "warnings",
         ]);
-        let dir = if flags.is_empty() {
-            "target"
-        } else {
-            "target/lse"
-        };
         cmd.env("RUSTFLAGS", flags)
             .env("CARGO_TARGET_DIR", root().join(dir));
         let (ok, _) = run_logged(&name, &mut cmd);
@@ -316,6 +322,22 @@ pub fn test(options: &Options) -> ExitCode {
         let (ok, text) = run_logged(name, &mut cmd);
         tally_tests(&mut t, name, ok, &text);
     }
+
+    // And on riscv64 (RVWMO, the library's portable paths: core atomics as
+    // LR/SC and AMOs). The whole release suite takes well under a minute.
+    let name = "riscv64 qemu-user, release build";
+    let mut riscv = cargo(&[
+        "test",
+        "--release",
+        "--tests",
+        "--target",
+        "riscv64gc-unknown-linux-gnu",
+    ]);
+    riscv
+        .env_remove("QEMU_CPU")
+        .env("CARGO_TARGET_DIR", root().join("target"));
+    let (ok, text) = run_logged(name, &mut riscv);
+    tally_tests(&mut t, name, ok, &text);
 
     // The SMP kernels under QEMU.
     if !options.host_only {

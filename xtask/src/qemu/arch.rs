@@ -83,7 +83,32 @@ pub struct Variant {
     pub cpu: &'static str,
     /// Whether `cargo xtask run` boots this image.
     pub demo: bool,
+    /// The suites `cargo xtask test` runs on it, by family: a suite runs
+    /// when its name is one of these or one of these followed by `-`
+    /// (`lockref` takes the control `lockref-nolock` too). Empty: every
+    /// suite the kernel lists.
+    pub suites: &'static [&'static str],
 }
+
+impl Variant {
+    /// Whether this image runs the suite called `name`.
+    pub fn runs(&self, name: &str) -> bool {
+        self.suites.is_empty() || self.suites.iter().any(|family| in_family(family, name))
+    }
+}
+
+/// Whether the suite `name` is of `family`: `family` itself or
+/// `family-...` ([`Variant::suites`]).
+pub fn in_family(family: &str, name: &str) -> bool {
+    name.strip_prefix(family)
+        .is_some_and(|rest| rest.is_empty() || rest.starts_with('-'))
+}
+
+/// What a `--cfg ksync_generic` image is for: the suites of the services
+/// that flag switches to their portable paths (lockref's step, the per-CPU
+/// local add under the counter and the per-CPU rw lock), with their
+/// controls.
+const GENERIC_SUITES: &[&str] = &["lockref", "percpu-counter", "rwlock"];
 
 /// A KVM configuration.
 pub struct Kvm {
@@ -116,14 +141,29 @@ pub const ARCHES: &[Arch] = &[
             silent_stop: Some((0, "triple fault or shutdown")),
         },
         counter: "TSC (rdtsc)",
-        variants: &[Variant {
-            config: "x86_64-tcg",
-            label: "x86_64",
-            rustflags: "",
-            target_subdir: "",
-            cpu: "qemu64",
-            demo: true,
-        }],
+        variants: &[
+            Variant {
+                config: "x86_64-tcg",
+                label: "x86_64",
+                rustflags: "",
+                target_subdir: "",
+                cpu: "qemu64",
+                demo: true,
+                suites: &[],
+            },
+            // The portable lockref step and local add (`lock cmpxchg`,
+            // `lock add`) instead of the native ones; the relocation model
+            // of qemu/.cargo/config.toml, which these flags replace.
+            Variant {
+                config: "x86_64-generic",
+                label: "x86_64 (ksync_generic)",
+                rustflags: "-C relocation-model=static --cfg ksync_generic",
+                target_subdir: "generic",
+                cpu: "qemu64",
+                demo: false,
+                suites: GENERIC_SUITES,
+            },
+        ],
         kvm: Some(Kvm {
             config: "x86_64-kvm",
             cpu: "qemu64",
@@ -153,6 +193,7 @@ pub const ARCHES: &[Arch] = &[
                 target_subdir: "lse",
                 cpu: "max",
                 demo: true,
+                suites: &[],
             },
             // LL/SC atomics (LDXR/STXR), on a CPU without LSE: runs on
             // every ARMv8 CPU.
@@ -163,6 +204,20 @@ pub const ARCHES: &[Arch] = &[
                 target_subdir: "",
                 cpu: "cortex-a57",
                 demo: false,
+                suites: &[],
+            },
+            // The portable paths on LL/SC: the compiler's LDAXR/STLXR loops
+            // for `compare_exchange` and `fetch_add`, as a riscv64 or any
+            // other LL/SC target gets them (with LSE they would be `casal`
+            // and `stadd`, the native paths' own instructions).
+            Variant {
+                config: "aarch64-generic",
+                label: "aarch64 (LL/SC, ksync_generic)",
+                rustflags: "--cfg ksync_generic",
+                target_subdir: "generic",
+                cpu: "cortex-a57",
+                demo: false,
+                suites: GENERIC_SUITES,
             },
         ],
         kvm: None,
@@ -192,6 +247,7 @@ pub const ARCHES: &[Arch] = &[
             target_subdir: "",
             cpu: "rv64",
             demo: true,
+            suites: &[],
         }],
         kvm: None,
     },
@@ -269,6 +325,37 @@ mod tests {
     use super::*;
 
     #[test]
+    fn suite_filter() {
+        let generic = ARCHES[0]
+            .variants
+            .iter()
+            .find(|v| v.config == "x86_64-generic")
+            .expect("the x86_64 generic image");
+        for name in [
+            "lockref",
+            "lockref-nolock",
+            "percpu-counter",
+            "percpu-counter-shared",
+            "rwlock",
+            "rwlock-gated",
+            "rwlock-noblock",
+        ] {
+            assert!(generic.runs(name), "{name}");
+        }
+        for name in [
+            "lockrefs",
+            "spinlock-ticket",
+            "brlock",
+            "rcu",
+            "bench",
+            "percpu",
+        ] {
+            assert!(!generic.runs(name), "{name}");
+        }
+        assert!(ARCHES[0].variants[0].runs("bench"));
+    }
+
+    #[test]
     fn table_is_consistent() {
         let configs: Vec<Config> = Config::all_tcg(4)
             .into_iter()
@@ -293,6 +380,16 @@ mod tests {
         }
         for arch in ARCHES {
             assert_ne!(arch.exit.pass, arch.exit.fail, "{}", arch.name);
+            for variant in arch.variants {
+                assert!(
+                    variant
+                        .suites
+                        .iter()
+                        .all(|f| !f.is_empty() && !f.ends_with('-')),
+                    "{}",
+                    variant.config
+                );
+            }
             if let Some((silent, _)) = arch.exit.silent_stop {
                 assert_ne!(silent, arch.exit.pass, "{}", arch.name);
             }

@@ -253,7 +253,15 @@ mod tests {
                  -no-reboot -device isa-debug-exit,iobase=0xf4,iosize=0x04 {tail}"
             ),
             format!(
+                "qemu-system-x86_64 -accel tcg,thread=multi -cpu qemu64 {common} -M q35 \
+                 -no-reboot -device isa-debug-exit,iobase=0xf4,iosize=0x04 {tail}"
+            ),
+            format!(
                 "qemu-system-aarch64 -accel tcg,thread=multi -cpu max {common} -M virt \
+                 -semihosting-config enable=on,target=native {tail}"
+            ),
+            format!(
+                "qemu-system-aarch64 -accel tcg,thread=multi -cpu cortex-a57 {common} -M virt \
                  -semihosting-config enable=on,target=native {tail}"
             ),
             format!(
@@ -269,7 +277,14 @@ mod tests {
         let names: Vec<&str> = configs.iter().map(|c| c.name).collect();
         assert_eq!(
             names,
-            ["x86_64-tcg", "aarch64-lse", "aarch64-llsc", "riscv64-tcg"]
+            [
+                "x86_64-tcg",
+                "x86_64-generic",
+                "aarch64-lse",
+                "aarch64-llsc",
+                "aarch64-generic",
+                "riscv64-tcg"
+            ]
         );
         for (config, expected) in configs.iter().zip(&expected) {
             assert_eq!(line(config), *expected);
