@@ -6,7 +6,11 @@
 //!   benchmark; `demo`: the tests, then the benchmark (the default when the
 //!   file is absent);
 //! * `list`: print the registered suites and stop without starting the
-//!   secondary CPUs.
+//!   secondary CPUs;
+//! * `hotplug`: CPU hotplug churn during the suites that allow it
+//!   (`kernel::hotplug`, `Suite::hotplug`);
+//! * `seed=N`: the seed of the churn and of the suites' generators
+//!   (default 0), so that a failing run can be replayed.
 
 use super::{Kind, Registry, runner};
 use crate::kernel::fw_cfg;
@@ -23,7 +27,7 @@ pub enum Command {
 /// Reads the arguments and fills the runner's plan with suites of
 /// `registry`.
 pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
-    let mut buf = [0u8; 256];
+    let mut buf = [0u8; 512];
     let len = fw_cfg::read_file("opt/ksync/run", &mut buf).unwrap_or(0);
     let text = core::str::from_utf8(&buf[..len]).map_err(|_| "opt/ksync/run is not UTF-8")?;
     let text = text.trim_end_matches('\0').trim();
@@ -32,6 +36,13 @@ pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
     for word in text.split_ascii_whitespace() {
         match word {
             "list" => return Ok(Command::List),
+            "hotplug" => runner::set_hotplug(true),
+            seed if seed.starts_with("seed=") => {
+                let seed = seed["seed=".len()..]
+                    .parse()
+                    .map_err(|_| "seed=N wants a decimal number")?;
+                runner::set_seed(seed);
+            }
             "tests" => push_kind(registry, Kind::Test)?,
             "controls" => push_kind(registry, Kind::Control)?,
             "bench" => push_kind(registry, Kind::Bench)?,

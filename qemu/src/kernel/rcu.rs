@@ -20,6 +20,8 @@
 //! | waiting with nothing to do: barriers, waiting for the next suite or for the start | [`idle_wait`] | [`ksync::rcu::idle_enter`] / [`ksync::rcu::idle_exit`] |
 //! | an interrupt arrives in an idle wait | [`interrupt`] | `idle_exit` before the handler, `idle_enter` after (Linux's `rcu_irq_enter`/`rcu_irq_exit`) |
 //! | a CPU stops for good | [`halt`] | [`ksync::rcu::cpu_offline`] |
+//! | a CPU goes offline for a while (`kernel::hotplug`), interrupts off | [`cpu_down`] | [`ksync::rcu::cpu_offline`]: its queued callbacks stay queued and the CPUs that stay run them |
+//! | it comes back, interrupts still off, before its first reader | [`cpu_back`] | [`ksync::rcu::cpu_online`] |
 //!
 //! Why these, and why they are enough:
 //!
@@ -131,6 +133,20 @@ pub fn halt() -> ! {
     run_ready_callbacks();
     ksync::rcu::cpu_offline();
     arch::park()
+}
+
+/// This CPU goes offline for a while (`kernel::hotplug`), interrupts off,
+/// at a quiescent point: grace periods stop waiting for it. Its callbacks
+/// are left queued on purpose: the CPUs that stay run them (ksync's
+/// adoption of an offline CPU's callbacks), which the churn checks.
+pub fn cpu_down() {
+    ksync::rcu::cpu_offline();
+}
+
+/// This CPU is back from [`cpu_down`], interrupts still off: RCU watches it
+/// before its first reader (thread or interrupt).
+pub fn cpu_back() {
+    ksync::rcu::cpu_online();
 }
 
 // ---- RCU's periodic work ------------------------------------------------------

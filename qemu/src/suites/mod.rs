@@ -56,6 +56,14 @@ impl Rng {
         Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
     }
 
+    /// A generator for this CPU in this run: `salt` (one per suite)
+    /// mixed with the CPU and the run's seed (`seed=`; with seed 0 the
+    /// same sequence as `new(cpu + salt)`), so that a run is replayed by
+    /// its seed.
+    pub fn for_ctx(ctx: &Ctx, salt: u64) -> Self {
+        Self::new(ctx.seed().wrapping_mul(0x0100_0000_01B3) ^ (ctx.cpu as u64 + salt))
+    }
+
     /// The next value.
     pub fn next(&mut self) -> u64 {
         self.0 ^= self.0 >> 12;
