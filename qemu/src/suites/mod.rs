@@ -25,6 +25,7 @@ pub mod lockref;
 pub mod percpu_counter;
 pub mod probe;
 pub mod rcu;
+pub mod rcu_flood;
 pub mod rcu_stall;
 pub mod rwlock;
 pub mod spinlock;
@@ -42,6 +43,7 @@ pub static REGISTRY: Registry = Registry::new(&[
     rwlock::SUITES,
     brlock::SUITES,
     rcu::SUITES,
+    rcu_flood::SUITES,
     rcu_stall::SUITES,
     bench::SUITES,
 ]);
