@@ -348,8 +348,7 @@ fn judge(suite: &dyn Suite, cpus: usize) -> bool {
         .or(stalled.then_some(STALL_REASON))
         .or((rcu::stall_timeout() != rcu::STALL_TIMEOUT_MS)
             .then_some("the suite left its own RCU stall timeout behind"))
-        .or((cpu_off != cpu_on)
-            .then_some("hotplug: a CPU went offline and did not come back"));
+        .or((cpu_off != cpu_on).then_some("hotplug: a CPU went offline and did not come back"));
     println!(
         "KSYNC-RESULT suite={} kind={} status={} cpus={cpus} ops={} cpu_min={} cpu_max={} irq_min={irq_min} irq_max={irq_max} irq_skipped={irq_skipped} gps={gps} cb_queued={} cb_invoked={} stalls={stalls} cpu_off={cpu_off} cpu_on={cpu_on} restart_retries={restart_retries} seed={} reason=\"{}\"",
         suite.name(),

@@ -80,7 +80,10 @@ pub fn supported() -> bool {
 /// with the generator seeded from `seed`.
 pub fn start(cpus: usize, seed: u64) {
     CPUS.store(cpus, Ordering::Relaxed);
-    RNG.store(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1, Ordering::Relaxed);
+    RNG.store(
+        seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1,
+        Ordering::Relaxed,
+    );
     for counter in [&OFFS, &ONS, &RETRIES] {
         counter.store(0, Ordering::Relaxed);
     }

@@ -93,7 +93,9 @@ impl Node {
 /// # Safety
 /// `head` is a [`Node`]'s head from [`Node::head_ptr`].
 unsafe fn invoked(head: *mut RcuHead) {
-    let node = head.wrapping_byte_sub(offset_of!(Node, head)).cast::<Node>();
+    let node = head
+        .wrapping_byte_sub(offset_of!(Node, head))
+        .cast::<Node>();
     // SAFETY: the caller's contract: a node of the static pool.
     let node = unsafe { &*node };
     // Release pairs with the flooder's Acquire load: the node is free for
@@ -159,7 +161,8 @@ pub struct Flood<Q: 'static> {
 pub static SUITES: &[&dyn Suite] = &[&TEST, &CONTROL];
 
 /// The test: ksync's `call_rcu`.
-pub static TEST: Flood<CallRcu> = Flood::new(Info::new("rcu-flood", Kind::Test, BUDGET_MS), CallRcu);
+pub static TEST: Flood<CallRcu> =
+    Flood::new(Info::new("rcu-flood", Kind::Test, BUDGET_MS), CallRcu);
 /// The control: a flood nobody processes.
 pub static CONTROL: Flood<NeverProcessed> = Flood::new(
     Info::new("rcu-flood-stuck", Kind::Control, BUDGET_MS),
@@ -231,7 +234,11 @@ impl<Q: Queue> Flood<Q> {
                 (invoked_at, gp_at) = (invoked, gp);
                 self.peak_pending
                     .fetch_max(rcu::pending_callbacks() as u64, Ordering::Relaxed);
-                quiet_invoked = if di == 0 && backlog > 0 { quiet_invoked + 1 } else { 0 };
+                quiet_invoked = if di == 0 && backlog > 0 {
+                    quiet_invoked + 1
+                } else {
+                    0
+                };
                 quiet_gp = if dg == 0 { quiet_gp + 1 } else { 0 };
                 if quiet_invoked >= STARVED_BUCKETS {
                     ctx.fail("unbounded backlog: no callback invoked for 500 ms while callbacks were pending");

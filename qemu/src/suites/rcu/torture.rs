@@ -101,11 +101,7 @@ fn pipe_count(age: u64, removed_snap: usize, gp: usize) -> usize {
     // `removed_snap` is the first value proving one full grace period; each
     // further one adds 4 (wrapping compare, as ksync's).
     let past = gp.wrapping_sub(removed_snap) as isize;
-    if past < 0 {
-        1
-    } else {
-        2 + past as usize / 4
-    }
+    if past < 0 { 1 } else { 2 + past as usize / 4 }
 }
 
 impl<R: Rcu> RcuTorture<R> {
@@ -462,7 +458,9 @@ impl<R: Rcu> Suite for RcuTorture<R> {
         let failure = if histogram[2..].iter().any(|&n| n > 0) {
             Some("a reader held an element for a whole grace period after its removal")
         } else if pipes[2..].iter().any(|&n| n > 0) {
-            Some("reader pipe: a grace period ended while a reader held an element removed before it")
+            Some(
+                "reader pipe: a grace period ended while a reader held an element removed before it",
+            )
         } else if gps == 0 || publications == 0 {
             Some("no grace period completed: the writer never got going")
         } else {
