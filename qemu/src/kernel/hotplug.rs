@@ -208,12 +208,12 @@ pub fn settle() -> Result<(), &'static str> {
     }
     let cpus = CPUS.load(Ordering::Relaxed);
     let deadline = time::now() + time::ms_to_ticks(SETTLE_TIMEOUT_MS);
-    for cpu in 1..cpus {
+    for (cpu, state) in STATE.iter().enumerate().take(cpus).skip(1) {
         loop {
-            match STATE[cpu].load(Ordering::Acquire) {
+            match state.load(Ordering::Acquire) {
                 ONLINE => break,
                 REQUESTED => {
-                    let _ = STATE[cpu].compare_exchange(
+                    let _ = state.compare_exchange(
                         REQUESTED,
                         ONLINE,
                         Ordering::Relaxed,

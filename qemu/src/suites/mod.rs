@@ -28,6 +28,7 @@ pub mod rcu;
 pub mod rcu_flood;
 pub mod rcu_stall;
 pub mod rwlock;
+pub mod rwlock_flood;
 pub mod spinlock;
 
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -41,6 +42,7 @@ pub static REGISTRY: Registry = Registry::new(&[
     spinlock::SUITES,
     percpu_counter::SUITES,
     rwlock::SUITES,
+    rwlock_flood::SUITES,
     brlock::SUITES,
     rcu::SUITES,
     rcu_flood::SUITES,
