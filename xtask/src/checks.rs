@@ -18,6 +18,10 @@ pub struct Options {
     pub host_only: bool,
 }
 
+/// The short soak with CPU hotplug churn at the end of the QEMU runs
+/// (`cargo xtask torture`), in minutes.
+const TORTURE_MINUTES: f64 = 1.0;
+
 #[derive(Default)]
 struct Tally {
     passed: usize,
@@ -343,7 +347,9 @@ pub fn test(options: &Options) -> ExitCode {
     if !options.host_only {
         match qemu::ensure_tools() {
             Ok(()) => {
-                for outcome in qemu::test_all(options.kvm) {
+                let mut outcomes = qemu::test_all(options.kvm);
+                outcomes.extend(qemu::torture_short(TORTURE_MINUTES));
+                for outcome in outcomes {
                     if !outcome.passed {
                         println!("    {}", outcome.detail);
                     }

@@ -4,7 +4,9 @@
 //!   aarch64 and riscv64 with 4 CPUs and prints their tables.
 //! * `test`: every check the project has, installing what it needs; ends
 //!   with the line `N passed, N failed` (tests and checks counted together).
-//! * `bench`: the host benchmarks (`cargo bench`), side by side with peers.
+//! * `bench`: the host benchmarks (`cargo bench`), side by side with peers;
+//! * `torture`: soak runs of the QEMU kernels with CPU hotplug churn and
+//!   fresh random seeds.
 //!
 //! Two small crates (`lexopt`, `toml`) and otherwise `std`: cargo fetches
 //! them, so the driver builds on a fresh machine before anything is
@@ -83,6 +85,22 @@ const COMMANDS: &[Sub] = &[
             seeds: false,
         },
     },
+    Sub {
+        name: "torture",
+        synopsis: "[--minutes N] [--smp N] [--arch A] [--seed S] [--boots N]",
+        about: "soak: boot the QEMU suites again and again with CPU hotplug churn and fresh seeds",
+        flags: &[
+            ("--minutes N", "how long to keep booting (default 10)"),
+            ("--smp N", "CPUs per QEMU machine (default 4)"),
+            (
+                "--arch A",
+                "only x86_64 or aarch64, or one configuration (x86_64-tcg, aarch64-lse, aarch64-llsc)",
+            ),
+            ("--seed S", "every boot with seed S (replays a failure)"),
+            ("--boots N", "stop after N boots"),
+        ],
+        default: || Task::Torture(qemu::TortureOptions::default()),
+    },
 ];
 
 /// What the command line asks for.
@@ -90,6 +108,7 @@ enum Task {
     Run,
     Test(checks::Options),
     Bench { quick: bool, seeds: bool },
+    Torture(qemu::TortureOptions),
 }
 
 /// The outcome of parsing.
@@ -123,6 +142,7 @@ fn execute(task: Task) -> ExitCode {
         Task::Run => run(),
         Task::Test(options) => return checks::test(&options),
         Task::Bench { quick, seeds } => bench(quick, seeds),
+        Task::Torture(options) => torture(&options),
     };
     match result {
         Ok(()) => ExitCode::SUCCESS,
@@ -180,10 +200,25 @@ fn parse_flags(sub: &'static Sub, parser: &mut lexopt::Parser) -> Result<Parsed,
             (Task::Test(options), Long("host-only")) => options.host_only = true,
             (Task::Bench { quick, .. }, Long("quick")) => *quick = true,
             (Task::Bench { seeds, .. }, Long("seeds")) => *seeds = true,
+            (Task::Torture(o), Long("minutes")) => o.minutes = number(parser)?,
+            (Task::Torture(o), Long("smp")) => o.smp = number(parser)?,
+            (Task::Torture(o), Long("arch")) => o.arch = Some(parser.value()?.string()?),
+            (Task::Torture(o), Long("seed")) => o.seed = Some(number(parser)?),
+            (Task::Torture(o), Long("boots")) => o.boots = Some(number(parser)?),
             (_, arg) => return Err(arg.unexpected()),
         }
     }
     Ok(Parsed::Task(task))
+}
+
+/// A flag's value as a number.
+fn number<T: std::str::FromStr>(parser: &mut lexopt::Parser) -> Result<T, lexopt::Error>
+where
+    T::Err: std::fmt::Display,
+{
+    let text = parser.value()?.string()?;
+    text.parse()
+        .map_err(|e| format!("invalid number '{text}': {e}").into())
 }
 
 /// The usage of one subcommand, or of all.
@@ -222,6 +257,20 @@ fn run() -> Result<(), String> {
         println!("  {line}");
     }
     Ok(())
+}
+
+fn torture(options: &qemu::TortureOptions) -> Result<(), String> {
+    if options.smp == 0 || options.smp > 8 {
+        return Err("--smp must be 1..=8 (the kernel's MAX_CPUS)".into());
+    }
+    tools::ensure_toolchain()?;
+    qemu::ensure_tools()?;
+    let totals = qemu::torture(options)?;
+    if totals.failures.is_empty() && totals.stalls == 0 && totals.cb_queued == totals.cb_invoked {
+        Ok(())
+    } else {
+        Err(format!("{} failed boots", totals.failures.len()))
+    }
 }
 
 fn bench(quick: bool, seeds: bool) -> Result<(), String> {
@@ -300,6 +349,32 @@ mod tests {
                 quick: true,
                 seeds: false
             }))
+        ));
+        match parsed(&[
+            "torture",
+            "--minutes",
+            "2.5",
+            "--smp=2",
+            "--arch",
+            "aarch64",
+            "--seed",
+            "7",
+        ]) {
+            Ok(Parsed::Task(Task::Torture(o))) => assert_eq!(
+                o,
+                qemu::TortureOptions {
+                    minutes: 2.5,
+                    smp: 2,
+                    arch: Some("aarch64".into()),
+                    seed: Some(7),
+                    boots: None,
+                }
+            ),
+            _ => panic!("torture flags"),
+        }
+        assert!(matches!(
+            parsed(&["torture", "--minutes", "soon"]),
+            Err(Misuse(Some(_), _))
         ));
     }
 

@@ -29,13 +29,16 @@
 //! * `build`: building the kernel images;
 //! * `run`: the QEMU command line, a run with its timeout, marker lines;
 //! * `suites`: [`test_all`], the suite registry and judging each suite;
-//! * `demo`: [`demo`] and its tables.
+//! * `demo`: [`demo`] and its tables;
+//! * `torture`: [`torture`], the soak runs with CPU hotplug churn and fresh
+//!   seeds (`cargo xtask torture`; `cargo xtask test` runs a short one).
 
 mod arch;
 mod build;
 mod demo;
 mod run;
 mod suites;
+mod torture;
 
 use std::path::PathBuf;
 use std::time::Duration;
@@ -45,6 +48,7 @@ use arch::ARCHES;
 
 pub use demo::demo;
 pub use suites::test_all;
+pub use torture::{Options as TortureOptions, short as torture_short, torture};
 
 /// The result of one suite, control or step in one configuration.
 pub struct Outcome {

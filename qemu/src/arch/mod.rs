@@ -11,7 +11,17 @@
 //! * `fw_cfg_select(key)`, `fw_cfg_read_u8()`; `boot_args(buf)`, the
 //!   kernel command line where the runner cannot use fw_cfg files
 //!   (riscv64; `None` on the others, defined here);
-//! * `exit(success)`, `park()`.
+//! * `exit(success)`, `park()`;
+//! * CPU hotplug (`kernel::hotplug` drives it): `HOTPLUG` (whether the
+//!   architecture has it), `cpu_off(cpu, on_saved: OnSaved)` (on the CPU, interrupts
+//!   off: save what it must keep, call `on_saved(cpu)`, power down or park;
+//!   returns once restarted and set up again, timer running, interrupts
+//!   still off) and `cpu_restart(cpu) -> bool` (another CPU: start it
+//!   again once `on_saved` ran; `false`: not yet, retry). x86_64 parks and
+//!   restarts with INIT-SIPI-SIPI, aarch64 uses PSCI `CPU_OFF`/`CPU_ON`.
+//!   An architecture without them ([`no_hotplug`], riscv64 for now) sets `HOTPLUG = false`
+//!   and the kernel runs every suite without churn (riscv64: SBI HSM
+//!   `hart_stop`/`hart_start` is the way to add it).
 //!
 //! and, common to all: [`MAX_CPUS`], [`CpuLocal`] for per-CPU hardware
 //! handles, and the [`Upcalls`] through which the arch code reaches the
@@ -54,6 +64,29 @@ pub use self::riscv64::*;
 pub fn boot_args(_buf: &mut [u8]) -> Option<usize> {
     None
 }
+
+/// The hotplug items for an architecture that has none yet (see the module
+/// docs): list it here until it implements them.
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub mod no_hotplug {
+    /// No CPU hotplug on this architecture: suites run without churn.
+    pub const HOTPLUG: bool = false;
+
+    /// What the kernel runs once a CPU going down has saved its context.
+    pub type OnSaved = extern "C" fn(usize);
+
+    /// Never called when [`HOTPLUG`] is false.
+    pub fn cpu_off(_cpu: usize, _on_saved: OnSaved) {
+        unreachable!("CPU hotplug is not implemented on this architecture")
+    }
+
+    /// Never called when [`HOTPLUG`] is false.
+    pub fn cpu_restart(_cpu: usize) -> bool {
+        false
+    }
+}
+#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
+pub use self::no_hotplug::*;
 
 #[cfg(not(any(
     target_arch = "x86_64",

@@ -8,7 +8,11 @@
 //!   benchmark; `demo`: the tests, then the benchmark (the default without
 //!   arguments);
 //! * `list`: print the registered suites and stop without starting the
-//!   secondary CPUs.
+//!   secondary CPUs;
+//! * `hotplug`: CPU hotplug churn during the suites that allow it
+//!   (`kernel::hotplug`, `Suite::hotplug`);
+//! * `seed=N`: the seed of the churn and of the suites' generators
+//!   (default 0), so that a failing run can be replayed.
 
 use super::{Kind, Registry, runner};
 use crate::arch;
@@ -26,7 +30,7 @@ pub enum Command {
 /// Reads the arguments and fills the runner's plan with suites of
 /// `registry`.
 pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
-    let mut buf = [0u8; 256];
+    let mut buf = [0u8; 512];
     let len = fw_cfg::read_file("opt/ksync/run", &mut buf)
         .or_else(|| arch::boot_args(&mut buf))
         .unwrap_or(0);
@@ -37,6 +41,13 @@ pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
     for word in text.split_ascii_whitespace() {
         match word {
             "list" => return Ok(Command::List),
+            "hotplug" => runner::set_hotplug(true),
+            seed if seed.starts_with("seed=") => {
+                let seed = seed["seed=".len()..]
+                    .parse()
+                    .map_err(|_| "seed=N wants a decimal number")?;
+                runner::set_seed(seed);
+            }
             "tests" => push_kind(registry, Kind::Test)?,
             "controls" => push_kind(registry, Kind::Control)?,
             "bench" => push_kind(registry, Kind::Bench)?,

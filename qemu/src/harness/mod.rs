@@ -144,6 +144,9 @@ pub struct Summary {
     pub cpu_max: u64,
     /// Why the suite failed, if its final checks found a problem.
     pub failure: Option<&'static str>,
+    /// `call_rcu` callbacks the suite queued and saw invoked (0, 0 for a
+    /// suite that queues none); on the result line for the soak totals.
+    pub callbacks: (u64, u64),
 }
 
 impl Summary {
@@ -155,6 +158,15 @@ impl Summary {
             cpu_min,
             cpu_max,
             failure,
+            callbacks: (0, 0),
+        }
+    }
+
+    /// The same, with `queued` callbacks queued and `invoked` invoked.
+    pub fn with_callbacks(self, queued: u64, invoked: u64) -> Self {
+        Self {
+            callbacks: (queued, invoked),
+            ..self
         }
     }
 }
@@ -196,6 +208,16 @@ pub trait Suite: Sync {
     /// Boot CPU after every CPU returned from `run` and no handler runs:
     /// final checks and statistics (printed here).
     fn finish(&self, cpus: usize) -> Summary;
+
+    /// Whether CPU hotplug churn may run during the suite when the run asks
+    /// for it (`hotplug`, see `kernel::hotplug`): `Ok`, or why not (printed
+    /// on a `KSYNC-HOTPLUG` line). Churn takes CPUs other than CPU 0
+    /// offline inside [`Ctx::should_stop`], so a suite that allows it must
+    /// not wait in `run` for a given other CPU without a way out, and must
+    /// not mind a CPU pausing for a while between two operations.
+    fn hotplug(&self) -> Result<(), &'static str> {
+        Err("not written for CPU hotplug")
+    }
 
     /// Whether RCU stall reports during the suite are expected. For every
     /// other suite a report fails it (`runner::STALL_REASON`).

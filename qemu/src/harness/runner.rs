@@ -24,6 +24,12 @@
 //! came, unless it expects them ([`Suite::expects_rcu_stalls`]); every
 //! suite starts with the kernel's stall timeout and must leave it so.
 //!
+//! CPU hotplug churn (`kernel::hotplug`), when the run asks for it and the
+//! suite allows it ([`Suite::hotplug`]): the boot CPU's timer interrupt
+//! drives it, other CPUs go offline inside [`Ctx::should_stop`], and the
+//! boot CPU brings every CPU back after its `run`, before the closing
+//! barrier. The result line counts the events (`cpu_off=`, `cpu_on=`).
+//!
 //! A watchdog in the timer interrupt fails the run when a suite overstays its
 //! budget by [`WATCHDOG_GRACE_MS`] (a deadlock, or a CPU that stopped), as
 //! long as some CPU still takes interrupts; the runner's QEMU timeout covers
@@ -41,7 +47,7 @@ use super::{Kind, Registry, Suite};
 use crate::arch;
 use crate::kernel::barrier::Barrier;
 use crate::kernel::cpu::{Counters, MAX_CPUS};
-use crate::kernel::{self, hooks, irq, rcu, time};
+use crate::kernel::{self, hooks, hotplug, irq, rcu, time};
 use crate::println;
 
 /// How long past its budget a suite may run before the watchdog fails it.
@@ -79,6 +85,13 @@ static IRQ_WORK: Counters = Counters::new();
 static IRQ_SKIPPED: Counters = Counters::new();
 /// Per CPU: when its last run of the suite's handler ended.
 static IRQ_WORK_END: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+/// The run's seed (`seed=`) and whether it asked for churn (`hotplug`).
+static SEED: AtomicU64 = AtomicU64::new(0);
+static HOTPLUG: AtomicBool = AtomicBool::new(false);
+/// Whether churn runs during the active suite.
+static CHURN: AtomicBool = AtomicBool::new(false);
+/// `ksync::rcu::gp_seq()` when the active suite started.
+static GP_START: AtomicUsize = AtomicUsize::new(0);
 /// Per CPU: whether it has returned from the active suite's `run`.
 static FINISHED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 
@@ -113,9 +126,15 @@ impl Ctx {
     /// Suites call it between two operations, so it is also this kernel's
     /// `cond_resched()`: it reports an RCU quiescent state (`kernel::rcu`).
     /// Never call it inside an RCU read section (debug builds panic).
+    ///
+    /// It is also where CPU hotplug churn takes this CPU offline for a
+    /// while (`kernel::hotplug`): it returns once the CPU is back.
     #[inline]
     pub fn should_stop(&self) -> bool {
         ksync::rcu::quiescent_state();
+        if hotplug::requested(self.cpu) {
+            hotplug::offline_point(self.cpu);
+        }
         // Relaxed: a flag and a deadline, no data hangs on them.
         if STOP.load(Ordering::Relaxed) {
             return true;
@@ -135,6 +154,12 @@ impl Ctx {
         STOP.store(true, Ordering::Relaxed);
     }
 
+    /// The run's seed (`seed=`, default 0): suites mix it into their
+    /// generators, so that a run is replayed by its seed.
+    pub fn seed(&self) -> u64 {
+        SEED.load(Ordering::Relaxed)
+    }
+
     /// Whether some CPU flagged a failure of the running suite (unlike
     /// [`should_stop`](Self::should_stop), not the deadline): for suites
     /// whose CPUs wait for each other past the deadline.
@@ -142,6 +167,17 @@ impl Ctx {
         // Relaxed: a flag, as in `fail`.
         FAILED.load(Ordering::Relaxed)
     }
+}
+
+/// Sets the run's seed (boot CPU, while parsing the arguments).
+pub fn set_seed(seed: u64) {
+    SEED.store(seed, Ordering::Relaxed);
+}
+
+/// Asks for CPU hotplug churn during the suites that allow it (boot CPU,
+/// while parsing the arguments).
+pub fn set_hotplug(on: bool) {
+    HOTPLUG.store(on, Ordering::Relaxed);
 }
 
 /// Appends suite `index` to the plan (boot CPU, before [`release`]).
@@ -186,6 +222,11 @@ pub fn run(cpu: usize) -> ! {
         }
         BARRIER.wait(cpus);
         suite.run(&ctx);
+        if cpu == 0
+            && let Err(reason) = hotplug::settle()
+        {
+            ctx.fail(reason);
+        }
         irq::disable();
         FINISHED[cpu].store(true, Ordering::Relaxed);
         BARRIER.wait(cpus);
@@ -235,11 +276,37 @@ fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
     // Relaxed: only the boot CPU uses it, here and in `judge`.
     STALLS_BEFORE.store(hooks::stall_log().count, Ordering::Relaxed);
     suite.setup(cpus);
+    GP_START.store(ksync::rcu::gp_seq(), Ordering::Relaxed);
+    let churn = HOTPLUG.load(Ordering::Relaxed)
+        && match (hotplug::supported(), suite.hotplug(), cpus) {
+            (false, _, _) => {
+                note_no_churn(suite, "this architecture has no CPU hotplug yet");
+                false
+            }
+            (_, Err(reason), _) => {
+                note_no_churn(suite, reason);
+                false
+            }
+            (_, Ok(()), 1) => {
+                note_no_churn(suite, "a single CPU: nothing to take offline");
+                false
+            }
+            _ => true,
+        };
+    CHURN.store(churn, Ordering::Relaxed);
+    if churn {
+        // A different sequence per suite of the plan, all from the seed.
+        hotplug::start(
+            cpus,
+            SEED.load(Ordering::Relaxed) ^ (index as u64).wrapping_mul(0x5851_F42D_4C95_7F2D),
+        );
+    }
     println!(
-        "KSYNC-START suite={} kind={} cpus={cpus} budget_ms={}",
+        "KSYNC-START suite={} kind={} cpus={cpus} budget_ms={} hotplug={}",
         suite.name(),
         suite.kind().word(),
-        suite.budget_ms()
+        suite.budget_ms(),
+        if churn { "on" } else { "off" }
     );
     let deadline = time::now() + time::ms_to_ticks(suite.budget_ms());
     DEADLINE.store(deadline, Ordering::Relaxed);
@@ -252,6 +319,13 @@ fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
     ACTIVE.store(index, Ordering::Release);
 }
 
+fn note_no_churn(suite: &dyn Suite, reason: &str) {
+    println!(
+        "KSYNC-HOTPLUG suite={} churn=off reason=\"{reason}\"",
+        suite.name()
+    );
+}
+
 /// Boot CPU, everyone else quiet: asks the suite for its verdict, adds the
 /// runner's own checks, prints the result line. Returns whether it passed.
 fn judge(suite: &dyn Suite, cpus: usize) -> bool {
@@ -260,22 +334,32 @@ fn judge(suite: &dyn Suite, cpus: usize) -> bool {
     let (irq_min, irq_max) = IRQ_WORK.min_max(cpus);
     let irq_skipped = IRQ_SKIPPED.sum(cpus);
     let quiet_cpu = (0..cpus).find(|&cpu| IRQ_WORK.get(cpu) == 0);
-    let stalled = hooks::stall_log().count != STALLS_BEFORE.load(Ordering::Relaxed)
-        && !suite.expects_rcu_stalls();
+    let stalls = hooks::stall_log().count - STALLS_BEFORE.load(Ordering::Relaxed);
+    let stalled = stalls != 0 && !suite.expects_rcu_stalls();
+    let (cpu_off, cpu_on, restart_retries) = if CHURN.load(Ordering::Relaxed) {
+        hotplug::events()
+    } else {
+        (0, 0, 0)
+    };
+    let gps = (ksync::rcu::gp_seq() >> 2).wrapping_sub(GP_START.load(Ordering::Relaxed) >> 2);
     let failure = flagged
         .or(summary.failure)
         .or(quiet_cpu.map(|_| "a CPU took no timer interrupt during the suite"))
         .or(stalled.then_some(STALL_REASON))
         .or((rcu::stall_timeout() != rcu::STALL_TIMEOUT_MS)
-            .then_some("the suite left its own RCU stall timeout behind"));
+            .then_some("the suite left its own RCU stall timeout behind"))
+        .or((cpu_off != cpu_on).then_some("hotplug: a CPU went offline and did not come back"));
     println!(
-        "KSYNC-RESULT suite={} kind={} status={} cpus={cpus} ops={} cpu_min={} cpu_max={} irq_min={irq_min} irq_max={irq_max} irq_skipped={irq_skipped} reason=\"{}\"",
+        "KSYNC-RESULT suite={} kind={} status={} cpus={cpus} ops={} cpu_min={} cpu_max={} irq_min={irq_min} irq_max={irq_max} irq_skipped={irq_skipped} gps={gps} cb_queued={} cb_invoked={} stalls={stalls} cpu_off={cpu_off} cpu_on={cpu_on} restart_retries={restart_retries} seed={} reason=\"{}\"",
         suite.name(),
         suite.kind().word(),
         verdict_word(failure.is_none()),
         summary.ops,
         summary.cpu_min,
         summary.cpu_max,
+        summary.callbacks.0,
+        summary.callbacks.1,
+        SEED.load(Ordering::Relaxed),
         failure.unwrap_or("-"),
     );
     if suite.kind() == Kind::Control && failure.is_some() {
@@ -311,6 +395,9 @@ pub fn on_tick(cpu: usize, now: u64) {
     }
     let suite = registry().get(index);
     let cpus = CPUS.load(Ordering::Relaxed);
+    if cpu == 0 {
+        hotplug::tick(now);
+    }
     if now > WATCHDOG.load(Ordering::Relaxed) {
         watchdog_fire(suite, cpus);
     }

@@ -15,13 +15,16 @@
 //!   preemption, where RCU stall reports go;
 //! * [`rcu`]: the RCU policy: where CPUs report quiescent states (idle
 //!   waits, interrupts, halting) and what the tick does for RCU;
-//! * [`barrier`]: a spin barrier whose waiters are idle for RCU.
+//! * [`barrier`]: a spin barrier whose waiters are idle for RCU;
+//! * [`hotplug`]: CPU hotplug churn (CPUs going offline and coming back
+//!   while a suite runs), over the arch code's CPU off/on.
 
 pub mod barrier;
 pub mod console;
 pub mod cpu;
 pub mod fw_cfg;
 pub mod hooks;
+pub mod hotplug;
 pub mod irq;
 pub mod rcu;
 pub mod time;

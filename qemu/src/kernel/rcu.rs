@@ -20,6 +20,8 @@
 //! | waiting with nothing to do: barriers, waiting for the next suite or for the start | [`idle_wait`] | [`ksync::rcu::idle_enter`] / [`ksync::rcu::idle_exit`] |
 //! | an interrupt arrives in an idle wait | [`interrupt`] | `idle_exit` before the handler, `idle_enter` after (Linux's `rcu_irq_enter`/`rcu_irq_exit`) |
 //! | a CPU stops for good | [`halt`] | [`ksync::rcu::cpu_offline`] |
+//! | a CPU goes offline for a while (`kernel::hotplug`), interrupts off | [`cpu_down`] | [`ksync::rcu::cpu_offline`]: its queued callbacks stay queued and the CPUs that stay run them |
+//! | it comes back, interrupts still off, before its first reader | [`cpu_back`] | [`ksync::rcu::cpu_online`] |
 //!
 //! Why these, and why they are enough:
 //!
@@ -48,7 +50,7 @@
 //!
 //! | where in this kernel | ksync call | why |
 //! |---|---|---|
-//! | every timer interrupt, every CPU ([`tick`], from the timer interrupt `main.rs` puts together) | [`ksync::rcu::process_callbacks`] | Linux runs callbacks from the tick's softirq (`RCU_SOFTIRQ`): a bounded batch (16) per tick, so a backlog never makes one interrupt long; a lock-free check when none is ready |
+//! | every timer interrupt, every CPU ([`tick`], from the timer interrupt `main.rs` puts together) | [`ksync::rcu::process_callbacks`] | Linux runs callbacks from the tick's softirq (`RCU_SOFTIRQ`): a bounded batch (16) per tick, so a backlog never makes one interrupt long; a lock-free check when none is ready. After a full batch, up to 1/128 of the backlog more (Linux's `rcu_divisor`), so that a `call_rcu` flood cannot outrun the invocations |
 //! | the same | [`ksync::rcu::check_stall`] with the counter in milliseconds ([`time::ticks_to_ms`]) | Linux checks for stalls from the tick (`rcu_sched_clock_irq`); two loads when nothing is due |
 //! | entering an idle wait ([`idle_wait`]) and stopping ([`halt`]) | [`ksync::rcu::has_callbacks`], then every ready callback | a CPU with nothing to do runs its ready callbacks without a batch limit, as Linux's idle task does |
 //! | boot ([`init`]) and before every suite (the runner) | [`ksync::rcu::set_stall_timeout`]`(`[`STALL_TIMEOUT_MS`]`)`, through [`set_stall_timeout`] | see the constant; the `rcu-stall` suite sets a shorter one for itself |
@@ -133,6 +135,20 @@ pub fn halt() -> ! {
     arch::park()
 }
 
+/// This CPU goes offline for a while (`kernel::hotplug`), interrupts off,
+/// at a quiescent point: grace periods stop waiting for it. Its callbacks
+/// are left queued on purpose: the CPUs that stay run them (ksync's
+/// adoption of an offline CPU's callbacks), which the churn checks.
+pub fn cpu_down() {
+    ksync::rcu::cpu_offline();
+}
+
+/// This CPU is back from [`cpu_down`], interrupts still off: RCU watches it
+/// before its first reader (thread or interrupt).
+pub fn cpu_back() {
+    ksync::rcu::cpu_online();
+}
+
 // ---- RCU's periodic work ------------------------------------------------------
 
 /// The RCU stall timeout of this kernel, in milliseconds (the unit of
@@ -187,8 +203,21 @@ pub fn reset_stall_timeout() {
 pub fn tick(now: u64) {
     // A report is also handed to `rcu_stall`, which prints and keeps it.
     let _report = ksync::rcu::check_stall(time::ticks_to_ms(now));
-    ksync::rcu::process_callbacks();
+    if ksync::rcu::process_callbacks() >= ksync::rcu::CALLBACK_BATCH {
+        // A full batch: a backlog. Run more, in proportion to it (Linux's
+        // `rcu_divisor`: a batch of at least `pending >> 7`), so that a
+        // `call_rcu` flood cannot outrun the invocations (the `rcu-flood`
+        // suite checks it).
+        let more = ksync::rcu::pending_callbacks() >> BACKLOG_DIVISOR_SHIFT;
+        if more > 0 {
+            ksync::rcu::process_callbacks_max(more);
+        }
+    }
 }
+
+/// A tick that ran a full batch of callbacks runs up to the backlog
+/// divided by `1 << BACKLOG_DIVISOR_SHIFT` more (Linux's `rcu_divisor`, 7).
+const BACKLOG_DIVISOR_SHIFT: u32 = 7;
 
 /// Runs every callback of this CPU whose grace period has ended (no batch
 /// limit: the CPU has nothing else to do). Thread context, outside read

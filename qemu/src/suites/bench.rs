@@ -160,6 +160,10 @@ impl Suite for Bench {
         &self.info
     }
 
+    fn hotplug(&self) -> Result<(), &'static str> {
+        Err("a benchmark measures a fixed set of CPUs")
+    }
+
     fn setup(&self, _cpus: usize) {
         self.total_ops.store(0, Ordering::Relaxed);
     }

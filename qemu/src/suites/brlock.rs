@@ -263,6 +263,12 @@ impl<L: BigReader> Suite for BrTorture<L> {
         &self.info
     }
 
+    fn hotplug(&self) -> Result<(), &'static str> {
+        // A CPU goes offline holding none of the locks; the global locker
+        // takes an offline CPU's lock like any other.
+        Ok(())
+    }
+
     fn setup(&self, _cpus: usize) {
         self.lock.global_irqsave(&mut |all| {
             for data in all {
@@ -277,7 +283,7 @@ impl<L: BigReader> Suite for BrTorture<L> {
     }
 
     fn run(&self, ctx: &Ctx) {
-        let mut rng = Rng::new(ctx.cpu as u64 + 31);
+        let mut rng = Rng::for_ctx(ctx, 31);
         let (mut locals, mut globals) = (0u64, 0);
         let period = time::hz() / 1_000_000 * GLOBAL_PERIOD_US;
         let mut next_global = time::now() + rng.below(period);

@@ -346,7 +346,7 @@ impl<L: RefCount> Suite for LockrefTorture<L> {
     }
 
     fn run(&self, ctx: &Ctx) {
-        let mut rng = Rng::new(ctx.cpu as u64 + 1);
+        let mut rng = Rng::for_ctx(ctx, 1);
         let mut held = 0u32;
         let mut ops = 0;
         while !ctx.should_stop() {

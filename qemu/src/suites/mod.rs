@@ -26,8 +26,10 @@ pub mod lockref;
 pub mod percpu_counter;
 pub mod probe;
 pub mod rcu;
+pub mod rcu_flood;
 pub mod rcu_stall;
 pub mod rwlock;
+pub mod rwlock_flood;
 pub mod spinlock;
 
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -41,8 +43,10 @@ pub static REGISTRY: Registry = Registry::new(&[
     spinlock::SUITES,
     percpu_counter::SUITES,
     rwlock::SUITES,
+    rwlock_flood::SUITES,
     brlock::SUITES,
     rcu::SUITES,
+    rcu_flood::SUITES,
     rcu_stall::SUITES,
     irq_mask::SUITES,
     bench::SUITES,
@@ -56,6 +60,14 @@ impl Rng {
     /// A generator seeded from `seed` (any value).
     pub fn new(seed: u64) -> Self {
         Self(seed.wrapping_mul(0x9E37_79B9_7F4A_7C15) | 1)
+    }
+
+    /// A generator for this CPU in this run: `salt` (one per suite)
+    /// mixed with the CPU and the run's seed (`seed=`; with seed 0 the
+    /// same sequence as `new(cpu + salt)`), so that a run is replayed by
+    /// its seed.
+    pub fn for_ctx(ctx: &Ctx, salt: u64) -> Self {
+        Self::new(ctx.seed().wrapping_mul(0x0100_0000_01B3) ^ (ctx.cpu as u64 + salt))
     }
 
     /// The next value.

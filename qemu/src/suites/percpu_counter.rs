@@ -219,6 +219,12 @@ impl<C: Counter> Suite for CounterTorture<C> {
         &self.info
     }
 
+    fn hotplug(&self) -> Result<(), &'static str> {
+        // An offline CPU's slot keeps its delta; `sum()` adds every
+        // possible CPU's slot, so the exact check covers it.
+        Ok(())
+    }
+
     fn setup(&self, _cpus: usize) {
         self.counter.set(0);
         self.thread_tally.reset();
@@ -229,7 +235,7 @@ impl<C: Counter> Suite for CounterTorture<C> {
     }
 
     fn run(&self, ctx: &Ctx) {
-        let mut rng = Rng::new(ctx.cpu as u64 + 11);
+        let mut rng = Rng::for_ctx(ctx, 11);
         let (mut tally, mut ops) = (0i64, 0u64);
         while !ctx.should_stop() {
             // Mostly ±1, drifting upwards (the total grows), now and then

@@ -187,7 +187,7 @@ impl StallTest {
     /// them, and a turn as the stuck CPU, until CPU 0 is done (the budget
     /// does not end this suite: the rounds do).
     fn follow(&self, ctx: &Ctx) {
-        let mut rng = Rng::new(ctx.cpu as u64 + 7);
+        let mut rng = Rng::for_ctx(ctx, 7);
         let mut reads = 0;
         loop {
             // A quiescent state, whatever it says about the deadline.
@@ -263,6 +263,10 @@ fn check(report: &StallReport, stuck: usize, gp_before: usize) -> Result<(), &'s
 impl Suite for StallTest {
     fn info(&self) -> &Info {
         &self.info
+    }
+
+    fn hotplug(&self) -> Result<(), &'static str> {
+        Err("each CPU in turn must stay in a read section on cue")
     }
 
     fn setup(&self, _cpus: usize) {

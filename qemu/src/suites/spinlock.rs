@@ -151,7 +151,7 @@ impl<R: RawMutex + Sync> Suite for SpinTorture<R> {
     }
 
     fn run(&self, ctx: &Ctx) {
-        let mut rng = Rng::new(ctx.cpu as u64 + 7);
+        let mut rng = Rng::for_ctx(ctx, 7);
         let me = who(ctx.cpu, false);
         while !ctx.should_stop() {
             self.critical_section(ctx, me);

@@ -4,6 +4,7 @@
 //! without EL2/EL3 firmware), one MPIDR after the other until PSCI refuses.
 
 use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use aarch64_cpu::registers::{ESR_EL1, FAR_EL1, MPIDR_EL1, Readable};
 use smccc::Hvc;
@@ -34,6 +35,15 @@ core::arch::global_asm!(
     exception_handler = sym exception_handler,
 );
 
+/// Each CPU index's MPIDR affinity (Aff3..Aff0), for PSCI `CPU_ON`.
+static MPIDRS: [AtomicU64; MAX_CPUS] = [const { AtomicU64::new(0) }; MAX_CPUS];
+
+/// The MPIDR affinity of CPU `cpu` (as [`start_secondaries`] found it).
+pub fn mpidr(cpu: usize) -> u64 {
+    // Relaxed: written before the CPU started, which orders it.
+    MPIDRS[cpu].load(Ordering::Relaxed)
+}
+
 unsafe extern "C" {
     /// Where secondary CPUs start, with their index in x0.
     fn secondary_entry();
@@ -47,6 +57,7 @@ unsafe extern "C" {
 pub fn start_secondaries(possible: usize) -> usize {
     let expected = possible;
     let me = MPIDR_EL1.get() & 0xff_00ff_ffff; // Aff3..Aff0
+    MPIDRS[0].store(me, Ordering::Relaxed);
     let mut cpus = 1;
     // QEMU's virt numbers CPUs 0, 1, 2, ... in Aff0 (up to 8 with GICv2).
     for mpidr in 0..64u64 {
@@ -57,6 +68,7 @@ pub fn start_secondaries(possible: usize) -> usize {
             break;
         }
         let entry = secondary_entry as *const () as u64;
+        MPIDRS[cpus].store(mpidr, Ordering::Relaxed);
         match psci::cpu_on::<Hvc>(mpidr, entry, cpus as u64) {
             Ok(()) => cpus += 1,
             Err(PsciError::InvalidParameters) => break,

@@ -6,6 +6,7 @@
 //! |---|---|---|
 //! | entry | `_start` at EL1; stack, FP/SIMD, vectors; MMU in Rust | `boot.s`, `mmu.rs` |
 //! | other CPUs | PSCI `CPU_ON` via `hvc` (`smccc`) until it refuses | `boot.rs` |
+//! | hotplug | PSCI `CPU_OFF` (real power-down), `CPU_ON` to a resume entry | `hotplug.rs` |
 //! | CPU index | `TPIDR_EL1` | here |
 //! | traps | `VBAR_EL1` table, full save incl. FP/SIMD, one Rust handler | `boot.s`, `boot.rs` |
 //! | timer | virtual timer (PPI 27) via GICv2 (`arm-gic`) | `gic.rs` |
@@ -17,6 +18,7 @@
 
 mod boot;
 mod gic;
+mod hotplug;
 mod mmu;
 
 use core::fmt;
@@ -28,6 +30,7 @@ use qemu_exit::QEMUExit;
 use safe_mmio::UniqueMmioPointer;
 
 pub use boot::start_secondaries;
+pub use hotplug::{HOTPLUG, cpu_off, cpu_restart};
 
 /// Architecture name on `KSYNC-` lines.
 pub const NAME: &str = "aarch64";

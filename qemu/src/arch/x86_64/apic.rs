@@ -82,8 +82,18 @@ pub fn init_local() {
         apic.enable();
         apic.disable_timer();
     }
+    // SAFETY: reads this CPU's APIC ID register.
+    let id = unsafe { apic.id() };
+    // Relaxed: read by restarters only after this CPU came up and went
+    // down again, which the hotplug states order.
+    APIC_IDS[super::cpu_index()].store(id, Ordering::Relaxed);
     LAPIC.with(|slot| *slot = Some(apic));
 }
+
+/// Each CPU index's APIC ID as the ICR's destination field wants it (the
+/// raw ID register: bits 24..32 in xAPIC mode, the whole word in x2APIC
+/// mode; the `x2apic` crate writes the destination as given).
+static APIC_IDS: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
 
 fn build(mode: TimerMode, initial: u32) -> LocalApic {
     // SAFETY: reads IA32_APIC_BASE, which every x86_64 CPU has.
@@ -115,6 +125,28 @@ pub fn timer_start() {
 pub fn eoi() {
     // SAFETY: called from an interrupt handler of an APIC-delivered vector.
     with_apic(|apic| unsafe { apic.end_of_interrupt() });
+}
+
+/// Masks this CPU's timer (before it goes offline).
+pub fn timer_stop() {
+    // SAFETY: this CPU's local APIC, configured by `init_local`.
+    with_apic(|apic| unsafe { apic.disable_timer() });
+}
+
+/// Restarts CPU `cpu`, parked with interrupts off after hotplug: INIT,
+/// then STARTUP twice with `vector`. No delays: a CPU handles a pending
+/// INIT before a STARTUP, and a STARTUP that finds it already running is
+/// ignored (QEMU's APIC needs none; Linux skips them on modern CPUs too).
+pub fn restart(cpu: usize, vector: u8) {
+    // Relaxed: see `init_local`.
+    let id = APIC_IDS[cpu].load(Ordering::Relaxed);
+    // SAFETY: the target parked for good (hotplug) and runs nothing; the
+    // trampoline is in place at `vector << 12`.
+    with_apic(|apic| unsafe {
+        apic.send_init_ipi(id);
+        apic.send_sipi(vector, id);
+        apic.send_sipi(vector, id);
+    });
 }
 
 /// Broadcasts INIT to every other CPU.

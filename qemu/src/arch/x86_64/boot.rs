@@ -50,6 +50,10 @@ core::arch::global_asm!(
     next_cpu = sym NEXT_CPU,
     kernel_entry = sym crate::kernel_entry,
     trap_handler = sym super::trap::trap_handler,
+    resuming = sym super::hotplug::RESUMING,
+    contexts = sym super::hotplug::CONTEXTS,
+    context_size = const super::hotplug::CONTEXT_SIZE,
+    resume_cpu = sym super::hotplug::resume_cpu,
     options(att_syntax)
 );
 
@@ -77,13 +81,19 @@ pub fn start_secondaries(possible: usize) -> usize {
     unsafe {
         core::ptr::copy_nonoverlapping(start, AP_TRAMPOLINE_ADDR as *mut u8, len);
     }
-    let vector = (AP_TRAMPOLINE_ADDR >> 12) as u8;
+    let vector = trampoline_vector();
     apic::send_init_all_others();
     delay_us(10_000);
     apic::send_startup_all_others(vector);
     delay_us(200);
     apic::send_startup_all_others(vector);
     cpus
+}
+
+/// The STARTUP IPI vector that starts a CPU at the trampoline (its page
+/// number); the trampoline stays in place for CPUs restarted after hotplug.
+pub fn trampoline_vector() -> u8 {
+    (AP_TRAMPOLINE_ADDR >> 12) as u8
 }
 
 fn delay_us(us: u64) {

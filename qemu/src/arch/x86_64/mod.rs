@@ -5,6 +5,7 @@
 //! |---|---|---|
 //! | entry | PVH ELF note -> 32-bit -> long mode, 4 GiB identity map | `boot.s` |
 //! | other CPUs | real-mode trampoline at 0x8000, broadcast INIT/SIPI | `boot.rs` |
+//! | hotplug | park with interrupts off, restart by INIT/SIPI/SIPI to one APIC | `hotplug.rs` |
 //! | CPU index | GS base -> this CPU's [`CpuBase`], read with `mov %gs:0` | here |
 //! | traps | one IDT, 256 stubs, one Rust handler | `trap.rs` |
 //! | timer | local APIC periodic timer, calibrated on the PIT | `apic.rs` |
@@ -16,6 +17,7 @@
 
 mod apic;
 mod boot;
+mod hotplug;
 mod trap;
 
 use core::fmt;
@@ -30,6 +32,7 @@ use uart_16550::{Config, Uart16550, Uart16550Tty};
 use super::MAX_CPUS;
 
 pub use boot::start_secondaries;
+pub use hotplug::{HOTPLUG, cpu_off, cpu_restart};
 
 /// Architecture name on `KSYNC-` lines.
 pub const NAME: &str = "x86_64";

@@ -5,11 +5,12 @@
 
 use core::mem::offset_of;
 use core::ptr;
-use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicPtr, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
 use ksync::rcu::{Cookie, RcuHead};
 
 use crate::kernel::cpu::{self, Counters};
+use crate::kernel::hotplug;
 
 /// Elements in the pool.
 pub const POOL: usize = 32;
@@ -38,6 +39,12 @@ pub struct Element {
     pub(super) seq: AtomicU64,
     /// 0: published; 1: removed, grace period pending; 2: freed.
     pub(super) age: AtomicU64,
+    /// Set when it is removed (before `age` becomes 1): the first
+    /// `rcu::gp_seq()` value that proves a full grace period since the
+    /// removal, for the readers' pipe counts.
+    pub(super) removed_snap: AtomicUsize,
+    /// The CPU that queued its callback (valid while `cb` is queued).
+    pub(super) queued_on: AtomicUsize,
     words: [AtomicU64; WORDS],
     /// `call_rcu`'s link, handed to ksync while a callback is queued.
     head: RcuHead,
@@ -53,6 +60,8 @@ impl Element {
         Self {
             seq: AtomicU64::new(0),
             age: AtomicU64::new(2),
+            removed_snap: AtomicUsize::new(0),
+            queued_on: AtomicUsize::new(0),
             words: [const { AtomicU64::new(POISON) }; WORDS],
             head: RcuHead::new(),
             cb: AtomicU8::new(CB_IDLE),
@@ -128,6 +137,10 @@ pub struct Pool {
     pub(super) cb_errors: AtomicU64,
     /// Per CPU: callbacks run there.
     pub(super) cb_ran_on: Counters,
+    /// Callbacks run by another CPU than the one that queued them ...
+    pub(super) cb_elsewhere: AtomicU64,
+    /// ... of which while that CPU was offline (CPU hotplug): adopted.
+    pub(super) cb_adopted: AtomicU64,
 }
 
 impl Pool {
@@ -139,6 +152,8 @@ impl Pool {
             cb_ran: AtomicU64::new(0),
             cb_errors: AtomicU64::new(0),
             cb_ran_on: Counters::new(),
+            cb_elsewhere: AtomicU64::new(0),
+            cb_adopted: AtomicU64::new(0),
         }
     }
 
@@ -183,9 +198,18 @@ impl Pool {
             self.cb_errors.fetch_add(1, Ordering::Relaxed);
             return;
         }
+        // Relaxed: written before `call_rcu`, like `cb`.
+        let owner = element.queued_on.load(Ordering::Relaxed);
+        let here = cpu::current();
+        if owner != here {
+            self.cb_elsewhere.fetch_add(1, Ordering::Relaxed);
+            if hotplug::is_offline(owner) {
+                self.cb_adopted.fetch_add(1, Ordering::Relaxed);
+            }
+        }
         element.free();
         self.cb_ran.fetch_add(1, Ordering::Relaxed);
-        self.cb_ran_on.add(cpu::current(), 1);
+        self.cb_ran_on.add(here, 1);
         self.release(self.index_of(element));
     }
 }

@@ -3,7 +3,7 @@
 //! See the module docs of `suites::rcu`.
 
 use core::ptr;
-use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering, fence};
 
 use ksync::rcu::{self, Cookie, RcuPtr};
 use ksync::spinlock::TtasMutex;
@@ -11,7 +11,7 @@ use ksync::spinlock::TtasMutex;
 use super::flavour::Rcu;
 use super::pool::{CB_IDLE, CB_QUEUED, Element, POOL, Pool, Removed, retire};
 use crate::harness::{Ctx, Info, Suite, Summary};
-use crate::kernel::cpu::Counters;
+use crate::kernel::cpu::{self, Counters};
 use crate::kernel::time;
 use crate::suites::{Rng, busy_work};
 
@@ -19,6 +19,12 @@ use crate::suites::{Rng, busy_work};
 const WRITER: usize = 0;
 /// Histogram buckets: ages 0, 1, 2, 3 and above.
 const AGES: usize = 4;
+/// Reader-pipe buckets: 0 (current), 1 (removed), 2, 3, 4 and above (that
+/// many minus one grace periods completed since the removal: a failure).
+const PIPES: usize = 5;
+/// Reader-batch buckets: 0, 1, 2 and above grace periods ended during a
+/// read section.
+const BATCHES: usize = 3;
 /// A reader CPU tries a `call_rcu` round once in this many reads...
 const READS_PER_WRITE: u64 = 1024;
 /// ... and its timer interrupt once in this many ticks with suite work.
@@ -75,6 +81,27 @@ pub struct RcuTorture<R: 'static> {
     irq_reads: Counters,
     /// Per bucket, per CPU: reads that saw that age.
     ages: [Counters; AGES],
+    /// Per bucket, per CPU: rcutorture's reader pipe (see [`pipe_count`]).
+    pipes: [Counters; PIPES],
+    /// Per bucket, per CPU: rcutorture's reader batch, the grace periods
+    /// that ended while a read section ran.
+    batches: [Counters; BATCHES],
+}
+
+/// rcutorture's *pipe count* of an element a reader holds, at the end of
+/// its read section, `gp` the grace-period sequence then: 0 if it is
+/// still current, else 1 + the grace periods completed since its removal.
+/// A count past 1 means a full grace period ended while a reader that
+/// found the element before its removal still held it: a failure, even if
+/// nothing was freed yet.
+fn pipe_count(age: u64, removed_snap: usize, gp: usize) -> usize {
+    if age == 0 {
+        return 0;
+    }
+    // `removed_snap` is the first value proving one full grace period; each
+    // further one adds 4 (wrapping compare, as ksync's).
+    let past = gp.wrapping_sub(removed_snap) as isize;
+    if past < 0 { 1 } else { 2 + past as usize / 4 }
 }
 
 impl<R: Rcu> RcuTorture<R> {
@@ -102,6 +129,8 @@ impl<R: Rcu> RcuTorture<R> {
             reads: Counters::new(),
             irq_reads: Counters::new(),
             ages: [const { Counters::new() }; AGES],
+            pipes: [const { Counters::new() }; PIPES],
+            batches: [const { Counters::new() }; BATCHES],
         }
     }
 
@@ -145,16 +174,27 @@ impl<R: Rcu> RcuTorture<R> {
         let old = unsafe { self.ptr.publish(ptr::from_ref(element).cast_mut()) };
         self.publications.fetch_add(1, Ordering::Relaxed);
         let old = self.pool.index_of(old);
-        // Relaxed: a marker for readers that still hold it (0 or 1 is
-        // fine for them); 2 only comes after a grace period.
-        self.pool.elements[old].age.store(1, Ordering::Relaxed);
+        // The snapshot for the readers' pipe counts, taken as
+        // `rcu::get_state()` takes its cookie: a full fence after the
+        // unpublishing, then the sequence.
+        fence(Ordering::SeqCst);
+        let snap = (rcu::gp_seq() + 7) & !3;
+        let element = &self.pool.elements[old];
+        element.removed_snap.store(snap, Ordering::Relaxed);
+        // Release pairs with the readers' Acquire load of `age`: one that
+        // sees 1 sees this removal's snapshot. A marker for readers that
+        // still hold it (0 or 1 is fine for them); 2 only comes after a
+        // grace period.
+        element.age.store(1, Ordering::Release);
         Some(old)
     }
 
     /// Retires the removed element `index` through `call_rcu`.
     fn retire_later(&self, index: usize) {
         let element = &self.pool.elements[index];
-        // Relaxed: `call_rcu` hands this store to the callback (list lock).
+        // Relaxed: `call_rcu` hands these stores to the callback (list
+        // lock).
+        element.queued_on.store(cpu::current(), Ordering::Relaxed);
         if element.cb.swap(CB_QUEUED, Ordering::Relaxed) != CB_IDLE {
             self.pool.cb_errors.fetch_add(1, Ordering::Relaxed);
         }
@@ -246,6 +286,7 @@ impl<R: Rcu> RcuTorture<R> {
     /// One read section; `delay` stretches it.
     fn read(&self, ctx: &Ctx, delay: u32) {
         let guard = rcu::read_lock();
+        let gp_start = rcu::gp_seq();
         let Some(element) = self.ptr.read(&guard) else {
             ctx.fail("a reader found nothing published");
             return;
@@ -253,9 +294,19 @@ impl<R: Rcu> RcuTorture<R> {
         let seq = element.seq.load(Ordering::Relaxed);
         let mut verdict = element.check(seq);
         busy_work(delay);
-        let age = element.age.load(Ordering::Relaxed);
+        // Acquire pairs with the Release store of 1 in `replace`.
+        let age = element.age.load(Ordering::Acquire);
+        let removed_snap = element.removed_snap.load(Ordering::Relaxed);
+        let gp_end = rcu::gp_seq();
         verdict = verdict.and_then(|()| element.check(seq));
         drop(guard);
+        let pipe = pipe_count(age, removed_snap, gp_end);
+        self.pipes[pipe.min(PIPES - 1)].add(ctx.cpu, 1);
+        let batch = (gp_end >> 2).wrapping_sub(gp_start >> 2);
+        self.batches[batch.min(BATCHES - 1)].add(ctx.cpu, 1);
+        if pipe > 1 {
+            ctx.fail("reader pipe: a grace period ended while a reader held an element removed before it");
+        }
         if let Err(reason) = verdict {
             ctx.fail(reason);
         }
@@ -344,13 +395,23 @@ impl<R: Rcu> Suite for RcuTorture<R> {
         ] {
             stat.reset();
         }
-        for bucket in &self.ages {
+        for bucket in self.ages.iter().chain(&self.pipes).chain(&self.batches) {
             bucket.reset();
+        }
+        for counter in [&self.pool.cb_elsewhere, &self.pool.cb_adopted] {
+            counter.store(0, Ordering::Relaxed);
         }
     }
 
+    fn hotplug(&self) -> Result<(), &'static str> {
+        // CPU 0, the writer, never goes offline; the readers and their
+        // `call_rcu` rounds do, and the callbacks they leave queued are
+        // adopted.
+        Ok(())
+    }
+
     fn run(&self, ctx: &Ctx) {
-        let mut rng = Rng::new(ctx.cpu as u64 + 41);
+        let mut rng = Rng::for_ctx(ctx, 41);
         if ctx.cpu == WRITER {
             let mut removed = Removed::new();
             while !ctx.should_stop() {
@@ -391,9 +452,15 @@ impl<R: Rcu> Suite for RcuTorture<R> {
     fn finish(&self, cpus: usize) -> Summary {
         let gps = (rcu::gp_seq() >> 2) - (self.gp_start.load(Ordering::Relaxed) >> 2);
         let histogram = self.ages.each_ref().map(|bucket| bucket.sum(cpus));
+        let pipes = self.pipes.each_ref().map(|bucket| bucket.sum(cpus));
+        let batches = self.batches.each_ref().map(|bucket| bucket.sum(cpus));
         let publications = self.publications.load(Ordering::Relaxed);
         let failure = if histogram[2..].iter().any(|&n| n > 0) {
             Some("a reader held an element for a whole grace period after its removal")
+        } else if pipes[2..].iter().any(|&n| n > 0) {
+            Some(
+                "reader pipe: a grace period ended while a reader held an element removed before it",
+            )
         } else if gps == 0 || publications == 0 {
             Some("no grace period completed: the writer never got going")
         } else {
@@ -443,6 +510,32 @@ impl<R: Rcu> Suite for RcuTorture<R> {
             "pipeline age histogram (reads that saw age 0/1/2/3+): {} {} {} {}",
             histogram[0], histogram[1], histogram[2], histogram[3]
         ));
+        self.info.report(format_args!(
+            "reader pipe (grace periods an element survived under a reader, 0/1/2/3/4+; past 1 fails): {} {} {} {} {}",
+            pipes[0], pipes[1], pipes[2], pipes[3], pipes[4]
+        ));
+        self.info.report(format_args!(
+            "reader batch (grace periods ended during a read section, 0/1/2+): {} {} {}",
+            batches[0], batches[1], batches[2]
+        ));
+        self.info.report(format_args!(
+            "callbacks run by another CPU than the queuing one: {}, of which adopted from an offline CPU: {}",
+            self.pool.cb_elsewhere.load(Ordering::Relaxed),
+            self.pool.cb_adopted.load(Ordering::Relaxed),
+        ));
+        crate::println!(
+            "KSYNC-RCU-HIST suite={} pipe={},{},{},{},{} batch={},{},{} adopted={}",
+            self.info.name,
+            pipes[0],
+            pipes[1],
+            pipes[2],
+            pipes[3],
+            pipes[4],
+            batches[0],
+            batches[1],
+            batches[2],
+            self.pool.cb_adopted.load(Ordering::Relaxed)
+        );
         let spread = if cpus > 1 {
             // CPU 0 does not read in thread context: its 0 is not
             // unfairness.
@@ -456,6 +549,10 @@ impl<R: Rcu> Suite for RcuTorture<R> {
             self.reads.sum(cpus) + self.irq_reads.sum(cpus) + publications,
             spread,
             failure,
+        )
+        .with_callbacks(
+            self.pool.cb_queued.load(Ordering::Relaxed),
+            self.pool.cb_ran.load(Ordering::Relaxed),
         )
     }
 }
