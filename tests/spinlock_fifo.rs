@@ -181,8 +181,12 @@ fn ticket_bypass_is_bounded() {
         counts.iter().all(|&c| c > 0),
         "a thread starved: {counts:?}"
     );
+    // 5%: threads outnumber cores here, and under emulation (qemu-user) on
+    // a loaded host a preemption between the counter read and the ticket
+    // is common; a lock that lets waiters be overtaken is over the bound
+    // on most acquisitions.
     assert!(
-        over <= total / 100 + 2,
+        over <= total / 20 + 2,
         "{over} of {total} acquisitions were overtaken more than {} times",
         THREADS - 1
     );
