@@ -27,6 +27,7 @@ pub mod probe;
 pub mod rcu;
 pub mod rcu_stall;
 pub mod rwlock;
+pub mod seeds;
 pub mod spinlock;
 
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -44,6 +45,7 @@ pub static REGISTRY: Registry = Registry::new(&[
     rcu::SUITES,
     rcu_stall::SUITES,
     bench::SUITES,
+    seeds::SUITES,
 ]);
 
 /// A small per-CPU pseudo-random generator (xorshift64*), to vary the mix of
