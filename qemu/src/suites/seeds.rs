@@ -317,9 +317,8 @@ impl Suite for SeedSuite {
                     );
                 }
                 self.rounds.fetch_add(1, Ordering::Relaxed);
-                let more = !ctx.failed()
-                    && !(self.mode == Mode::Control && ctx.should_stop())
-                    && self.round(round + 1).is_some();
+                let stop = ctx.failed() || (self.mode == Mode::Control && ctx.should_stop());
+                let more = !stop && self.round(round + 1).is_some();
                 // Relaxed: published by the barrier.
                 self.go_on.store(more, Ordering::Relaxed);
             }
