@@ -3,8 +3,8 @@
 //! by the [`stat`](crate::stat) and [`walk`](crate::walk) workloads.
 //!
 //! Dentries come from a fixed pool and are never freed (the workloads
-//! create their trees at setup and only rename afterwards), so the RCU
-//! lists need no `call_rcu` here. Names are numbers.
+//! create their trees at setup and only rename afterwards). Names are
+//! numbers.
 //!
 //! Lookups (`__d_lookup_rcu`) walk a bucket under an RCU read guard and
 //! return the dentry with the `d_seq` they read before comparing its
@@ -14,19 +14,28 @@
 //! and miss: a miss is believed only if the global `rename_seq` (Linux's
 //! `rename_lock` seqlock) did not change meanwhile.
 //!
-//! The lists are `crate::list`, a private stand-in for
-//! `ksync::rcu::list` until that lands.
+//! # The hash chains: `ksync::rcu::list`, and why a dentry has aliases
+//!
+//! The table is a [`RcuHashTable`] of [`Alias`]es, not of dentries. Linux's
+//! `d_move` unhashes a dentry and rehashes it at once, relying on
+//! `rename_seq` to catch the readers that followed it into its new chain;
+//! ksync's lists refuse that (a removed node may be re-inserted only a
+//! grace period after its removal, checked), because the list cannot know
+//! that its readers revalidate. So a rename unhashes the dentry's current
+//! alias and hashes a free one, pointing at the same dentry: an alias is
+//! free once a grace period has passed since its removal (polled cookies,
+//! kept under the writers' lock). When none is free, the renamer waits for
+//! a grace period outside every lock and read section. Readers pay one
+//! more dependent load per chain entry (the alias, then its dentry).
 
-use core::mem::offset_of;
 use core::sync::atomic::Ordering::Relaxed;
 use core::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize};
 
 use ksync::LockRef;
-use ksync::rcu::{self, ReadGuard};
+use ksync::rcu::{self, Cookie, Link, RcuHashTable, ReadGuard};
 use ksync::seqlock::SeqCount;
 use ksync::spinlock::TicketMutex;
 
-use crate::list::{Head, Link};
 use crate::{Violation, violation};
 
 /// Buckets in the hash table.
@@ -35,6 +44,36 @@ pub const BUCKETS: usize = 64;
 pub const DENTRIES: usize = 48;
 /// "No parent" (a root).
 pub const NO_PARENT: u32 = u32::MAX;
+/// Hash-chain entries ([`Alias`]es): twice the dentries, so that renames
+/// seldom wait for a grace period.
+pub const ALIASES: usize = 2 * DENTRIES;
+
+/// A hash-chain entry for a dentry (see the [module docs](self)).
+#[derive(Debug)]
+pub struct Alias {
+    link: Link,
+    /// The dentry's index; written before the alias is hashed (published
+    /// by the insertion's Release store).
+    dentry: AtomicU32,
+}
+
+ksync::impl_linked!(Alias, link);
+
+impl Alias {
+    const fn new() -> Self {
+        Alias {
+            link: Link::new(),
+            dentry: AtomicU32::new(0),
+        }
+    }
+}
+
+/// What the writers' lock guards: per alias, `None` if it is hashed or was
+/// never used, or the cookie of the grace period after its removal.
+#[derive(Debug)]
+struct Writers {
+    retired: [Option<Cookie>; ALIASES],
+}
 
 /// The "inode data" a `stat` reads: a function of the name, written with
 /// it under `d_seq`, so a reader that pairs a name with another name's tag
@@ -49,7 +88,8 @@ pub const fn tag_of(name: u32) -> u32 {
 #[derive(Debug)]
 #[repr(align(128))]
 pub struct Dentry {
-    link: Link,
+    /// The alias that hashes it (writers only, under the writers' lock).
+    alias: AtomicU32,
     parent: AtomicU32,
     name: AtomicU32,
     tag: AtomicU32,
@@ -65,7 +105,7 @@ pub struct Dentry {
 impl Dentry {
     const fn new() -> Self {
         Dentry {
-            link: Link::new(),
+            alias: AtomicU32::new(0),
             parent: AtomicU32::new(NO_PARENT),
             name: AtomicU32::new(0),
             tag: AtomicU32::new(0),
@@ -117,9 +157,10 @@ impl Dentry {
 #[derive(Debug)]
 pub struct Dcache {
     dentries: [Dentry; DENTRIES],
-    buckets: [Head; BUCKETS],
+    aliases: [Alias; ALIASES],
+    table: RcuHashTable<Alias, BUCKETS>,
     /// Serialises every writer: adds, renames (`rename_lock`).
-    rename_lock: TicketMutex<()>,
+    rename_lock: TicketMutex<Writers>,
     /// Changes around every rename (`rename_lock`'s sequence).
     rename_seq: SeqCount,
     used: AtomicUsize,
@@ -132,18 +173,23 @@ impl Default for Dcache {
 }
 
 #[inline]
-fn bucket_of(parent: u32, name: u32) -> usize {
+fn hash_of(parent: u32, name: u32) -> u64 {
     let h = parent.wrapping_mul(0x85eb_ca6b) ^ name.wrapping_mul(0x9e37_79b1);
-    (h >> 16) as usize % BUCKETS
+    u64::from(h >> 16)
 }
+
+type WritersGuard<'a> = ksync::lock_api::MutexGuard<'a, ksync::spinlock::RawTicketLock, Writers>;
 
 impl Dcache {
     /// An empty cache.
     pub const fn new() -> Self {
         Dcache {
             dentries: [const { Dentry::new() }; DENTRIES],
-            buckets: [const { Head::new() }; BUCKETS],
-            rename_lock: TicketMutex::new(()),
+            aliases: [const { Alias::new() }; ALIASES],
+            table: RcuHashTable::new(),
+            rename_lock: TicketMutex::new(Writers {
+                retired: [None; ALIASES],
+            }),
             rename_seq: SeqCount::new(),
             used: AtomicUsize::new(0),
         }
@@ -152,12 +198,11 @@ impl Dcache {
     /// Empties the cache (unhashes every dentry); nobody may use it
     /// meanwhile.
     pub fn reset(&self) {
-        let _lock = self.rename_lock.lock();
+        let mut w = self.rename_lock.lock();
         for d in &self.dentries[..self.used.load(Relaxed)] {
-            // SAFETY: we hold `rename_lock`, which serialises the lists'
-            // writers; every dentry below `used` is hashed (`add`, and
-            // `rename` re-hashes).
-            unsafe { self.buckets[bucket_of(d.parent(), d.name())].del(&d.link) };
+            // Every dentry below `used` is hashed (`add`, and `rename`
+            // re-hashes).
+            self.unhash(&mut w, d);
             d.refs.lock().set_count(0);
             d.set_mounted(false);
         }
@@ -172,7 +217,7 @@ impl Dcache {
     /// # Panics
     /// If the pool is full.
     pub fn add(&self, parent: u32, name: u32) -> u32 {
-        let _lock = self.rename_lock.lock();
+        let (mut w, alias) = self.lock_with_free_alias();
         let i = self.used.load(Relaxed);
         assert!(i < DENTRIES, "dcache: pool of {DENTRIES} dentries is full");
         self.used.store(i + 1, Relaxed);
@@ -183,9 +228,7 @@ impl Dcache {
         d.name.store(name, Relaxed);
         d.tag.store(tag_of(name), Relaxed);
         d.refs.lock().set_count(1);
-        // SAFETY: we hold `rename_lock`, which serialises the lists'
-        // writers; the dentry lives in the same pool as the bucket.
-        unsafe { self.buckets[bucket_of(parent, name)].add_head(&d.link) };
+        self.hash(&mut w, d, alias, parent, name);
         i as u32
     }
 
@@ -195,15 +238,48 @@ impl Dcache {
         &self.dentries[i as usize]
     }
 
-    #[inline]
-    fn dentry_of(link: &Link) -> &Dentry {
-        // SAFETY: every link on the buckets is the `link` field of a
-        // dentry of the pool (`add`, `rename`), valid as long as the link is.
-        unsafe {
-            &*(link as *const Link)
-                .byte_sub(offset_of!(Dentry, link))
-                .cast::<Dentry>()
+    /// The writers' lock, with a free alias. Waits for a grace period
+    /// (holding nothing) when none is free.
+    fn lock_with_free_alias(&self) -> (WritersGuard<'_>, usize) {
+        loop {
+            let mut w = self.rename_lock.lock();
+            let free = (0..ALIASES)
+                .find(|&a| !self.aliases[a].link.is_linked() && w.retired[a].is_none_or(rcu::poll));
+            if let Some(a) = free {
+                w.retired[a] = None;
+                return (w, a);
+            }
+            drop(w);
+            rcu::synchronize();
         }
+    }
+
+    /// Hashes `d` under (`parent`, `name`) through the free `alias`.
+    fn hash(&self, w: &mut WritersGuard<'_>, d: &Dentry, alias: usize, parent: u32, name: u32) {
+        let a = &self.aliases[alias];
+        // Relaxed: published by the insertion's Release store; `d.alias`
+        // is read by writers only, under the lock.
+        a.dentry.store(d.index(), Relaxed);
+        d.alias.store(alias as u32, Relaxed);
+        // SAFETY: the alias lives in the cache, as long as the table, and
+        // is on no list: unused, or removed a grace period ago
+        // (`lock_with_free_alias`).
+        unsafe { self.table.insert(w, hash_of(parent, name), a) };
+    }
+
+    /// Unhashes `d` (hashed) and retires its alias.
+    fn unhash(&self, w: &mut WritersGuard<'_>, d: &Dentry) {
+        // Relaxed: writers only, under the lock.
+        let alias = d.alias.load(Relaxed) as usize;
+        self.table.remove(w, &self.aliases[alias]);
+        w.retired[alias] = Some(rcu::get_state());
+    }
+
+    /// The dentry an alias points at.
+    #[inline]
+    fn dentry_of(&self, alias: &Alias) -> &Dentry {
+        // Relaxed: see `Alias::dentry`.
+        self.get(alias.dentry.load(Relaxed))
     }
 
     /// The child `name` of `parent` and the `d_seq` read before its parent
@@ -217,11 +293,11 @@ impl Dcache {
         guard: &'g ReadGuard,
     ) -> Option<(&'g Dentry, u32)> {
         let parent = parent.index();
-        let bucket = &self.buckets[bucket_of(parent, name)];
+        let hash = hash_of(parent, name);
         loop {
             let renames = self.rename_seq.read_begin();
-            for link in bucket.iter(guard) {
-                let d = Self::dentry_of(link);
+            for alias in self.table.iter_hash(hash, guard) {
+                let d = self.dentry_of(alias);
                 let seq = d.seq.read_begin();
                 if d.parent() == parent && d.name() == name {
                     return Some((d, seq));
@@ -237,23 +313,19 @@ impl Dcache {
     /// with `delay` spins between the name and the tag.
     pub fn rename(&self, i: u32, name: u32, delay: u32) {
         let d = self.get(i);
-        let _lock = self.rename_lock.lock();
+        let (mut w, alias) = self.lock_with_free_alias();
         // SAFETY: `rename_lock` serialises every writer of `rename_seq`
         // and of every dentry's `d_seq` (only renames write them).
         unsafe {
             self.rename_seq.write_begin();
             d.seq.write_begin();
         }
-        let parent = d.parent();
-        // SAFETY: we hold `rename_lock`, which serialises the lists' writers.
-        unsafe { self.buckets[bucket_of(parent, d.name())].del(&d.link) };
+        self.unhash(&mut w, d);
         // Relaxed: inside the write sections (their fences order them).
         d.name.store(name, Relaxed);
         crate::delay(delay);
         d.tag.store(tag_of(name), Relaxed);
-        // SAFETY: as above; `d` is one of this cache's dentries, so it
-        // lives as long as the bucket.
-        unsafe { self.buckets[bucket_of(parent, name)].add_head(&d.link) };
+        self.hash(&mut w, d, alias, d.parent(), name);
         // SAFETY: ends the write sections begun above, under the same lock.
         unsafe {
             d.seq.write_end();
@@ -285,9 +357,10 @@ impl Dcache {
                     i.into(),
                 ));
             }
-            let found = self.buckets[bucket_of(d.parent(), d.name())]
-                .iter(&guard)
-                .filter(|l| core::ptr::eq(Self::dentry_of(l), d))
+            let found = self
+                .table
+                .iter_hash(hash_of(d.parent(), d.name()), &guard)
+                .filter(|a| core::ptr::eq(self.dentry_of(a), d))
                 .count();
             if found != 1 {
                 return Err(violation(

@@ -41,7 +41,6 @@ use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering::Relaxed};
 pub mod dcache;
 pub mod fd;
 pub mod fget_light;
-mod list;
 pub mod mmap;
 pub mod stat;
 pub mod walk;

@@ -30,6 +30,7 @@ pub mod rcu_flood;
 pub mod rcu_stall;
 pub mod rwlock;
 pub mod rwlock_flood;
+pub mod seeds;
 pub mod spinlock;
 
 use core::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +51,7 @@ pub static REGISTRY: Registry = Registry::new(&[
     rcu_stall::SUITES,
     irq_mask::SUITES,
     bench::SUITES,
+    seeds::SUITES,
 ]);
 
 /// A small per-CPU pseudo-random generator (xorshift64*), to vary the mix of

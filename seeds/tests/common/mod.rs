@@ -70,7 +70,12 @@ pub(crate) fn run<W: Workload>(
     dur: Duration,
     pin: bool,
 ) -> Run {
+    // The driver's thread is a CPU for setup and the check (both may read
+    // under RCU or wait for grace periods), and offline while it sleeps
+    // through the run, so that it holds up no grace period.
+    rcu::cpu_online();
     w.setup(variant, config);
+    rcu::cpu_offline();
     let cores = if pin {
         core_affinity::get_core_ids().unwrap_or_default()
     } else {
@@ -110,7 +115,9 @@ pub(crate) fn run<W: Workload>(
         let secs = done.iter().map(|d| d.2).fold(0.0, f64::max);
         (done, secs)
     });
+    rcu::cpu_online();
     let check = w.check();
+    rcu::cpu_offline();
     // With more threads than cores a thread can only have its share.
     let fair = (cores_or(threads) as f64 / threads as f64).min(1.0);
     let cpu_share = counts

@@ -23,6 +23,7 @@ pub fn demo() -> Result<(), String> {
         // The demo runs the tests (9 x about 1 s) and the benchmark: generous.
         let run = run_qemu(config, kernel, "demo", RUN_SLACK * 2, "demo")?;
         print!("{}", demo_table(config, &run));
+        print!("{}", seeds_table(config, &run));
         if let Some(trouble) = run.trouble(config) {
             errors.push(format!(
                 "{}: {trouble} (log: {})",
@@ -174,6 +175,58 @@ fn demo_table(config: &Config, run: &Run) -> String {
                  schedule each waiting vCPU in turn, so its {online}-CPU figure measures that; see qemu/README.md)"
             );
         }
+    }
+    out
+}
+
+/// The seed workloads' table of a demo run (the `seed-bench` suite's
+/// `KSYNC-SEED` lines): per workload, operations per second of each
+/// variant on every CPU, and the first variant's (the design ksync's
+/// primitive made) ratio to it. Empty if the suite did not run.
+fn seeds_table(config: &Config, run: &Run) -> String {
+    let mut out = String::new();
+    let rows: Vec<Marker> = run.markers("KSYNC-SEED").collect();
+    let Some(first) = rows.first() else {
+        return out;
+    };
+    let label = match config.accel {
+        Accel::Tcg => "TCG: emulation, NOT hardware performance",
+        Accel::Kvm => "KVM: nested virtualisation, noisy",
+    };
+    let _ = writeln!(
+        out,
+        "seed workloads: {} CPUs, measured configurations ({label})",
+        first.get("cpus").unwrap_or("?")
+    );
+    let _ = writeln!(
+        out,
+        "{:<14} {:<32} {:>12} {:>12}",
+        "workload", "variant", "ops/s", "after/this"
+    );
+    let mut after: Option<(&str, f64)> = None;
+    for r in &rows {
+        let workload = r.get("workload").unwrap_or("?");
+        let ops = r.num("ops_per_s").unwrap_or(0.0);
+        let base = match after {
+            Some((w, base)) if w == workload => base,
+            _ => {
+                after = Some((workload, ops));
+                ops
+            }
+        };
+        let ratio = if ops > 0.0 {
+            format!("{:.2}x", base / ops)
+        } else {
+            "-".into()
+        };
+        let _ = writeln!(
+            out,
+            "{:<14} {:<32} {:>12.0} {:>12}",
+            workload,
+            r.get("variant").unwrap_or("?"),
+            ops,
+            ratio
+        );
     }
     out
 }
