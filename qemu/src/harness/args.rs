@@ -6,10 +6,13 @@
 //!   benchmark; `demo`: the tests, then the benchmark (the default when the
 //!   file is absent);
 //! * `list`: print the registered suites and stop without starting the
-//!   secondary CPUs.
+//!   secondary CPUs;
+//! * `fifo`: strict FIFO hand-off in the ticket and queued locks and
+//!   lockref's lock for the whole boot, instead of the test-and-set hand-off
+//!   of a guest whose vCPUs may be descheduled (`kernel::spin`).
 
 use super::{Kind, Registry, runner};
-use crate::kernel::fw_cfg;
+use crate::kernel::{fw_cfg, spin};
 use crate::println;
 
 /// What the boot CPU should do.
@@ -32,6 +35,7 @@ pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
     for word in text.split_ascii_whitespace() {
         match word {
             "list" => return Ok(Command::List),
+            "fifo" => spin::init(false),
             "tests" => push_kind(registry, Kind::Test)?,
             "controls" => push_kind(registry, Kind::Control)?,
             "bench" => push_kind(registry, Kind::Bench)?,
@@ -48,6 +52,7 @@ pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
             }
         }
     }
+    spin::report();
     Ok(Command::Run)
 }
 

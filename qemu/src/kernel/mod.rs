@@ -15,7 +15,9 @@
 //!   preemption, where RCU stall reports go;
 //! * [`rcu`]: the RCU policy: where CPUs report quiescent states (idle
 //!   waits, interrupts, halting) and what the tick does for RCU;
-//! * [`barrier`]: a spin barrier whose waiters are idle for RCU.
+//! * [`barrier`]: a spin barrier whose waiters are idle for RCU;
+//! * [`spin`]: how lock waiters behave in this guest (ksync's
+//!   oversubscribed mode, the `fifo` switch).
 
 pub mod barrier;
 pub mod console;
@@ -24,6 +26,7 @@ pub mod fw_cfg;
 pub mod hooks;
 pub mod irq;
 pub mod rcu;
+pub mod spin;
 pub mod time;
 
 use core::fmt;
