@@ -15,13 +15,13 @@
 //! # Waiting
 //!
 //! ksync's waiters call a [`ksync::kernel::SpinWait`] after a bounded spin.
-//! This kernel keeps ksync's default (keep spinning): under TCG nothing a
-//! guest can execute with interrupts masked, which is how every lock in
-//! the suites is waited for, gives the host thread away. x86_64's `pause`
-//! only leaves the translated code, and `hlt` with interrupts masked never
-//! wakes; aarch64's `yield` and `wfe` are no-ops under multi-threaded TCG,
-//! and `wfi` sleeps until the next timer tick (1 ms), which measured slower
-//! than spinning (see README.md, "Measurements and history").
+//! This kernel keeps ksync's default (keep spinning), because nothing a
+//! guest can do there helped under TCG (measured, README.md "Measurements
+//! and history"): every lock in the suites is waited for with interrupts
+//! masked, where x86_64's `hlt` never wakes and `pause` only leaves the
+//! translated code; on aarch64 `wfe` (with `sev` as the kick) measured
+//! within the noise of spinning, and `wfi` hung the suites (a waiter inside
+//! the timer handler sleeps for the tick that only its own return re-arms).
 
 use core::sync::atomic::{AtomicBool, Ordering};
 
