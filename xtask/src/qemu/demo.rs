@@ -193,7 +193,7 @@ fn demo_table(config: &Config, run: &Run) -> String {
     let _ = writeln!(out, "suites passed: {passed}/{}", results.len());
     let _ = writeln!(
         out,
-        "{:<17} {:<6} {:>10} {:>21} {:>14} {:>16}",
+        "{:<21} {:<6} {:>10} {:>21} {:>14} {:>16}",
         "suite", "result", "ops", "ops/CPU min..max", "fairness", "IRQs/CPU (work)"
     );
     for r in &results {
@@ -208,7 +208,7 @@ fn demo_table(config: &Config, run: &Run) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<17} {:<6} {:>10} {:>21} {:>14} {:>16}",
+            "{:<21} {:<6} {:>10} {:>21} {:>14} {:>16}",
             r.get("suite").unwrap_or("?"),
             r.get("status").unwrap_or("?"),
             r.get("ops").unwrap_or("?"),
@@ -275,8 +275,9 @@ fn demo_table(config: &Config, run: &Run) -> String {
         if config.accel == Accel::Tcg {
             let _ = writeln!(
                 out,
-                "  (several vCPUs on fewer host cores: the shared ticket lock waits for the host to\n   \
-                 schedule each waiting vCPU in turn, so its {online}-CPU figure measures that; see qemu/README.md)"
+                "  (several vCPUs on fewer host cores: the guest runs ksync's oversubscribed mode, where the\n   \
+                 ticket lock hands off by test-and-set; with strict FIFO (run word `fifo`) its {online}-CPU\n   \
+                 figure measures the host scheduling each waiting vCPU in turn; see qemu/README.md)"
             );
         }
     }
