@@ -10,6 +10,7 @@
 //! | `x86_64-tcg` | `-M q35 -cpu qemu64 -smp 4`, TCG | x86_64 |
 //! | `aarch64-lse` | `-M virt -cpu max -smp 4`, TCG | aarch64 built with `+lse` (CAS) |
 //! | `aarch64-llsc` | `-M virt -cpu cortex-a57 -smp 4`, TCG | aarch64 without LSE (LDXR/STXR) |
+//! | `x86_64-tcg-smp8`, `aarch64-lse-smp8` | as above with `-smp 8` | the same images; only the lock suites ([`arch::OVERSUBSCRIBED`]) |
 //! | `x86_64-kvm` | `-accel kvm -cpu qemu64 -smp min(4, host cores)` | x86_64; only with `kvm` (or `KSYNC_QEMU_KVM=1`) and a usable `/dev/kvm` |
 //!
 //! Every run has a timeout, so a hang becomes a failure that names the suite

@@ -11,7 +11,8 @@ use super::{CPUS, RUN_SLACK};
 /// each architecture's demo image (x86_64, aarch64 `+lse`) with 4 CPUs, and
 /// prints per architecture a table of
 /// the suites (passed, operations per CPU, fairness) and of the in-guest
-/// benchmark. Err if a suite fails or a kernel does not come up.
+/// benchmark, then the lock suites at 2, 4 and 8 CPUs ([`SCALING_CPUS`]).
+/// Err if a suite fails or a kernel does not come up.
 pub fn demo() -> Result<(), String> {
     let configs: Vec<Config> = Config::all_tcg(CPUS)
         .into_iter()
