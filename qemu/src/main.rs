@@ -52,6 +52,9 @@ extern "C" fn kernel_entry(cpu: usize) -> ! {
 }
 
 fn boot_cpu() -> ! {
+    // A guest: tell ksync its CPUs may be descheduled while they spin
+    // before any lock is taken (the run's `fifo` word turns it off).
+    kernel::spin::init(true);
     arch::upcalls::set(arch::Upcalls {
         timer_tick: irq::timer_tick,
         print_line: console::print_line,

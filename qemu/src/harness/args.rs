@@ -13,10 +13,13 @@
 //!   (`kernel::hotplug`, `Suite::hotplug`);
 //! * `seed=N`: the seed of the churn and of the suites' generators
 //!   (default 0), so that a failing run can be replayed.
+//! * `fifo`: strict FIFO hand-off in the ticket and queued locks and
+//!   lockref's lock for the whole boot, instead of the test-and-set hand-off
+//!   of a guest whose vCPUs may be descheduled (`kernel::spin`).
 
 use super::{Kind, Registry, runner};
 use crate::arch;
-use crate::kernel::fw_cfg;
+use crate::kernel::{fw_cfg, spin};
 use crate::println;
 
 /// What the boot CPU should do.
@@ -48,6 +51,7 @@ pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
                     .map_err(|_| "seed=N wants a decimal number")?;
                 runner::set_seed(seed);
             }
+            "fifo" => spin::init(false),
             "tests" => push_kind(registry, Kind::Test)?,
             "controls" => push_kind(registry, Kind::Control)?,
             "bench" => push_kind(registry, Kind::Bench)?,
@@ -64,6 +68,7 @@ pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
             }
         }
     }
+    spin::report();
     Ok(Command::Run)
 }
 

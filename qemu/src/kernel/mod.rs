@@ -18,6 +18,8 @@
 //! * [`barrier`]: a spin barrier whose waiters are idle for RCU;
 //! * [`hotplug`]: CPU hotplug churn (CPUs going offline and coming back
 //!   while a suite runs), over the arch code's CPU off/on.
+//! * [`spin`]: how lock waiters behave in this guest (ksync's
+//!   oversubscribed mode, the `fifo` switch).
 
 pub mod barrier;
 pub mod console;
@@ -27,6 +29,7 @@ pub mod hooks;
 pub mod hotplug;
 pub mod irq;
 pub mod rcu;
+pub mod spin;
 pub mod time;
 
 use core::fmt;

@@ -2,9 +2,19 @@
 //! and over, in thread context and from its timer interrupt, and checks that
 //! it is alone inside.
 //!
-//! The locks are ksync's [`IrqTicketMutex`] and [`IrqTtasMutex`]: interrupt
-//! handlers take them too, so thread context must hold them with interrupts
-//! off, which is what the `Irq` variants do (`RawIrqSave`).
+//! The locks are ksync's [`IrqTicketMutex`], [`IrqTtasMutex`] and
+//! [`IrqQueuedMutex`]: interrupt handlers take them too, so thread context
+//! must hold them with interrupts off, which is what the `Irq` variants do
+//! (`RawIrqSave`).
+//!
+//! The queued lock's suites also take a second, thread-only [`QueuedMutex`]
+//! with interrupts *on* (the *side* lock, its own holder word and counters),
+//! so a timer interrupt can arrive while the thread is queued on it and
+//! queue on the main lock from the same CPU: the per-CPU node of the next
+//! nesting level. This kernel runs in ksync's oversubscribed mode (test-and-
+//! set hand-off, `kernel::spin`), where nobody queues; `spinlock-queued-fifo`
+//! switches to strict FIFO for its run, so the pending bit, the MCS queue
+//! and the nested nodes are exercised too.
 //!
 //! # Checks
 //!
@@ -22,21 +32,29 @@
 //! # The control
 //!
 //! [`NoExclusion`] is a "lock" that lets everybody in, wrapped in the same
-//! `RawIrqSave` adapter: the checks must catch it.
+//! `RawIrqSave` adapter: the checks must catch it. `spinlock-queued-split`
+//! is a real `IrqQueuedMutex`, but the timer interrupt takes a second
+//! instance of it (two locks guarding one datum): interrupt holders
+//! overlap thread holders on other CPUs, and the checks must catch that.
 
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use ksync::lock_api::{self, GuardSend, RawMutex};
-use ksync::spinlock::{IrqTicketMutex, IrqTtasMutex, RawIrqSave};
+use ksync::spinlock::{
+    IrqQueuedMutex, IrqTicketMutex, IrqTtasMutex, QueuedMutex, RawIrqSave, RawQueuedLock,
+};
 
 use super::{Rng, bump_pair, busy_work};
 use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::Counters;
+use crate::kernel::spin;
 
 /// Critical section length, in `busy_work` iterations.
 const CS_WORK: u32 = 16;
 /// Acquisitions per timer interrupt.
 const IRQ_ACQUISITIONS: u32 = 1;
+/// Thread-context iterations per side-lock acquisition.
+const SIDE_EVERY: u64 = 4;
 
 /// A lock that excludes nobody: the control.
 pub struct NoExclusion;
@@ -66,10 +84,39 @@ unsafe impl RawMutex for NoExclusion {
     }
 }
 
+/// The thread-only lock of the queued suites, taken with interrupts on,
+/// and what it guards.
+pub struct Side {
+    lock: QueuedMutex<()>,
+    holder: AtomicUsize,
+    first: AtomicU64,
+    second: AtomicU64,
+    acquisitions: Counters,
+}
+
+impl Side {
+    const fn new() -> Self {
+        Self {
+            lock: QueuedMutex::new(()),
+            holder: AtomicUsize::new(0),
+            first: AtomicU64::new(0),
+            second: AtomicU64::new(0),
+            acquisitions: Counters::new(),
+        }
+    }
+}
+
 /// The suite, over any raw lock.
 pub struct SpinTorture<R: RawMutex + 'static> {
     info: Info,
     lock: lock_api::Mutex<R, ()>,
+    /// The lock the timer interrupt takes when it is not `lock`: the
+    /// split-lock control.
+    irq_lock: Option<lock_api::Mutex<R, ()>>,
+    /// Strict FIFO hand-off during the run (`kernel::spin`).
+    fifo: bool,
+    /// The thread-only side lock, if the suite has one.
+    side: Option<Side>,
     /// 0, or the id of the context inside (see `who`).
     holder: AtomicUsize,
     first: AtomicU64,
@@ -79,7 +126,7 @@ pub struct SpinTorture<R: RawMutex + 'static> {
 }
 
 /// This file's suites.
-pub static SUITES: &[&dyn Suite] = &[&TICKET, &TTAS, &CONTROL];
+pub static SUITES: &[&dyn Suite] = &[&TICKET, &TTAS, &QUEUED, &QUEUED_FIFO, &CONTROL, &SPLIT];
 
 /// The fair ticket lock, IRQ-saving.
 pub static TICKET: SpinTorture<RawIrqSave<ksync::spinlock::RawTicketLock>> = SpinTorture::new(
@@ -91,6 +138,27 @@ pub static TTAS: SpinTorture<RawIrqSave<ksync::spinlock::RawTtasLock>> = SpinTor
     Info::new("spinlock-ttas", Kind::Test, 750),
     IrqTtasMutex::new(()),
 );
+/// The queued lock, IRQ-saving, with the side lock, in the boot's mode
+/// (oversubscribed: test-and-set hand-off).
+pub static QUEUED: SpinTorture<RawIrqSave<RawQueuedLock>> = SpinTorture::new(
+    Info::new("spinlock-queued", Kind::Test, 750),
+    IrqQueuedMutex::new(()),
+)
+.with_side();
+/// The same in strict FIFO mode: pending bit, MCS queue, nested nodes.
+pub static QUEUED_FIFO: SpinTorture<RawIrqSave<RawQueuedLock>> = SpinTorture::new(
+    Info::new("spinlock-queued-fifo", Kind::Test, 750),
+    IrqQueuedMutex::new(()),
+)
+.with_side()
+.fifo();
+/// The control of the queued lock: the interrupt takes another instance.
+pub static SPLIT: SpinTorture<RawIrqSave<RawQueuedLock>> = SpinTorture::new(
+    Info::new("spinlock-queued-split", Kind::Control, 750),
+    IrqQueuedMutex::new(()),
+)
+.with_side()
+.split_irq_lock(IrqQueuedMutex::new(()));
 /// The control: no exclusion at all.
 pub static CONTROL: SpinTorture<RawIrqSave<NoExclusion>> = SpinTorture::new(
     Info::new("spinlock-noexcl", Kind::Control, 750),
@@ -108,6 +176,9 @@ impl<R: RawMutex> SpinTorture<R> {
         Self {
             info,
             lock,
+            irq_lock: None,
+            fifo: false,
+            side: None,
             holder: AtomicUsize::new(0),
             first: AtomicU64::new(0),
             second: AtomicU64::new(0),
@@ -116,8 +187,25 @@ impl<R: RawMutex> SpinTorture<R> {
         }
     }
 
-    fn critical_section(&self, ctx: &Ctx, me: usize) {
-        let _guard = self.lock.lock();
+    const fn with_side(mut self) -> Self {
+        self.side = Some(Side::new());
+        self
+    }
+
+    const fn fifo(mut self) -> Self {
+        self.fifo = true;
+        self
+    }
+
+    const fn split_irq_lock(mut self, lock: lock_api::Mutex<R, ()>) -> Self {
+        // The old value is `None`; forgetting it keeps the drop out of the
+        // const evaluation.
+        core::mem::forget(self.irq_lock.replace(lock));
+        self
+    }
+
+    fn critical_section(&self, ctx: &Ctx, me: usize, lock: &lock_api::Mutex<R, ()>) {
+        let _guard = lock.lock();
         // Relaxed throughout: with a working lock, the lock's own
         // Acquire/Release orders these; without one, coherence of each
         // location alone makes overlaps visible in the swaps.
@@ -148,13 +236,30 @@ impl<R: RawMutex + Sync> Suite for SpinTorture<R> {
         self.second.store(0, Ordering::Relaxed);
         self.acquisitions.reset();
         self.irq_acquisitions.reset();
+        if let Some(side) = &self.side {
+            side.holder.store(0, Ordering::Relaxed);
+            side.first.store(0, Ordering::Relaxed);
+            side.second.store(0, Ordering::Relaxed);
+            side.acquisitions.reset();
+        }
+        if self.fifo {
+            spin::set_fifo_for_suite();
+        }
     }
 
     fn run(&self, ctx: &Ctx) {
         let mut rng = Rng::for_ctx(ctx, 7);
         let me = who(ctx.cpu, false);
+        let mut round = 0u64;
         while !ctx.should_stop() {
-            self.critical_section(ctx, me);
+            round += 1;
+            if let Some(side) = &self.side
+                && round.is_multiple_of(SIDE_EVERY)
+            {
+                side_section(ctx, side, me);
+                continue;
+            }
+            self.critical_section(ctx, me, &self.lock);
             self.acquisitions.add(ctx.cpu, 1);
             // Some work outside, of varying length, so CPUs do not stay in
             // lock step.
@@ -164,19 +269,36 @@ impl<R: RawMutex + Sync> Suite for SpinTorture<R> {
 
     fn irq(&self, ctx: &Ctx) {
         let me = who(ctx.cpu, true);
+        let lock = self.irq_lock.as_ref().unwrap_or(&self.lock);
         for _ in 0..IRQ_ACQUISITIONS {
-            self.critical_section(ctx, me);
+            self.critical_section(ctx, me, lock);
         }
         self.irq_acquisitions
             .add(ctx.cpu, u64::from(IRQ_ACQUISITIONS));
     }
 
     fn finish(&self, cpus: usize) -> Summary {
+        if self.fifo {
+            spin::restore();
+        }
         let total = self.acquisitions.sum(cpus) + self.irq_acquisitions.sum(cpus);
         let first = self.first.load(Ordering::Relaxed);
         let second = self.second.load(Ordering::Relaxed);
-        let failure = (first != total || second != total)
+        let mut failure = (first != total || second != total)
             .then_some("lost updates: the counters do not match the acquisitions");
+        if let Some(side) = &self.side {
+            let side_total = side.acquisitions.sum(cpus);
+            let (a, b) = (
+                side.first.load(Ordering::Relaxed),
+                side.second.load(Ordering::Relaxed),
+            );
+            self.info.report(format_args!(
+                "side lock (interrupts on): {side_total} acquisitions, counters {a}/{b}"
+            ));
+            if failure.is_none() && (a != side_total || b != side_total) {
+                failure = Some("lost updates under the side lock");
+            }
+        }
         self.info.report_per_cpu(
             cpus,
             &[
@@ -190,4 +312,25 @@ impl<R: RawMutex + Sync> Suite for SpinTorture<R> {
         ));
         Summary::new(total, (cpu_min, cpu_max), failure)
     }
+}
+
+/// One acquisition of the side lock, with interrupts on: a timer interrupt
+/// may arrive while this CPU waits or holds it, and take the main lock.
+fn side_section(ctx: &Ctx, side: &Side, me: usize) {
+    let _guard = side.lock.lock();
+    // Relaxed, as in `SpinTorture::critical_section`.
+    if side.holder.swap(me, Ordering::Relaxed) != 0 {
+        ctx.fail("two holders inside the side lock (found another on entry)");
+    }
+    bump_pair(
+        ctx,
+        &side.first,
+        &side.second,
+        CS_WORK,
+        "torn update inside the side lock",
+    );
+    if side.holder.swap(0, Ordering::Relaxed) != me {
+        ctx.fail("two holders inside the side lock (found another on exit)");
+    }
+    side.acquisitions.add(ctx.cpu, 1);
 }

@@ -253,6 +253,48 @@ pub const ARCHES: &[Arch] = &[
     },
 ];
 
+/// The lock suites and their controls: what the oversubscribed
+/// configurations run.
+pub const LOCK_SUITES: &[&str] = &[
+    "lockref",
+    "lockref-nolock",
+    "spinlock-ticket",
+    "spinlock-ttas",
+    "spinlock-queued",
+    "spinlock-noexcl",
+    "spinlock-queued-split",
+];
+
+/// An image booted with more vCPUs than a small host has cores, for the
+/// lock suites only: the guest says its CPUs may be descheduled while they
+/// spin (`qemu/src/kernel/spin.rs`), and its locks must keep progressing.
+pub struct Oversubscribed {
+    /// The configuration's name.
+    pub config: &'static str,
+    /// The TCG configuration ([`Variant::config`]) whose image it boots.
+    pub image: &'static str,
+    /// QEMU's `-smp`.
+    pub cpus: usize,
+    /// The suites it runs (exact names).
+    pub suites: &'static [&'static str],
+}
+
+/// The oversubscribed TCG configurations `cargo xtask test` adds.
+pub const OVERSUBSCRIBED: &[Oversubscribed] = &[
+    Oversubscribed {
+        config: "x86_64-tcg-smp8",
+        image: "x86_64-tcg",
+        cpus: 8,
+        suites: LOCK_SUITES,
+    },
+    Oversubscribed {
+        config: "aarch64-lse-smp8",
+        image: "aarch64-lse",
+        cpus: 8,
+        suites: LOCK_SUITES,
+    },
+];
+
 /// How QEMU executes the guest.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Accel {
@@ -269,6 +311,9 @@ pub struct Config {
     /// QEMU's `-cpu`.
     pub cpu: &'static str,
     pub cpus: usize,
+    /// The suites `cargo xtask test` runs in it (exact names); empty:
+    /// every suite the kernel lists.
+    pub suites: &'static [&'static str],
 }
 
 impl Config {
@@ -284,9 +329,38 @@ impl Config {
                     accel: Accel::Tcg,
                     cpu: variant.cpu,
                     cpus,
+                    suites: &[],
                 })
             })
             .collect()
+    }
+
+    /// The oversubscribed TCG configurations ([`OVERSUBSCRIBED`]).
+    pub fn all_oversubscribed() -> Vec<Config> {
+        let images = Self::all_tcg(0);
+        OVERSUBSCRIBED
+            .iter()
+            .filter_map(|o| {
+                let image = images.iter().find(|c| c.name == o.image)?;
+                Some(Config {
+                    name: o.config,
+                    cpus: o.cpus,
+                    suites: o.suites,
+                    ..*image
+                })
+            })
+            .collect()
+    }
+
+    /// The same image and QEMU settings with `cpus` CPUs (for the demo's
+    /// scaling table).
+    pub fn with_cpus(&self, cpus: usize) -> Config {
+        Config { cpus, ..*self }
+    }
+
+    /// Whether `cargo xtask test` runs the suite `name` here.
+    pub fn runs(&self, name: &str) -> bool {
+        self.suites.is_empty() || self.suites.contains(&name)
     }
 
     /// The KVM configurations, for the architectures that have one.
@@ -302,6 +376,7 @@ impl Config {
                     accel: Accel::Kvm,
                     cpu: kvm.cpu,
                     cpus,
+                    suites: &[],
                 })
             })
             .collect()
@@ -377,6 +452,13 @@ mod tests {
                     assert_ne!(a.variant.target_subdir, b.variant.target_subdir);
                 }
             }
+        }
+        let over = Config::all_oversubscribed();
+        assert_eq!(over.len(), OVERSUBSCRIBED.len(), "every image exists");
+        for o in &over {
+            assert!(o.name.starts_with(o.arch.name), "{}", o.name);
+            assert!(!configs.iter().any(|c| c.name == o.name), "{}", o.name);
+            assert!(o.runs("spinlock-queued") && !o.runs("rcu"), "{}", o.name);
         }
         for arch in ARCHES {
             assert_ne!(arch.exit.pass, arch.exit.fail, "{}", arch.name);

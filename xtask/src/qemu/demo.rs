@@ -8,9 +8,11 @@ use super::run::{Marker, Run, run_qemu};
 use super::{CPUS, RUN_SLACK};
 
 /// The main job: boots the demo (every test suite, then the benchmark) on
-/// each architecture's demo image (x86_64, aarch64 `+lse`, riscv64) with 4
-/// CPUs, and prints per architecture a table of the suites (passed, operations per CPU, fairness) and of the in-guest
-/// benchmark. Err if a suite fails or a kernel does not come up.
+/// each architecture's demo image (x86_64, aarch64 `+lse`, riscv64) with 4 CPUs, and
+/// prints per architecture a table of
+/// the suites (passed, operations per CPU, fairness) and of the in-guest
+/// benchmark, then the lock suites at 2, 4 and 8 CPUs ([`SCALING_CPUS`]).
+/// Err if a suite fails or a kernel does not come up.
 pub fn demo() -> Result<(), String> {
     let configs: Vec<Config> = Config::all_tcg(CPUS)
         .into_iter()
@@ -24,6 +26,10 @@ pub fn demo() -> Result<(), String> {
         let run = run_qemu(config, kernel, "demo", RUN_SLACK * 2, "demo")?;
         print!("{}", demo_table(config, &run));
         print!("{}", seeds_table(config, &run));
+        match scaling_table(config, kernel, &run) {
+            Ok(table) => print!("{table}"),
+            Err(e) => errors.push(e),
+        }
         if let Some(trouble) = run.trouble(config) {
             errors.push(format!(
                 "{}: {trouble} (log: {})",
@@ -59,6 +65,106 @@ pub fn demo() -> Result<(), String> {
     }
 }
 
+/// The lock suites of the scaling table (one boot per CPU count but the
+/// demo's own).
+const SCALING_SUITES: &[&str] = &[
+    "spinlock-ticket",
+    "spinlock-ttas",
+    "spinlock-queued",
+    "lockref",
+];
+/// The CPU counts of the scaling table; `CPUS` comes from the demo run.
+const SCALING_CPUS: [usize; 3] = [2, CPUS, 8];
+
+/// Boots the lock suites at the other CPU counts of [`SCALING_CPUS`] and
+/// tabulates operations per CPU and fairness with the demo run's figures.
+/// Err (the failures) when a suite fails or a boot goes wrong.
+fn scaling_table(config: &Config, kernel: &std::path::Path, demo: &Run) -> Result<String, String> {
+    let mut out = String::new();
+    let mut errors = Vec::new();
+    let mut runs = Vec::new();
+    for cpus in SCALING_CPUS {
+        if cpus == config.cpus {
+            runs.push((cpus, None));
+            continue;
+        }
+        let scaled = config.with_cpus(cpus);
+        let label = format!("scaling-smp{cpus}");
+        let run = run_qemu(
+            &scaled,
+            kernel,
+            &SCALING_SUITES.join(" "),
+            RUN_SLACK,
+            &label,
+        )?;
+        if let Some(trouble) = run.trouble(&scaled) {
+            errors.push(format!(
+                "{}/{label}: {trouble} (log: {})",
+                config.name,
+                run.log.display()
+            ));
+        }
+        runs.push((cpus, Some(run)));
+    }
+    let preemptible = demo
+        .markers("KSYNC-SPIN")
+        .next()
+        .and_then(|m| m.get("preemptible").map(|p| p == "1"))
+        .unwrap_or(false);
+    let mode = if preemptible {
+        "oversubscribed mode: test-and-set hand-off"
+    } else {
+        "strict FIFO"
+    };
+    let _ = writeln!(
+        out,
+        "locks by CPU count (TCG on this host: emulation, NOT hardware performance; {mode}):"
+    );
+    let _ = write!(out, "{:<17}", "suite");
+    for (cpus, _) in &runs {
+        let _ = write!(out, " {:>28}", format!("-smp {cpus}: ops/CPU (min/max)"));
+    }
+    let _ = writeln!(out);
+    for suite in SCALING_SUITES {
+        let _ = write!(out, "{suite:<17}");
+        for (cpus, run) in &runs {
+            let run = run.as_ref().unwrap_or(demo);
+            let cell = match run.result(suite) {
+                Some(r) => {
+                    let ops = r.num("ops").unwrap_or(0.0);
+                    let (lo, hi) = (
+                        r.num("cpu_min").unwrap_or(0.0),
+                        r.num("cpu_max").unwrap_or(0.0),
+                    );
+                    if r.get("status") != Some("PASS") {
+                        errors.push(format!(
+                            "{}/-smp {cpus}/{suite}: {}",
+                            config.name,
+                            r.get("reason").unwrap_or("?")
+                        ));
+                    }
+                    let fair = if hi > 0.0 { lo / hi } else { 0.0 };
+                    format!("{:.0} ({fair:.2})", ops / *cpus as f64)
+                }
+                None => "-".to_string(),
+            };
+            let _ = write!(out, " {cell:>28}");
+        }
+        let _ = writeln!(out);
+    }
+    let _ = writeln!(
+        out,
+        "  (ops: thread and interrupt acquisitions in the suite's budget; min/max: thread-context\n   \
+         acquisitions of the slowest CPU over the fastest's; lockref: operations of all kinds)"
+    );
+    if errors.is_empty() {
+        Ok(out)
+    } else {
+        print!("{out}");
+        Err(errors.join("\n"))
+    }
+}
+
 /// The per-architecture table of a demo run.
 fn demo_table(config: &Config, run: &Run) -> String {
     let mut out = String::new();
@@ -89,7 +195,7 @@ fn demo_table(config: &Config, run: &Run) -> String {
     let _ = writeln!(out, "suites passed: {passed}/{}", results.len());
     let _ = writeln!(
         out,
-        "{:<17} {:<6} {:>10} {:>21} {:>14} {:>16}",
+        "{:<21} {:<6} {:>10} {:>21} {:>14} {:>16}",
         "suite", "result", "ops", "ops/CPU min..max", "fairness", "IRQs/CPU (work)"
     );
     for r in &results {
@@ -104,7 +210,7 @@ fn demo_table(config: &Config, run: &Run) -> String {
         };
         let _ = writeln!(
             out,
-            "{:<17} {:<6} {:>10} {:>21} {:>14} {:>16}",
+            "{:<21} {:<6} {:>10} {:>21} {:>14} {:>16}",
             r.get("suite").unwrap_or("?"),
             r.get("status").unwrap_or("?"),
             r.get("ops").unwrap_or("?"),
@@ -171,8 +277,9 @@ fn demo_table(config: &Config, run: &Run) -> String {
         if config.accel == Accel::Tcg {
             let _ = writeln!(
                 out,
-                "  (several vCPUs on fewer host cores: the shared ticket lock waits for the host to\n   \
-                 schedule each waiting vCPU in turn, so its {online}-CPU figure measures that; see qemu/README.md)"
+                "  (several vCPUs on fewer host cores: the guest runs ksync's oversubscribed mode, where the\n   \
+                 ticket lock hands off by test-and-set; with strict FIFO (run word `fifo`) its {online}-CPU\n   \
+                 figure measures the host scheduling each waiting vCPU in turn; see qemu/README.md)"
             );
         }
     }
