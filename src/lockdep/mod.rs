@@ -563,6 +563,18 @@ pub struct Acquired<'a> {
     map: PhantomData<&'a Map>,
 }
 
+impl Acquired<'_> {
+    /// Keeps the acquisition recorded past the guard: a lock whose waiting
+    /// may panic (a misuse check) takes its record as a guard, so that an
+    /// unwinding waiter is not left recorded as holding it, and keeps it
+    /// once it got the lock; its unlock calls [`Map::release`].
+    #[inline(always)]
+    pub fn keep(self) {
+        #[cfg(feature = "lockdep")]
+        core::mem::forget(self);
+    }
+}
+
 #[cfg(feature = "lockdep")]
 impl Drop for Acquired<'_> {
     #[inline]

@@ -102,7 +102,7 @@ pub use crate::kernel::{STALL_REPORT_CPUS, StallReport};
 
 #[cfg(debug_assertions)]
 pub(crate) use self::debug::check_watching;
-use self::debug::{InCallback, check_may_wait, check_not_reading};
+use self::debug::{InCallback, check_may_wait, check_not_reading, lockdep_read};
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -337,11 +337,22 @@ impl Engine {
 /// CPU (two loads).
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section.
+/// In debug builds, inside a read-side critical section. With `lockdep`,
+/// a CPU holding a lock (or a read section) is reported.
 #[doc(alias("rcu_qs", "rcu_note_context_switch", "cond_resched_rcu_qs"))]
 #[inline]
 #[track_caller]
 pub fn quiescent_state() {
+    let cpu = kernel::cpu_id();
+    check_not_reading(cpu);
+    crate::lockdep::assert_no_locks_held("rcu::quiescent_state");
+    engine().report(cpu);
+}
+
+/// [`quiescent_state`] for RCU's own waits, which checked for held locks
+/// on entry (and `barrier` holds its own try-lock while it waits).
+#[track_caller]
+pub(super) fn waiting_quiescent_state() {
     let cpu = kernel::cpu_id();
     check_not_reading(cpu);
     engine().report(cpu);
@@ -431,7 +442,8 @@ fn eqs_enter_cpu(cpu: usize) {
 // ---- readers ----------------------------------------------------------------
 
 /// A read-side critical section: RCU-protected data read under it stays
-/// valid until it drops. `!Send`. Free in release builds.
+/// valid until it drops. `!Send`. Free in release builds (without
+/// `lockdep`, which tracks it as a lock).
 #[must_use = "the read section ends when the guard drops"]
 pub struct ReadGuard {
     #[cfg(debug_assertions)]
@@ -459,14 +471,18 @@ pub fn read_lock() -> ReadGuard {
             .cpu(cpu)
             .nesting
             .fetch_add(1, Ordering::Relaxed);
+        lockdep_read().acquire(0, true, false);
         ReadGuard {
             cpu,
             not_send: PhantomData,
         }
     }
     #[cfg(not(debug_assertions))]
-    ReadGuard {
-        not_send: PhantomData,
+    {
+        lockdep_read().acquire(0, true, false);
+        ReadGuard {
+            not_send: PhantomData,
+        }
     }
 }
 
@@ -474,6 +490,7 @@ impl Drop for ReadGuard {
     #[doc(alias = "rcu_read_unlock")]
     #[inline]
     fn drop(&mut self) {
+        lockdep_read().release();
         #[cfg(debug_assertions)]
         engine()
             .cpus
@@ -577,7 +594,7 @@ pub fn synchronize() {
 #[track_caller]
 fn wait_for(cookie: Cookie) {
     while !poll(cookie) {
-        quiescent_state();
+        waiting_quiescent_state();
         spin_loop();
     }
 }
