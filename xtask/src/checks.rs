@@ -143,6 +143,21 @@ pub fn test(options: &Options) -> ExitCode {
         ]),
     );
     t.check("clippy host", ok);
+    // With lock-order checking on (its code only exists then).
+    let (ok, _) = run_logged(
+        "clippy (host, all targets, lockdep)",
+        &mut cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--features",
+            "ksync/test-hooks,ksync/lockdep",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    );
+    t.check("clippy host lockdep", ok);
     for (target, flags) in [
         ("aarch64-unknown-none", ""),
         ("aarch64-unknown-none", "-C target-feature=+lse"),
@@ -178,7 +193,11 @@ pub fn test(options: &Options) -> ExitCode {
     // Build matrix: every target in rust-toolchain.toml, with and without
     // the optional features.
     for target in toolchain_targets().unwrap_or_default() {
-        for features in [&[][..], &["--features", "defmt,alloc"][..]] {
+        for features in [
+            &[][..],
+            &["--features", "defmt,alloc"][..],
+            &["--features", "lockdep"][..],
+        ] {
             let mut args = vec!["build", "--lib", "--target", &target];
             args.extend_from_slice(features);
             let name = format!("build {target} {}", features.join(" "));
@@ -198,6 +217,12 @@ pub fn test(options: &Options) -> ExitCode {
         (
             "host tests (release)",
             &["test", "--workspace", "--release", "--tests"][..],
+        ),
+        // The whole suite once more with lock-order checking: correct
+        // programs must produce no report (debug only, for time).
+        (
+            "host tests (lockdep)",
+            &["test", "--features", "test-hooks,alloc,lockdep"][..],
         ),
     ] {
         let (ok, text) = run_logged(name, &mut cargo(args));
