@@ -21,6 +21,7 @@
 
 pub mod bench;
 pub mod brlock;
+pub mod lockdep;
 pub mod lockref;
 pub mod percpu_counter;
 pub mod probe;
@@ -43,6 +44,7 @@ pub static REGISTRY: Registry = Registry::new(&[
     brlock::SUITES,
     rcu::SUITES,
     rcu_stall::SUITES,
+    lockdep::SUITES,
     bench::SUITES,
 ]);
 

@@ -68,6 +68,17 @@ pub struct Variant {
     pub cpu: &'static str,
     /// Whether `cargo xtask run` boots this image.
     pub demo: bool,
+    /// The kernel's cargo features (comma-separated; empty for none).
+    /// `lockdep`: every ksync lock checks lock order; the runner then
+    /// expects the `lockdep` suite's report and no report anywhere else.
+    pub features: &'static str,
+}
+
+impl Variant {
+    /// Whether the image is built with lock-order checking.
+    pub fn lockdep(&self) -> bool {
+        self.features.split(',').any(|f| f == "lockdep")
+    }
 }
 
 /// A KVM configuration.
@@ -100,14 +111,30 @@ pub const ARCHES: &[Arch] = &[
             silent_stop: Some((0, "triple fault or shutdown")),
         },
         counter: "TSC (rdtsc)",
-        variants: &[Variant {
-            config: "x86_64-tcg",
-            label: "x86_64",
-            rustflags: "",
-            target_subdir: "",
-            cpu: "qemu64",
-            demo: true,
-        }],
+        variants: &[
+            Variant {
+                config: "x86_64-tcg",
+                label: "x86_64",
+                rustflags: "",
+                target_subdir: "",
+                cpu: "qemu64",
+                demo: true,
+                features: "",
+            },
+            // Every suite again with lock-order checking (ksync's
+            // `lockdep`): correct code must give no report, the `lockdep`
+            // suite its cycle. One architecture is enough for what it
+            // checks (the lock code is the same on both).
+            Variant {
+                config: "x86_64-lockdep",
+                label: "x86_64 (lockdep)",
+                rustflags: "",
+                target_subdir: "lockdep",
+                cpu: "qemu64",
+                demo: false,
+                features: "lockdep",
+            },
+        ],
         kvm: Some(Kvm {
             config: "x86_64-kvm",
             cpu: "qemu64",
@@ -136,6 +163,7 @@ pub const ARCHES: &[Arch] = &[
                 target_subdir: "lse",
                 cpu: "max",
                 demo: true,
+                features: "",
             },
             // LL/SC atomics (LDXR/STXR), on a CPU without LSE: runs on
             // every ARMv8 CPU.
@@ -146,6 +174,7 @@ pub const ARCHES: &[Arch] = &[
                 target_subdir: "",
                 cpu: "cortex-a57",
                 demo: false,
+                features: "",
             },
         ],
         kvm: None,
@@ -239,9 +268,13 @@ mod tests {
                         "image labels must be unique"
                     );
                 }
-                // Two images of one target with different flags in one
-                // directory would rebuild each other.
-                if a.arch.target == b.arch.target && a.variant.rustflags != b.variant.rustflags {
+                // Two images of one target with different flags or
+                // features in one directory would rebuild (and overwrite)
+                // each other.
+                if a.arch.target == b.arch.target
+                    && (a.variant.rustflags != b.variant.rustflags
+                        || a.variant.features != b.variant.features)
+                {
                     assert_ne!(a.variant.target_subdir, b.variant.target_subdir);
                 }
             }
