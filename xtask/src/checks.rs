@@ -233,7 +233,7 @@ pub fn test(options: &Options) -> ExitCode {
     // example that every callback ran); their timings are not judged here.
     let mut benches = cargo(&[
         "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench", "locks",
-        "--", "--quick",
+        "--bench", "lockdep", "--", "--quick",
     ]);
     let (ok, _) = run_logged("benches (--quick smoke run)", &mut benches);
     t.check("benches run (--quick)", ok);
