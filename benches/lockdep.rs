@@ -1,6 +1,8 @@
 //! What lockdep costs: uncontended lock + unlock on one thread, for the
-//! locks wired to lockdep, measured in a build without the `lockdep`
-//! feature and in one with it:
+//! locks wired to lockdep (the raw ticket, TTAS and queued locks, their
+//! `lock_api` mutexes, the IRQ-saving form, `LockRef`, `SeqLock` writers,
+//! `BrLock`), measured in a build without the `lockdep` feature and in one
+//! with it:
 //!
 //! ```text
 //! cargo bench --bench lockdep [-- --quick]
@@ -29,15 +31,60 @@ use std::time::{Duration, Instant};
 use ksync::LockRef;
 use ksync::brlock::BrLock;
 use ksync::seqlock::SeqLock;
+use ksync::spinlock::{
+    IrqTicketMutex, QueuedMutex, RawQueuedLock, RawTicketLock, RawTtasLock, TicketMutex,
+};
 
 static LOCKREF: LockRef = LockRef::new(1);
 static INNER: LockRef = LockRef::new(1);
 static SEQ: SeqLock<u64> = SeqLock::new(0);
 static BR: BrLock<u64> = BrLock::new();
+static TICKET: RawTicketLock = RawTicketLock::new();
+static TTAS: RawTtasLock = RawTtasLock::new();
+static QUEUED: RawQueuedLock = RawQueuedLock::new();
+static TICKET_MUTEX: TicketMutex<u64> = TicketMutex::new(0);
+static QUEUED_MUTEX: QueuedMutex<u64> = QueuedMutex::new(0);
+static IRQ_MUTEX: IrqTicketMutex<u64> = IrqTicketMutex::new(0);
 
 type Case = (&'static str, fn(u64));
 
-const CASES: [Case; 5] = [
+const CASES: [Case; 11] = [
+    ("RawTicketLock lock+unlock", |n| {
+        for _ in 0..n {
+            black_box(&TICKET).lock();
+            // SAFETY: locked just above, on this thread.
+            unsafe { TICKET.unlock() };
+        }
+    }),
+    ("RawTtasLock lock+unlock", |n| {
+        for _ in 0..n {
+            black_box(&TTAS).lock();
+            // SAFETY: locked just above, on this thread.
+            unsafe { TTAS.unlock() };
+        }
+    }),
+    ("RawQueuedLock lock+unlock", |n| {
+        for _ in 0..n {
+            black_box(&QUEUED).lock();
+            // SAFETY: locked just above, on this thread.
+            unsafe { QUEUED.unlock() };
+        }
+    }),
+    ("TicketMutex::lock", |n| {
+        for _ in 0..n {
+            *TICKET_MUTEX.lock() += 1;
+        }
+    }),
+    ("QueuedMutex::lock", |n| {
+        for _ in 0..n {
+            *QUEUED_MUTEX.lock() += 1;
+        }
+    }),
+    ("IrqTicketMutex::lock", |n| {
+        for _ in 0..n {
+            *IRQ_MUTEX.lock() += 1;
+        }
+    }),
     ("LockRef::lock", |n| {
         for _ in 0..n {
             drop(black_box(LOCKREF.lock()));

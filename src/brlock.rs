@@ -144,7 +144,7 @@ impl<T> BrLock<T> {
         let slot = self.slots.cpu(cpu);
         // Recorded once `cpu` is known to be valid, before spinning.
         let dep = self.dep_map.acquire_guard(0, false, irq.is_some());
-        slot.lock.lock();
+        slot.lock.lock_untracked();
         LocalGuard {
             slot,
             cpu,
@@ -176,7 +176,7 @@ impl<T> BrLock<T> {
         // order, which cannot deadlock with another global locker).
         let dep = self.dep_map.acquire_guard(0, false, irq.is_some());
         for slot in self.slots.iter() {
-            slot.lock.lock();
+            slot.lock.lock_untracked();
         }
         GlobalGuard {
             lock: self,
@@ -239,7 +239,7 @@ impl<T> DerefMut for LocalGuard<'_, T> {
 impl<T> Drop for LocalGuard<'_, T> {
     fn drop(&mut self) {
         // SAFETY: the guard holds the slot's lock.
-        unsafe { self.slot.lock.unlock() }
+        unsafe { self.slot.lock.unlock_untracked() }
     }
 }
 
@@ -283,7 +283,7 @@ impl<T> Drop for GlobalGuard<'_, T> {
     fn drop(&mut self) {
         for slot in self.lock.slots.iter() {
             // SAFETY: `lock_all` took every one of these locks.
-            unsafe { slot.lock.unlock() }
+            unsafe { slot.lock.unlock_untracked() }
         }
     }
 }

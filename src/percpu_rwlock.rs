@@ -58,6 +58,19 @@
 //!   interrupts around the write section, or a handler reading on the
 //!   writer's CPU spins forever.
 //!
+//! # Lock-order checking
+//!
+//! With [`lockdep`](crate::lockdep), a lock is one class (the place it was
+//! built; `lock_api`'s `RwLock::new` has no call site, so such a lock is a
+//! class of its own), and readers and the writer both take it as a plain
+//! lock: a writer waits for readers and new readers wait for a waiting
+//! writer, so an order "this lock -> X" on one CPU against "X -> this
+//! lock" on another is a possible deadlock whichever side reads. So is a
+//! recursive read (the rule above): lockdep reports it as recursion. A
+//! reader or writer is recorded before it waits (a gated writer after it
+//! closed the gate, which waits for a grace period holding nothing), a
+//! `try_` form once it succeeded.
+//!
 //! ```
 //! use ksync::percpu_rwlock::PercpuRwLock;
 //!
@@ -72,6 +85,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use crate::arch;
+use crate::lockdep::Map;
 use crate::percpu::{ConstInit, PerCpu};
 use crate::rcu::RcuSync;
 use crate::sync::{AtomicBool, AtomicI32, Ordering, const_fn, fence, init, relax};
@@ -181,12 +195,15 @@ pub struct RawPercpuRwLock<F = Fenced, R = Spin> {
     block: AtomicBool,
     flavour: F,
     relax: PhantomData<R>,
+    /// The lock's lockdep class (zero-sized without `lockdep`).
+    dep_map: Map,
 }
 
 impl RawPercpuRwLock<Fenced> {
     const_fn! {
         /// A new, unlocked lock of the [`Fenced`] flavour. `const`, for
         /// `static`s.
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
             Self::with_flavour()
         }
@@ -197,6 +214,7 @@ impl RawPercpuRwLock<Gated> {
     const_fn! {
         /// A new, unlocked lock of the [`Gated`] flavour. `const`, for
         /// `static`s.
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn gated() -> Self {
             Self::with_flavour()
         }
@@ -207,18 +225,27 @@ impl<F: Flavour, R> RawPercpuRwLock<F, R> {
     const_fn! {
         /// A new, unlocked lock of any flavour and relax strategy (name
         /// them: `RawPercpuRwLock::<Gated, Loop>::with_flavour()`).
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn with_flavour() -> Self {
+            Self::with_map(Map::new())
+        }
+    }
+
+    const_fn! {
+        fn with_map(dep_map: Map) -> Self {
             Self {
                 readers: PerCpu::new(),
                 block: AtomicBool::new(false),
                 flavour: init::<F>(),
                 relax: PhantomData,
+                dep_map,
             }
         }
     }
 }
 
 impl<F: Flavour, R> Default for RawPercpuRwLock<F, R> {
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn default() -> Self {
         Self::with_flavour()
     }
@@ -229,7 +256,18 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     /// or waits for the lock.
     #[doc(alias = "percpu_down_read_trylock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_read(&self) -> bool {
+        let got = self.try_read_untracked();
+        if got {
+            self.dep_map.acquire(0, true, false);
+        }
+        got
+    }
+
+    /// [`try_read`](Self::try_read) without telling lockdep.
+    #[inline]
+    fn try_read_untracked(&self) -> bool {
         // Preemption off from the gate check to the increment: no
         // quiescent state may separate them (gated flavour).
         let slot = self.readers.get();
@@ -252,12 +290,17 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     /// Takes a read lock, spinning while a writer holds or waits for it.
     #[doc(alias = "percpu_down_read")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn read(&self) {
-        while !self.try_read() {
+        // Recorded before waiting, so a deadlock is reported first (and
+        // forgotten if a debug check panics meanwhile).
+        let dep = self.dep_map.acquire_guard(0, false, false);
+        while !self.try_read_untracked() {
             while self.block.load(Ordering::Relaxed) {
                 relax::<R>();
             }
         }
+        dep.keep();
     }
 
     /// Releases a read lock.
@@ -267,7 +310,9 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     /// [`try_read`](Self::try_read).
     #[doc(alias = "percpu_up_read")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock_read(&self) {
+        self.dep_map.release();
         let slot = self.readers.get();
         if !self.flavour.reader_fast() {
             // B pairs with C: the read section happens-before a writer that
@@ -280,8 +325,12 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     /// Takes the write lock: closes the gate, excludes other writers, then
     /// waits for the readers to drain.
     #[doc(alias = "percpu_down_write")]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn write(&self) {
         self.flavour.writer_enter();
+        // Recorded before waiting for other writers and for readers (after
+        // the gate, whose grace period must be waited for holding nothing).
+        self.dep_map.acquire(0, false, false);
         // Acquire pairs with the previous writer's Release in
         // `unlock_write`. A compare-exchange rather than a swap: a waiting
         // writer does not write the line while another holds it.
@@ -301,6 +350,7 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
 
     /// Tries to take the write lock without waiting: fails if another writer
     /// holds it or any reader is inside.
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_write(&self) -> bool {
         if self.block.load(Ordering::Relaxed) {
             return false;
@@ -319,6 +369,7 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
         }
         // C pairs with B.
         fence(Ordering::Acquire);
+        self.dep_map.acquire(0, true, false);
         true
     }
 
@@ -327,7 +378,9 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     /// # Safety
     /// The caller holds the write lock.
     #[doc(alias = "percpu_up_write")]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock_write(&self) {
+        self.dep_map.release();
         // Release pairs with readers' Acquire load of `block` and the next
         // writer's Acquire swap.
         self.block.store(false, Ordering::Release);
@@ -379,40 +432,48 @@ impl<F, R> fmt::Debug for RawPercpuRwLock<F, R> {
 // Not under loom: `INIT` is a constant, which loom's atomics cannot be.
 #[cfg(not(loom))]
 unsafe impl<F: Flavour, R: RelaxStrategy> lock_api::RawRwLock for RawPercpuRwLock<F, R> {
+    // No call site for a class: with lockdep, each lock built from `INIT`
+    // (`RwLock::new`) is its own class.
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::with_flavour();
+    const INIT: Self = Self::with_map(Map::per_instance());
     type SharedGuard = lock_api::GuardNoSend;
     type ExclusiveGuard = lock_api::GuardNoSend;
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn lock_shared(&self) -> Self::SharedGuard {
         self.read();
         lock_api::GuardNoSend::default()
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock_shared(&self) -> Option<Self::SharedGuard> {
         self.try_read().then(lock_api::GuardNoSend::default)
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_shared(&self, _: Self::SharedGuard) {
         // SAFETY: the guard proves a read lock is held.
         unsafe { self.unlock_read() }
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn lock_exclusive(&self) -> Self::ExclusiveGuard {
         self.write();
         lock_api::GuardNoSend::default()
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock_exclusive(&self) -> Option<Self::ExclusiveGuard> {
         self.try_write().then(lock_api::GuardNoSend::default)
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_exclusive(&self, _: Self::ExclusiveGuard) {
         // SAFETY: the guard proves the write lock is held.
         unsafe { self.unlock_write() }

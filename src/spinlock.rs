@@ -36,6 +36,41 @@
 //! Waiting spins with a [`RelaxStrategy`] type parameter (default
 //! [`Spin`]: the CPU's spin-loop hint, `pause` or `yield`).
 //!
+//! # Lock-order checking
+//!
+//! With the `lockdep` feature every lock here takes part in
+//! [`lockdep`](crate::lockdep): `lock` (and `lock_nested`, for deliberate
+//! nesting of one class) records the acquisition before it spins,
+//! `try_lock` once it succeeded, `unlock` the release; the IRQ-saving
+//! forms are recorded as taken with interrupts off. Without the feature the
+//! locks are byte for byte and instruction for instruction what they are
+//! without it.
+//!
+//! A lock's class is the place it was built: `RawTicketLock::new()` (and
+//! the other constructors) are `#[track_caller]` with `lockdep`, or take an
+//! explicit key ([`RawTicketLock::with_class`], `set_lock_class`).
+//! `lock_api`'s `Mutex::new` builds its raw lock from the `INIT` constant,
+//! which has no call site: such a mutex is a class of its own (named by
+//! its address in reports). To name the class by a line or a key, build
+//! the mutex from a raw lock:
+//!
+//! ```
+//! use ksync::lock_class;
+//! use ksync::spinlock::{RawTicketLock, TicketMutex};
+//!
+//! // Every runqueue's lock is one class, "runqueue".
+//! static RQ: TicketMutex<u32> =
+//!     TicketMutex::from_raw(RawTicketLock::with_class(lock_class!("runqueue")), 0);
+//! *RQ.lock() += 1;
+//! ```
+//!
+//! Guards stay `Send` with `lockdep` (`GuardSend`, as without it: a
+//! feature must not make code that compiled stop compiling). lockdep keeps
+//! held locks per CPU, so a guard dropped on another CPU than the one that
+//! locked is reported there as a [`BadUnlock`](crate::lockdep::ReportKind::BadUnlock),
+//! and the first CPU keeps the lock on its held stack: with `lockdep`, do
+//! not move held guards between CPUs.
+//!
 //! # Example
 //!
 //! ```
@@ -55,12 +90,15 @@
 use core::fmt;
 use core::marker::PhantomData;
 
-use crate::kernel::{Backoff, Waiter, kick_waiters, vcpu_preemptible};
-use crate::sync::{AtomicBool, AtomicU16, Ordering, const_fn, relax};
+use crate::kernel::{Backoff, kick_waiters, vcpu_preemptible};
+use crate::lockdep::{LockClassKey, Map};
+use crate::sync::{AtomicU16, Ordering, const_fn, relax};
 pub use spin::relax::{Loop, RelaxStrategy, Spin};
 
 mod queued;
+mod ttas;
 pub use queued::{IrqQueuedMutex, QueuedMutex, RawQueuedLock};
+pub use ttas::RawTtasLock;
 
 /// A [`lock_api::Mutex`] over a [`RawTicketLock`].
 pub type TicketMutex<T> = lock_api::Mutex<RawTicketLock, T>;
@@ -90,6 +128,11 @@ pub type ArchIrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock, ArchIrq>,
 /// `owner`. The two 16-bit halves are separate atomics so neither can carry
 /// into the other; up to 65 535 CPUs may wait at once.
 ///
+/// With [`lockdep`](crate::lockdep), the lock's class is the place it was
+/// built (see [lock classes](crate::lockdep#lock-classes)), and `lock`,
+/// `try_lock` and `unlock` record themselves (see the
+/// [module docs](self#lock-order-checking)).
+///
 /// # Invariants
 /// `owner` only changes by the holder's unlock, by +1 (mod 2^16), and
 /// `next - owner` (mod 2^16) is the number of holders plus waiters.
@@ -99,13 +142,27 @@ pub struct RawTicketLock<R = Spin> {
     owner: AtomicU16,
     next: AtomicU16,
     relax: PhantomData<R>,
+    /// The lock's lockdep class (zero-sized without `lockdep`).
+    dep_map: Map,
 }
 
 impl RawTicketLock {
     const_fn! {
         /// A new, unlocked ticket lock that spins with [`Spin`].
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
             Self::with_relax()
+        }
+    }
+
+    const_fn! {
+        /// A new, unlocked ticket lock in `key`'s [lockdep](crate::lockdep)
+        /// class (Linux's `lockdep_set_class`); exactly [`new`](Self::new)
+        /// without `lockdep`. `const`, for a `lock_api` mutex in a `static`:
+        /// `TicketMutex::from_raw(RawTicketLock::with_class(lock_class!("runqueue")), 0)`.
+        #[doc(alias = "lockdep_set_class")]
+        pub fn with_class(key: &'static LockClassKey) -> Self {
+            Self::with_map(Map::with_key(key))
         }
     }
 }
@@ -114,16 +171,43 @@ impl<R> RawTicketLock<R> {
     const_fn! {
         /// A new, unlocked ticket lock with the relax strategy `R` (name
         /// it: `RawTicketLock::<Loop>::with_relax()`).
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn with_relax() -> Self {
-            Self { owner: AtomicU16::new(0), next: AtomicU16::new(0), relax: PhantomData }
+            Self::with_map(Map::new())
         }
+    }
+
+    const_fn! {
+        fn with_map(dep_map: Map) -> Self {
+            Self { owner: AtomicU16::new(0), next: AtomicU16::new(0), relax: PhantomData, dep_map }
+        }
+    }
+
+    /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
+    /// the class of the place it was built. Does nothing without `lockdep`.
+    #[doc(alias = "lockdep_set_class")]
+    #[inline]
+    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
+        self.dep_map.set_class(key);
     }
 
     /// Tries to take the lock without spinning: succeeds only when nobody
     /// holds it or waits for it.
     #[doc(alias = "arch_spin_trylock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_lock(&self) -> bool {
+        let locked = self.try_lock_untracked();
+        if locked {
+            self.dep_map.acquire(0, true, false);
+        }
+        locked
+    }
+
+    /// [`try_lock`](Self::try_lock) without telling lockdep (for locks
+    /// that record at their own level: `BrLock`, `SeqLock`, `LockRef`).
+    #[inline]
+    pub(crate) fn try_lock_untracked(&self) -> bool {
         // Acquire pairs with the Release store of `owner` in `unlock`: if we
         // get ticket `owner`, the previous critical section happens-before
         // ours.
@@ -163,7 +247,19 @@ impl<R> RawTicketLock<R> {
     /// The lock must be held by the caller's context.
     #[doc(alias = "arch_spin_unlock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock(&self) {
+        self.dep_map.release();
+        // SAFETY: forwarded caller contract.
+        unsafe { self.unlock_untracked() }
+    }
+
+    /// [`unlock`](Self::unlock) without telling lockdep.
+    ///
+    /// # Safety
+    /// As for [`unlock`](Self::unlock).
+    #[inline]
+    pub(crate) unsafe fn unlock_untracked(&self) {
         let owner = self.owner.load(Ordering::Relaxed);
         debug_assert!(
             owner != self.next.load(Ordering::Relaxed),
@@ -183,9 +279,34 @@ impl<R: RelaxStrategy> RawTicketLock<R> {
     /// by test-and-set instead (see [`lock_preemptible`](Self::lock_preemptible)).
     #[doc(alias = "arch_spin_lock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn lock(&self) {
+        // Recorded before spinning, so a deadlock is reported first.
+        self.dep_map.acquire(0, false, false);
+        self.lock_untracked();
+    }
+
+    /// [`lock`](Self::lock) for deliberate nesting of two locks of one
+    /// [lockdep](crate::lockdep) class (Linux's `spin_lock_nested`): the
+    /// outer one with `lock`, the inner one with `lock_nested(1)`.
+    /// Without `lockdep`, exactly `lock`.
+    ///
+    /// # Panics
+    /// With `lockdep`, if `subclass` is not below
+    /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
+    #[doc(alias = "spin_lock_nested")]
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    pub fn lock_nested(&self, subclass: u8) {
+        self.dep_map.acquire(subclass, false, false);
+        self.lock_untracked();
+    }
+
+    /// [`lock`](Self::lock) without telling lockdep.
+    #[inline]
+    pub(crate) fn lock_untracked(&self) {
         if vcpu_preemptible() {
-            return self.lock_preemptible();
+            return self.lock_preemptible_untracked();
         }
         // Relaxed: taking a ticket orders nothing; the Acquire load that
         // sees our ticket served does.
@@ -206,11 +327,18 @@ impl<R: RelaxStrategy> RawTicketLock<R> {
     /// [`vcpu_preemptible`] is set; a lock may be taken both ways at once
     /// (a test-and-set taker only succeeds when no ticket is outstanding).
     #[doc(alias = "virt_spin_lock")]
-    #[inline(never)]
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn lock_preemptible(&self) {
+        self.dep_map.acquire(0, false, false);
+        self.lock_preemptible_untracked();
+    }
+
+    #[inline(never)]
+    fn lock_preemptible_untracked(&self) {
         let mut backoff = Backoff::new();
         loop {
-            if !self.is_locked() && self.try_lock() {
+            if !self.is_locked() && self.try_lock_untracked() {
                 return;
             }
             backoff.backoff::<R>();
@@ -219,6 +347,7 @@ impl<R: RelaxStrategy> RawTicketLock<R> {
 }
 
 impl<R> Default for RawTicketLock<R> {
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn default() -> Self {
         Self::with_relax()
     }
@@ -229,122 +358,6 @@ impl<R> fmt::Debug for RawTicketLock<R> {
         f.debug_struct("RawTicketLock")
             .field("owner", &self.owner.load(Ordering::Relaxed))
             .field("next", &self.next.load(Ordering::Relaxed))
-            .finish()
-    }
-}
-
-// ---- TTAS lock --------------------------------------------------------------
-
-/// A test-and-test-and-set spinlock: waiters read the flag until it looks
-/// free and only then try to take it, so they do not steal the cache line
-/// from the holder while it works. Not fair.
-#[repr(transparent)]
-pub struct RawTtasLock<R = Spin> {
-    locked: AtomicBool,
-    relax: PhantomData<R>,
-}
-
-impl RawTtasLock {
-    const_fn! {
-        /// A new, unlocked TTAS lock that spins with [`Spin`].
-        pub fn new() -> Self {
-            Self::with_relax()
-        }
-    }
-}
-
-impl<R> RawTtasLock<R> {
-    const_fn! {
-        /// A new, unlocked TTAS lock with the relax strategy `R`.
-        pub fn with_relax() -> Self {
-            Self { locked: AtomicBool::new(false), relax: PhantomData }
-        }
-    }
-
-    /// Tries to take the lock once.
-    #[inline]
-    pub fn try_lock(&self) -> bool {
-        // Acquire pairs with the Release store in `unlock`.
-        !self.locked.load(Ordering::Relaxed)
-            && self
-                .locked
-                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-    }
-
-    /// Whether the lock is held: a snapshot, not for synchronization.
-    #[inline]
-    pub fn is_locked(&self) -> bool {
-        self.locked.load(Ordering::Relaxed)
-    }
-
-    /// Releases the lock.
-    ///
-    /// # Safety
-    /// The lock must be held by the caller's context.
-    #[inline]
-    pub unsafe fn unlock(&self) {
-        debug_assert!(self.is_locked(), "unlock of a TTAS lock that is not held");
-        // Release pairs with the Acquire exchange in `lock`/`try_lock`.
-        self.locked.store(false, Ordering::Release);
-        if vcpu_preemptible() {
-            kick_waiters();
-        }
-    }
-}
-
-impl<R: RelaxStrategy> RawTtasLock<R> {
-    /// Spins until the lock is taken.
-    ///
-    /// When CPUs may be descheduled while spinning ([`vcpu_preemptible`]),
-    /// a waiter gives the CPU away now and then (the kernel's
-    /// [`SpinWait`](crate::kernel::SpinWait)) so a descheduled holder can
-    /// run.
-    #[inline]
-    pub fn lock(&self) {
-        // Acquire pairs with the Release store in `unlock`.
-        if self
-            .locked
-            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
-        {
-            return;
-        }
-        self.lock_contended();
-    }
-
-    #[inline(never)]
-    fn lock_contended(&self) {
-        let preemptible = vcpu_preemptible();
-        let mut waiter = Waiter::new();
-        loop {
-            // Test before test-and-set: read-only spinning leaves the line
-            // shared instead of bouncing it between waiters.
-            while self.locked.load(Ordering::Relaxed) {
-                waiter.wait::<R>(preemptible);
-            }
-            // Acquire pairs with the Release store in `unlock`.
-            if self
-                .locked
-                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
-                .is_ok()
-            {
-                return;
-            }
-        }
-    }
-}
-
-impl<R> Default for RawTtasLock<R> {
-    fn default() -> Self {
-        Self::with_relax()
-    }
-}
-
-impl<R> fmt::Debug for RawTtasLock<R> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RawTtasLock")
-            .field("locked", &self.is_locked())
             .finish()
     }
 }
@@ -405,22 +418,27 @@ impl<L, I> RawIrqSave<L, I> {
 // the lock held, which is safe; a lock cannot unwind.
 #[cfg(not(loom))]
 unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTicketLock<R> {
+    // No call site to name a class after: with lockdep, each mutex built
+    // from `INIT` (`Mutex::new`) is a class of its own.
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::with_relax();
+    const INIT: Self = Self::with_map(Map::per_instance());
     type Guard = lock_api::GuardSend;
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn lock(&self) -> Self::Guard {
         RawTicketLock::lock(self);
         lock_api::GuardSend::default()
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock(&self) -> Option<Self::Guard> {
         RawTicketLock::try_lock(self).then(lock_api::GuardSend::default)
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock(&self, _: Self::Guard) {
         // SAFETY: the guard proves the lock is held.
         unsafe { RawTicketLock::unlock(self) }
@@ -437,50 +455,20 @@ unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTicketLock<R> {
 #[cfg(not(loom))]
 unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawTicketLock<R> {
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_fair(&self, guard: Self::Guard) {
         // SAFETY: forwarded caller contract.
         unsafe { lock_api::RawMutex::unlock(self, guard) }
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn bump(&self, guard: &mut Self::Guard) {
         if self.is_contended() {
             // SAFETY: forwarded caller contract; re-locked before return.
             unsafe { RawTicketLock::unlock(self) };
             *guard = lock_api::RawMutex::lock(self);
         }
-    }
-}
-
-// SAFETY: the compare-exchange from `false` to `true` succeeds for one CPU
-// at a time and only the holder stores `false`. Acquire/Release as
-// documented on the methods.
-#[cfg(not(loom))]
-unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTtasLock<R> {
-    #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::with_relax();
-    type Guard = lock_api::GuardSend;
-
-    #[inline]
-    fn lock(&self) -> Self::Guard {
-        RawTtasLock::lock(self);
-        lock_api::GuardSend::default()
-    }
-
-    #[inline]
-    fn try_lock(&self) -> Option<Self::Guard> {
-        RawTtasLock::try_lock(self).then(lock_api::GuardSend::default)
-    }
-
-    #[inline]
-    unsafe fn unlock(&self, _: Self::Guard) {
-        // SAFETY: the guard proves the lock is held.
-        unsafe { RawTtasLock::unlock(self) }
-    }
-
-    #[inline]
-    fn is_locked(&self) -> bool {
-        RawTtasLock::is_locked(self)
     }
 }
 
@@ -494,6 +482,7 @@ unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqS
     type Guard = (L::Guard, IrqState<I>);
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn lock(&self) -> Self::Guard {
         // Interrupts off before spinning: a handler on this CPU must not
         // find the lock held by the code it interrupted.
@@ -502,6 +491,7 @@ unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqS
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock(&self) -> Option<Self::Guard> {
         let irq = IrqState::<I>::save_with();
         // On failure `irq` drops here and restores the state.
@@ -509,6 +499,7 @@ unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqS
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock(&self, (guard, irq): Self::Guard) {
         // SAFETY: forwarded caller contract.
         unsafe { self.inner.unlock(guard) };
@@ -526,6 +517,7 @@ unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqS
 #[cfg(not(loom))]
 unsafe impl<L: lock_api::RawMutexFair, I: IrqControl> lock_api::RawMutexFair for RawIrqSave<L, I> {
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_fair(&self, (guard, irq): Self::Guard) {
         // SAFETY: forwarded caller contract.
         unsafe { self.inner.unlock_fair(guard) };
@@ -542,13 +534,6 @@ impl<R> defmt::Format for RawTicketLock<R> {
             self.owner.load(Ordering::Relaxed),
             self.next.load(Ordering::Relaxed)
         )
-    }
-}
-
-#[cfg(feature = "defmt")]
-impl<R> defmt::Format for RawTtasLock<R> {
-    fn format(&self, f: defmt::Formatter<'_>) {
-        defmt::write!(f, "RawTtasLock {{ locked: {} }}", self.is_locked())
     }
 }
 
@@ -574,6 +559,7 @@ pub(crate) struct LockGuard<'a, I = ()> {
 /// then restores the interrupt state (`spin_lock_irqsave` /
 /// `spin_unlock_irqrestore`).
 #[inline]
+#[cfg_attr(feature = "lockdep", track_caller)]
 pub(crate) fn lock_irqsave(lock: &RawTicketLock) -> LockGuard<'_, IrqState> {
     // Interrupts off before spinning: a handler on this CPU must not find
     // the lock held by the code it interrupted.
@@ -586,6 +572,7 @@ pub(crate) fn lock_irqsave(lock: &RawTicketLock) -> LockGuard<'_, IrqState> {
 /// interrupt state (for locks that are only ever try-locked, which never
 /// spin, or never taken from interrupt handlers).
 #[inline]
+#[cfg_attr(feature = "lockdep", track_caller)]
 pub(crate) fn try_lock(lock: &RawTicketLock) -> Option<LockGuard<'_>> {
     // `then`, not `then_some`: a guard built on failure would unlock a
     // lock that someone else holds when it drops.

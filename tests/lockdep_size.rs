@@ -30,10 +30,48 @@ fn locks_are_unchanged_without_lockdep() {
     assert_eq!(size_of::<ksync::brlock::GlobalGuard<'_, u64>>(), 24);
 }
 
+/// The spinlocks and the per-CPU rw lock, without `lockdep`: the sizes
+/// (and, for the single-word locks, the transparent layout) of the commit
+/// before they took part; any pointer width.
+#[cfg(not(feature = "lockdep"))]
+#[test]
+fn spinlocks_are_unchanged_without_lockdep() {
+    use ksync::percpu::PerCpu;
+    use ksync::percpu_rwlock::RawPercpuRwLock;
+    use ksync::spinlock::{
+        IrqTicketMutex, RawIrqSave, RawQueuedLock, RawTicketLock, RawTtasLock, TicketMutex,
+    };
+
+    assert_eq!(size_of::<RawTicketLock>(), 4);
+    assert_eq!(align_of::<RawTicketLock>(), 4);
+    assert_eq!(size_of::<RawTtasLock>(), 1);
+    assert_eq!(size_of::<RawQueuedLock>(), 4);
+    assert_eq!(align_of::<RawQueuedLock>(), 4);
+    assert_eq!(size_of::<RawIrqSave<RawTicketLock>>(), 4);
+    assert_eq!(size_of::<TicketMutex<u32>>(), 8);
+    assert_eq!(size_of::<IrqTicketMutex<u32>>(), 8);
+    // The per-CPU counts and the writer flag (padded to the counts'
+    // alignment).
+    assert_eq!(
+        size_of::<RawPercpuRwLock>(),
+        size_of::<PerCpu<core::sync::atomic::AtomicI32>>() + align_of::<PerCpu<u32>>()
+    );
+    // The lock guards are zero-sized markers, as before.
+    assert_eq!(
+        size_of::<<RawTicketLock as ksync::lock_api::RawMutex>::Guard>(),
+        0
+    );
+}
+
 #[cfg(feature = "lockdep")]
 #[test]
 fn locks_carry_their_class_with_lockdep() {
     assert!(size_of::<Map>() > 0);
     assert_eq!(size_of::<LockRef>(), 8 + size_of::<Map>());
     assert_eq!(align_of::<LockRef>(), 8);
+    use ksync::spinlock::{RawQueuedLock, RawTicketLock, RawTtasLock};
+    // Each lock's words, then its `Map`.
+    assert!(size_of::<RawTicketLock>() >= 4 + size_of::<Map>());
+    assert!(size_of::<RawTtasLock>() > size_of::<Map>());
+    assert!(size_of::<RawQueuedLock>() >= 4 + size_of::<Map>());
 }

@@ -47,6 +47,24 @@
 //! its report (the same order again finds the edge known), a class's
 //! interrupt inversion and its recursion are reported once per class.
 //!
+//! # Which locks take part
+//!
+//! All of ksync's: the ticket, TTAS and queued locks and their `lock_api`
+//! mutexes ([`spinlock`](crate::spinlock#lock-order-checking)), the
+//! IRQ-saving forms (recorded as taken with interrupts off), the lock in
+//! [`LockRef`](crate::LockRef), [`BrLock`](crate::brlock::BrLock)'s local
+//! and global locks (one class), the per-CPU rw locks' readers and writers
+//! ([`percpu_rwlock`](crate::percpu_rwlock#lock-order-checking)),
+//! [`SeqLock`](crate::seqlock::SeqLock) writers, and the crate's own locks
+//! (RCU's grace-period engine, callback lists and `RcuSync`, SRCU's
+//! updaters' lock, the per-CPU counters' fold lock). An RCU read section is
+//! a pseudo-lock of the class `"rcu_read_lock"`, taken like a try-lock
+//! (read sections nest and never wait); RCU's waits (`synchronize`,
+//! `cond_synchronize`, `barrier`, `RcuSync::enter`, SRCU's `synchronize`)
+//! and [`quiescent_state`](crate::rcu::quiescent_state) report a CPU that
+//! holds any lock or read section ([`assert_no_locks_held`]). SRCU read
+//! sections are not tracked.
+//!
 //! # Lock classes
 //!
 //! lockdep reasons about classes, not individual locks: the thousand
@@ -561,6 +579,18 @@ pub struct Acquired<'a> {
     map: &'a Map,
     #[cfg(not(feature = "lockdep"))]
     map: PhantomData<&'a Map>,
+}
+
+impl Acquired<'_> {
+    /// Keeps the acquisition recorded past the guard: a lock whose waiting
+    /// may panic (a misuse check) takes its record as a guard, so that an
+    /// unwinding waiter is not left recorded as holding it, and keeps it
+    /// once it got the lock; its unlock calls [`Map::release`].
+    #[inline(always)]
+    pub fn keep(self) {
+        #[cfg(feature = "lockdep")]
+        core::mem::forget(self);
+    }
 }
 
 #[cfg(feature = "lockdep")]

@@ -343,7 +343,7 @@ impl LockRef {
     }
 
     fn raw_lock(&self) -> u16 {
-        self.lock.lock();
+        self.lock.lock_untracked();
         0
     }
 
@@ -351,7 +351,7 @@ impl LockRef {
     /// The caller holds the lock.
     unsafe fn raw_unlock(&self, _ticket: u16) {
         // SAFETY: forwarded caller contract.
-        unsafe { self.lock.unlock() }
+        unsafe { self.lock.unlock_untracked() }
     }
 
     #[inline]

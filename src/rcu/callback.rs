@@ -38,7 +38,7 @@
 use core::fmt;
 use core::ptr;
 
-use super::{InCallback, engine, get_state, quiescent_state, seq_ge};
+use super::{InCallback, engine, get_state, seq_ge, waiting_quiescent_state};
 use crate::kernel;
 use crate::percpu::PerCpu;
 use crate::spinlock::{RawTicketLock, lock_irqsave, try_lock};
@@ -574,7 +574,7 @@ pub fn barrier() {
         if let Some(locked) = try_lock(&cbs.barrier_lock) {
             break locked;
         }
-        quiescent_state();
+        waiting_quiescent_state();
         spin_loop();
     };
     // One for the queuing itself, so that early callbacks cannot reach 0.
@@ -604,7 +604,7 @@ pub fn barrier() {
             ran += process_cpu(cpu, usize::MAX, false);
         }
         if ran == 0 {
-            quiescent_state();
+            waiting_quiescent_state();
             spin_loop();
         }
     }

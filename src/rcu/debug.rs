@@ -3,6 +3,25 @@
 //! section, and a wait for a grace period inside a read section or a
 //! `call_rcu` callback (see the [module docs](super#misuse-that-debug-builds-catch)).
 //! Release builds compile them to nothing.
+//!
+//! With [`lockdep`](crate::lockdep), in every build, the waits also report
+//! held locks, and a read section is a lock to lockdep (the class
+//! `"rcu_read_lock"`, taken as a try-lock: read sections nest, and never
+//! wait), so a wait inside one is a report naming it. Where both the debug
+//! check and lockdep would catch a bug, the debug check runs first: a
+//! kernel sees one report for one bug.
+
+use crate::lockdep::Map;
+
+/// The read sections' lockdep pseudo-lock.
+static RCU_READ: Map = Map::with_key(crate::lock_class!("rcu_read_lock"));
+
+/// The read sections' lockdep pseudo-lock (zero-sized, with empty methods,
+/// without `lockdep`).
+#[inline(always)]
+pub(super) fn lockdep_read() -> &'static Map {
+    &RCU_READ
+}
 
 #[cfg(debug_assertions)]
 use super::engine;
@@ -50,7 +69,7 @@ fn not_watching(cpu: usize, what: &str) -> ! {
 /// callbacks) would wait for itself.
 #[inline]
 #[track_caller]
-pub(crate) fn check_may_wait(what: &str) {
+pub(crate) fn check_may_wait(what: &'static str) {
     #[cfg(debug_assertions)]
     {
         let cpu = kernel::cpu_id();
@@ -69,7 +88,9 @@ pub(crate) fn check_may_wait(what: &str) {
             );
         }
     }
-    let _ = what;
+    // A CPU waiting with a spinlock held (or in a read section, in builds
+    // without the check above) can wait forever.
+    crate::lockdep::assert_no_locks_held(what);
 }
 
 /// Marks this CPU as running `call_rcu` callbacks until it drops (debug

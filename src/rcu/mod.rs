@@ -84,6 +84,7 @@
 mod callback;
 mod debug;
 pub mod list;
+mod ptr;
 pub mod srcu;
 mod stall;
 mod sync;
@@ -95,6 +96,7 @@ pub use self::callback::{
     process_callbacks, process_callbacks_max,
 };
 pub use self::list::{HeldLock, Hlist, Link, Linked, RcuHashTable, RcuList};
+pub use self::ptr::RcuPtr;
 pub use self::srcu::{Srcu, SrcuGuard};
 pub use self::stall::{check_stall, set_stall_timeout, stall_count};
 pub use self::sync::RcuSync;
@@ -102,7 +104,7 @@ pub use crate::kernel::{STALL_REPORT_CPUS, StallReport};
 
 #[cfg(debug_assertions)]
 pub(crate) use self::debug::check_watching;
-use self::debug::{InCallback, check_may_wait, check_not_reading};
+use self::debug::{InCallback, check_may_wait, check_not_reading, lockdep_read};
 
 use core::fmt;
 use core::marker::PhantomData;
@@ -337,11 +339,22 @@ impl Engine {
 /// CPU (two loads).
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section.
+/// In debug builds, inside a read-side critical section. With `lockdep`,
+/// a CPU holding a lock (or a read section) is reported.
 #[doc(alias("rcu_qs", "rcu_note_context_switch", "cond_resched_rcu_qs"))]
 #[inline]
 #[track_caller]
 pub fn quiescent_state() {
+    let cpu = kernel::cpu_id();
+    check_not_reading(cpu);
+    crate::lockdep::assert_no_locks_held("rcu::quiescent_state");
+    engine().report(cpu);
+}
+
+/// [`quiescent_state`] for RCU's own waits, which checked for held locks
+/// on entry (and `barrier` holds its own try-lock while it waits).
+#[track_caller]
+pub(super) fn waiting_quiescent_state() {
     let cpu = kernel::cpu_id();
     check_not_reading(cpu);
     engine().report(cpu);
@@ -431,7 +444,8 @@ fn eqs_enter_cpu(cpu: usize) {
 // ---- readers ----------------------------------------------------------------
 
 /// A read-side critical section: RCU-protected data read under it stays
-/// valid until it drops. `!Send`. Free in release builds.
+/// valid until it drops. `!Send`. Free in release builds (without
+/// `lockdep`, which tracks it as a lock).
 #[must_use = "the read section ends when the guard drops"]
 pub struct ReadGuard {
     #[cfg(debug_assertions)]
@@ -459,14 +473,18 @@ pub fn read_lock() -> ReadGuard {
             .cpu(cpu)
             .nesting
             .fetch_add(1, Ordering::Relaxed);
+        lockdep_read().acquire(0, true, false);
         ReadGuard {
             cpu,
             not_send: PhantomData,
         }
     }
     #[cfg(not(debug_assertions))]
-    ReadGuard {
-        not_send: PhantomData,
+    {
+        lockdep_read().acquire(0, true, false);
+        ReadGuard {
+            not_send: PhantomData,
+        }
     }
 }
 
@@ -474,6 +492,7 @@ impl Drop for ReadGuard {
     #[doc(alias = "rcu_read_unlock")]
     #[inline]
     fn drop(&mut self) {
+        lockdep_read().release();
         #[cfg(debug_assertions)]
         engine()
             .cpus
@@ -577,7 +596,7 @@ pub fn synchronize() {
 #[track_caller]
 fn wait_for(cookie: Cookie) {
     while !poll(cookie) {
-        quiescent_state();
+        waiting_quiescent_state();
         spin_loop();
     }
 }
@@ -585,122 +604,4 @@ fn wait_for(cookie: Cookie) {
 /// The current grace-period sequence number (for statistics and tests).
 pub fn gp_seq() -> usize {
     engine().gp_seq.load(Ordering::Relaxed)
-}
-
-// ---- the protected pointer --------------------------------------------------
-
-/// A pointer that readers follow under [`read_lock`] and writers replace
-/// with [`publish`](RcuPtr::publish), freeing the old target only after a
-/// grace period.
-///
-/// A reference obtained through [`read`](RcuPtr::read) borrows the read
-/// guard, so it cannot outlive the read section.
-///
-/// ```
-/// use ksync::rcu::{self, RcuPtr};
-///
-/// static CONFIG: RcuPtr<u32> = RcuPtr::null();
-///
-/// rcu::cpu_online(); // this CPU's readers are watched from now on
-/// // SAFETY: a fresh box, freed only after it is unpublished and a grace
-/// // period has passed (below).
-/// let old = unsafe { CONFIG.publish(Box::into_raw(Box::new(7))) };
-/// assert!(old.is_null());
-/// {
-///     let guard = rcu::read_lock();
-///     assert_eq!(CONFIG.read(&guard), Some(&7));
-/// }
-/// // SAFETY: as above.
-/// let old = unsafe { CONFIG.publish(Box::into_raw(Box::new(8))) };
-/// rcu::synchronize(); // no reader can still see `old`
-/// // SAFETY: unpublished and a grace period has passed.
-/// drop(unsafe { Box::from_raw(old) });
-/// # rcu::synchronize();
-/// # drop(unsafe { Box::from_raw(CONFIG.publish(core::ptr::null_mut())) });
-/// # rcu::cpu_offline();
-/// ```
-#[doc(alias = "__rcu")]
-pub struct RcuPtr<T> {
-    ptr: crate::sync::AtomicPtr<T>,
-}
-
-// SAFETY: readers on any CPU get `&T` (so `T: Sync`), and the writer hands
-// ownership of targets between CPUs (so `T: Send`).
-unsafe impl<T: Send + Sync> Sync for RcuPtr<T> {}
-// SAFETY: as above.
-unsafe impl<T: Send + Sync> Send for RcuPtr<T> {}
-
-impl<T> RcuPtr<T> {
-    crate::sync::const_fn! {
-        /// A null pointer.
-        pub fn null() -> Self {
-            Self { ptr: crate::sync::AtomicPtr::new(core::ptr::null_mut()) }
-        }
-    }
-
-    crate::sync::const_fn! {
-        /// A pointer to `target` (null allowed).
-        ///
-        /// # Safety
-        /// As for [`publish`](Self::publish): a non-null `target` stays
-        /// valid for shared access from any CPU until it is unpublished and
-        /// a grace period has passed.
-        #[doc(alias = "RCU_INITIALIZER")]
-        pub unsafe fn new(target: *mut T) -> Self {
-            Self { ptr: crate::sync::AtomicPtr::new(target) }
-        }
-    }
-
-    /// The current target, valid for the read section of `guard`.
-    ///
-    /// Acquire: pairs with the Release in [`publish`](Self::publish), so
-    /// the target's initialization is visible.
-    #[doc(alias = "rcu_dereference")]
-    #[inline]
-    pub fn read<'g>(&self, _guard: &'g ReadGuard) -> Option<&'g T> {
-        let ptr = self.ptr.load(Ordering::Acquire);
-        // SAFETY: a published target stays valid until a grace period after
-        // it is unpublished (the writer's contract in `publish`), and the
-        // returned borrow cannot outlive the read section of `_guard`.
-        unsafe { ptr.as_ref() }
-    }
-
-    /// Replaces the target with `new` (null allowed) and returns the old
-    /// one, which readers may still see: free it only after a grace period
-    /// ([`synchronize`], a completed cookie, [`call_rcu`], ...).
-    ///
-    /// # Safety
-    /// A non-null `new` must be valid for shared access (`&T`) from any
-    /// CPU until it is unpublished (replaced by a later `publish`) and a
-    /// grace period has passed since: safe code reads it through
-    /// [`read`](Self::read).
-    #[doc(alias = "rcu_assign_pointer")]
-    #[inline]
-    pub unsafe fn publish(&self, new: *mut T) -> *mut T {
-        // Release pairs with the Acquire in `read`; Acquire makes the old
-        // target's contents ours to drop.
-        self.ptr.swap(new, Ordering::AcqRel)
-    }
-
-    /// The current target, for the writer side (no read section needed:
-    /// the caller holds the writers' lock).
-    #[doc(alias = "rcu_dereference_protected")]
-    #[inline]
-    pub fn load(&self) -> *mut T {
-        self.ptr.load(Ordering::Acquire)
-    }
-}
-
-impl<T> Default for RcuPtr<T> {
-    fn default() -> Self {
-        Self::null()
-    }
-}
-
-impl<T> fmt::Debug for RcuPtr<T> {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_tuple("RcuPtr")
-            .field(&self.ptr.load(Ordering::Relaxed))
-            .finish()
-    }
 }

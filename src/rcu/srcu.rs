@@ -309,6 +309,7 @@ impl Srcu {
     /// domain.synchronize(); // no readers: returns at once
     /// ```
     #[doc(alias = "synchronize_srcu")]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn synchronize(&self) {
         self.synchronize_with(spin_loop);
     }
@@ -322,6 +323,7 @@ impl Srcu {
     /// let domain = Srcu::new();
     /// domain.synchronize_with(std::thread::yield_now);
     /// ```
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn synchronize_with(&self, wait: impl FnMut()) {
         let cookie = self.get_state();
         self.cond_synchronize_with(cookie, wait);
@@ -393,6 +395,7 @@ impl Srcu {
     /// domain.cond_synchronize(cookie); // already complete: no new grace period
     /// assert_eq!(domain.gp_seq(), seq);
     /// ```
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn cond_synchronize(&self, cookie: SrcuCookie) {
         self.cond_synchronize_with(cookie, spin_loop);
     }
@@ -405,7 +408,12 @@ impl Srcu {
     /// let domain = Srcu::new();
     /// domain.cond_synchronize_with(domain.get_state(), std::thread::yield_now);
     /// ```
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn cond_synchronize_with(&self, cookie: SrcuCookie, mut wait: impl FnMut()) {
+        // With lockdep: waiting for readers with a spinlock held (or in an
+        // RCU read section) can wait forever, even when this call would
+        // not have waited.
+        crate::lockdep::assert_no_locks_held("srcu::synchronize");
         // Take the updaters' lock, unless a grace period run meanwhile by
         // the holder already covers the cookie.
         let _locked = loop {

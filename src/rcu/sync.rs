@@ -152,7 +152,7 @@ impl RcuSync {
                 // this CPU's quiescent state too: report it while waiting
                 // (as `synchronize` does), or the two wait for each other.
                 while self.state.load(Ordering::Acquire) == ENTER {
-                    super::quiescent_state();
+                    super::waiting_quiescent_state();
                     spin_loop();
                 }
             }

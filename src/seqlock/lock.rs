@@ -266,7 +266,7 @@ impl<T: SeqData> SeqLock<T> {
     pub fn write(&self) -> SeqLockWriteGuard<'_, T> {
         // Recorded before spinning, so a deadlock is reported first.
         let dep = self.dep_map.acquire_guard(0, false, false);
-        self.lock.lock();
+        self.lock.lock_untracked();
         // SAFETY: locked just above; the guard unlocks.
         unsafe { self.guard(None, dep) }
     }
@@ -291,7 +291,7 @@ impl<T: SeqData> SeqLock<T> {
         // interrupted.
         let irq = IrqState::save();
         let dep = self.dep_map.acquire_guard(0, false, true);
-        self.lock.lock();
+        self.lock.lock_untracked();
         // SAFETY: locked just above; the guard unlocks.
         unsafe { self.guard(Some(irq), dep) }
     }
@@ -310,7 +310,7 @@ impl<T: SeqData> SeqLock<T> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_write(&self) -> Option<SeqLockWriteGuard<'_, T>> {
-        if !self.lock.try_lock() {
+        if !self.lock.try_lock_untracked() {
             return None;
         }
         let dep = self.dep_map.acquire_guard(0, true, false);
@@ -332,11 +332,11 @@ impl<T: SeqData> SeqLock<T> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn store(&self, value: T) {
         let dep = self.dep_map.acquire_guard(0, false, false);
-        self.lock.lock();
+        self.lock.lock_untracked();
         // SAFETY: the lock is held (locked just above).
         unsafe {
             self.publish_locked(&Padded::new(value));
-            self.lock.unlock();
+            self.lock.unlock_untracked();
         }
         drop(dep);
     }
@@ -486,7 +486,7 @@ impl<T: SeqData> Drop for SeqLockWriteGuard<'_, T> {
         // contract); it is released here, once.
         unsafe {
             self.lock.publish_locked(&self.value);
-            self.lock.lock.unlock();
+            self.lock.lock.unlock_untracked();
         }
     }
 }

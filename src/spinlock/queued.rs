@@ -9,6 +9,7 @@ use core::sync::atomic::{Ordering::SeqCst, compiler_fence};
 
 use super::{RawIrqSave, RelaxStrategy, Spin};
 use crate::kernel::{self, Backoff, MAX_CPUS, Waiter, kick_waiters, vcpu_preemptible};
+use crate::lockdep::{LockClassKey, Map};
 use crate::percpu::{CachePadded, PerCpu};
 use crate::sync::{AtomicU32, Ordering, const_fn};
 use Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -236,23 +237,42 @@ impl Drop for Nesting {
 /// assert!(INODES.try_lock().is_some());
 /// ```
 ///
+/// # Lock-order checking
+///
+/// With [`lockdep`](crate::lockdep), as
+/// [`RawTicketLock`](super::RawTicketLock): the class is the place the lock
+/// was built, and `lock`, `try_lock` and `unlock` record themselves.
+///
 /// # Invariants
 /// The locked byte is 0 or 1 and only its holder clears it; the pending
 /// bit is set by at most one CPU at a time as its owner (others may set it
 /// for an instant and clear it again when they see it was theirs to clear);
 /// a non-zero tail names a node whose CPU is queued on this lock.
 #[doc(alias("qspinlock", "arch_spinlock_t", "queued_spin_lock"))]
-#[repr(transparent)]
+#[cfg_attr(not(feature = "lockdep"), repr(transparent))]
 pub struct RawQueuedLock<R = Spin> {
     val: AtomicU32,
     relax: PhantomData<R>,
+    /// The lock's lockdep class (zero-sized without `lockdep`).
+    dep_map: Map,
 }
 
 impl RawQueuedLock {
     const_fn! {
         /// A new, unlocked queued lock that spins with [`Spin`].
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
             Self::with_relax()
+        }
+    }
+
+    const_fn! {
+        /// A new, unlocked queued lock in `key`'s [lockdep](crate::lockdep)
+        /// class; exactly [`new`](Self::new) without `lockdep` (see
+        /// [`RawTicketLock::with_class`](super::RawTicketLock::with_class)).
+        #[doc(alias = "lockdep_set_class")]
+        pub fn with_class(key: &'static LockClassKey) -> Self {
+            Self::with_map(Map::with_key(key))
         }
     }
 }
@@ -266,16 +286,43 @@ impl<R> RawQueuedLock<R> {
 
     const_fn! {
         /// A new, unlocked queued lock with the relax strategy `R`.
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn with_relax() -> Self {
-            Self { val: AtomicU32::new(0), relax: PhantomData }
+            Self::with_map(Map::new())
         }
+    }
+
+    const_fn! {
+        fn with_map(dep_map: Map) -> Self {
+            Self { val: AtomicU32::new(0), relax: PhantomData, dep_map }
+        }
+    }
+
+    /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
+    /// the class of the place it was built. Does nothing without `lockdep`.
+    #[doc(alias = "lockdep_set_class")]
+    #[inline]
+    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
+        self.dep_map.set_class(key);
     }
 
     /// Tries to take the lock without waiting: succeeds only when nobody
     /// holds it, is about to, or is queued for it.
     #[doc(alias = "queued_spin_trylock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_lock(&self) -> bool {
+        let locked = self.try_lock_untracked();
+        if locked {
+            self.dep_map.acquire(0, true, false);
+        }
+        locked
+    }
+
+    /// [`try_lock`](Self::try_lock) without telling lockdep (the slow
+    /// paths' attempts: the acquisition was recorded before they began).
+    #[inline]
+    fn try_lock_untracked(&self) -> bool {
         // Read first: a failed compare-exchange would still take the line
         // exclusively. Acquire pairs with the Release `fetch_sub` in
         // `unlock` (directly, or through the read-modify-writes after it).
@@ -311,7 +358,19 @@ impl<R> RawQueuedLock<R> {
     /// The lock must be held by the caller's context.
     #[doc(alias = "queued_spin_unlock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock(&self) {
+        self.dep_map.release();
+        // SAFETY: forwarded caller contract.
+        unsafe { self.unlock_untracked() }
+    }
+
+    /// [`unlock`](Self::unlock) without telling lockdep.
+    ///
+    /// # Safety
+    /// As for [`unlock`](Self::unlock).
+    #[inline]
+    unsafe fn unlock_untracked(&self) {
         // Release pairs with the Acquire in `lock`, `try_lock` and the
         // waiters' loads of the word. Subtracting clears the locked byte
         // without touching pending or the tail, which others may be
@@ -333,7 +392,32 @@ impl<R: RelaxStrategy> RawQueuedLock<R> {
     /// spin ([`vcpu_preemptible`]; see the module docs).
     #[doc(alias = "queued_spin_lock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn lock(&self) {
+        // Recorded before spinning, so a deadlock is reported first.
+        self.dep_map.acquire(0, false, false);
+        self.lock_untracked();
+    }
+
+    /// [`lock`](Self::lock) for deliberate nesting of two locks of one
+    /// [lockdep](crate::lockdep) class (see
+    /// [`RawTicketLock::lock_nested`](super::RawTicketLock::lock_nested)).
+    /// Without `lockdep`, exactly `lock`.
+    ///
+    /// # Panics
+    /// With `lockdep`, if `subclass` is not below
+    /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
+    #[doc(alias = "spin_lock_nested")]
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    pub fn lock_nested(&self, subclass: u8) {
+        self.dep_map.acquire(subclass, false, false);
+        self.lock_untracked();
+    }
+
+    /// [`lock`](Self::lock) without telling lockdep.
+    #[inline]
+    fn lock_untracked(&self) {
         // Acquire pairs with the Release `fetch_sub` in `unlock`.
         if let Err(val) = self.val.compare_exchange(0, LOCKED, Acquire, Relaxed) {
             self.lock_slow(val);
@@ -355,7 +439,7 @@ impl<R: RelaxStrategy> RawQueuedLock<R> {
     #[doc(alias = "virt_spin_lock")]
     fn lock_word(&self) {
         let mut backoff = Backoff::new();
-        while !self.try_lock() {
+        while !self.try_lock_untracked() {
             backoff.backoff::<R>();
         }
     }
@@ -420,7 +504,7 @@ impl<R: RelaxStrategy> RawQueuedLock<R> {
         node.next.store(0, Relaxed);
 
         // The node's line may have been cold; the lock may be free by now.
-        if self.try_lock() {
+        if self.try_lock_untracked() {
             return;
         }
 
@@ -493,6 +577,7 @@ impl<R: RelaxStrategy> RawQueuedLock<R> {
 }
 
 impl<R> Default for RawQueuedLock<R> {
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn default() -> Self {
         Self::with_relax()
     }
@@ -535,22 +620,27 @@ impl<R> defmt::Format for RawQueuedLock<R> {
 // stays held, which is safe).
 #[cfg(not(loom))]
 unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawQueuedLock<R> {
+    // No call site for a class: with lockdep, each mutex built from `INIT`
+    // is its own class.
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::with_relax();
+    const INIT: Self = Self::with_map(Map::per_instance());
     type Guard = lock_api::GuardSend;
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn lock(&self) -> Self::Guard {
         RawQueuedLock::lock(self);
         lock_api::GuardSend::default()
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock(&self) -> Option<Self::Guard> {
         RawQueuedLock::try_lock(self).then(lock_api::GuardSend::default)
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock(&self, _: Self::Guard) {
         // SAFETY: the guard proves the lock is held.
         unsafe { RawQueuedLock::unlock(self) }
@@ -568,12 +658,14 @@ unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawQueuedLock<R> {
 #[cfg(not(loom))]
 unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawQueuedLock<R> {
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_fair(&self, guard: Self::Guard) {
         // SAFETY: forwarded caller contract.
         unsafe { lock_api::RawMutex::unlock(self, guard) }
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn bump(&self, guard: &mut Self::Guard) {
         if self.is_contended() {
             // SAFETY: forwarded caller contract; re-locked before return.

@@ -140,6 +140,21 @@ pub fn test(options: &Options) -> ExitCode {
         ]),
     );
     t.check("clippy host", ok);
+    // With lock-order checking on (its code only exists then).
+    let (ok, _) = run_logged(
+        "clippy (host, all targets, lockdep)",
+        &mut cargo(&[
+            "clippy",
+            "--workspace",
+            "--all-targets",
+            "--features",
+            "ksync/test-hooks,ksync/lockdep",
+            "--",
+            "-D",
+            "warnings",
+        ]),
+    );
+    t.check("clippy host lockdep", ok);
     // Each set of rustflags builds in its own directory, or the runs would
     // rebuild each other's artefacts.
     for (target, flags, dir) in [
@@ -188,7 +203,11 @@ pub fn test(options: &Options) -> ExitCode {
     // Build matrix: every target in rust-toolchain.toml, with and without
     // the optional features.
     for target in toolchain_targets().unwrap_or_default() {
-        for features in [&[][..], &["--features", "defmt,alloc"][..]] {
+        for features in [
+            &[][..],
+            &["--features", "defmt,alloc"][..],
+            &["--features", "lockdep"][..],
+        ] {
             let mut args = vec!["build", "--lib", "--target", &target];
             args.extend_from_slice(features);
             let name = format!("build {target} {}", features.join(" "));
@@ -209,6 +228,12 @@ pub fn test(options: &Options) -> ExitCode {
             "host tests (release)",
             &["test", "--workspace", "--release", "--tests"][..],
         ),
+        // The whole suite once more with lock-order checking: correct
+        // programs must produce no report (debug only, for time).
+        (
+            "host tests (lockdep)",
+            &["test", "--features", "test-hooks,alloc,lockdep"][..],
+        ),
     ] {
         let (ok, text) = run_logged(name, &mut cargo(args));
         tally_tests(&mut t, name, ok, &text);
@@ -218,7 +243,7 @@ pub fn test(options: &Options) -> ExitCode {
     // example that every callback ran); their timings are not judged here.
     let mut benches = cargo(&[
         "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench", "locks",
-        "--", "--quick",
+        "--bench", "lockdep", "--", "--quick",
     ]);
     let (ok, _) = run_logged("benches (--quick smoke run)", &mut benches);
     t.check("benches run (--quick)", ok);

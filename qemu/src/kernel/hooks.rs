@@ -19,7 +19,14 @@
 //! * `rcu_stall`: prints the report as a `KSYNC-RCU-STALL` line, then for
 //!   each stalled CPU where its latest timer interrupt found it (this
 //!   kernel's stand-in for Linux's stack dumps), and keeps a copy
-//!   ([`stall_log`]) for the runner and the `rcu-stall` suite.
+//!   ([`stall_log`]) for the runner and the `rcu-stall` suite;
+//! * `in_interrupt`: whether this CPU runs its timer interrupt handler (the
+//!   only interrupt the kernel takes), counted by [`irq::timer_tick`];
+//! * `lockdep_report` (images built with the `lockdep` feature): prints the
+//!   report after a `KSYNC-LOCKDEP` line, counts it ([`lockdep_log`]) and
+//!   carries on, so that the runner, not a panic, judges it. `irqs_disabled`
+//!   keeps its default: outside its handler the kernel masks interrupts only
+//!   around the runner's barriers, where it takes no ksync lock.
 //!
 //! This file and `kernel::rcu` are the worked example of embedding ksync's
 //! per-CPU data and RCU in a kernel; README.md ("Embedding ksync in your
@@ -27,6 +34,10 @@
 
 use core::fmt;
 
+use core::sync::atomic::{AtomicUsize, Ordering};
+
+use ksync::kernel::LockdepReport;
+use ksync::lockdep::ReportKind;
 use ksync::rcu::StallReport;
 use ksync::spinlock::IrqTicketMutex;
 
@@ -84,6 +95,39 @@ unsafe impl ksync::kernel::Kernel for QemuKernel {
             println!("KSYNC-RCU-STALL-CPU cpu={stalled} pc={pc:#x} ticks={ticks}");
         }
     }
+
+    #[inline]
+    fn in_interrupt() -> bool {
+        irq::in_handler()
+    }
+
+    /// One `KSYNC-LOCKDEP` line, then the report as lockdep wrote it (one
+    /// `println!`, so the lines stay together), counted for
+    /// [`lockdep_log`]. Returns: lockdep's tables stay consistent.
+    fn lockdep_report(report: &LockdepReport) {
+        // Relaxed: statistics, read after the runner's barriers.
+        LOCKDEP_REPORTS.fetch_add(1, Ordering::Relaxed);
+        if report.kind() == ReportKind::Cycle {
+            LOCKDEP_CYCLES.fetch_add(1, Ordering::Relaxed);
+        }
+        println!(
+            "KSYNC-LOCKDEP kind={:?} cpu={}\n{report}",
+            report.kind(),
+            report.cpu()
+        );
+    }
+}
+
+static LOCKDEP_REPORTS: AtomicUsize = AtomicUsize::new(0);
+static LOCKDEP_CYCLES: AtomicUsize = AtomicUsize::new(0);
+
+/// The lockdep reports received since boot: `(all, cycles)`.
+pub fn lockdep_log() -> (usize, usize) {
+    // Relaxed: see `lockdep_report`.
+    (
+        LOCKDEP_REPORTS.load(Ordering::Relaxed),
+        LOCKDEP_CYCLES.load(Ordering::Relaxed),
+    )
 }
 
 ksync::set_kernel!(QemuKernel);

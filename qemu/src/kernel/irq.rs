@@ -13,7 +13,7 @@
 //! nothing for the kernel to provide. This module only switches interrupts
 //! on for good once a CPU is ready, and off around the runner's barriers.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use super::cpu::{self, Counters, MAX_CPUS};
 use super::time;
@@ -37,10 +37,27 @@ pub fn set_tick_handler(handler: TickHandler) {
     TICK_HANDLER.call_once(|| handler);
 }
 
+/// Per CPU: timer interrupt handlers running (0 or 1: they run with
+/// interrupts off), for the kernel's `in_interrupt` hook.
+static IN_HANDLER: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
+
+/// Whether this CPU runs its timer interrupt handler.
+pub fn in_handler() -> bool {
+    // Relaxed: only this CPU changes its own count.
+    IN_HANDLER[cpu::current()].load(Ordering::Relaxed) != 0
+}
+
 /// Called by the arch code on every timer interrupt, interrupts off, with
 /// the address it interrupted: counts it, then runs the tick handler.
 pub fn timer_tick(pc: u64) {
     let cpu = cpu::current();
+    // Relaxed: only this CPU touches its count, interrupts off.
+    IN_HANDLER[cpu].fetch_add(1, Ordering::Relaxed);
+    handle_tick(cpu, pc);
+    IN_HANDLER[cpu].fetch_sub(1, Ordering::Relaxed);
+}
+
+fn handle_tick(cpu: usize, pc: u64) {
     TICKS.add(cpu, 1);
     // Relaxed: a diagnostic (RCU stall reports print it).
     INTERRUPTED_PC[cpu].store(pc, Ordering::Relaxed);

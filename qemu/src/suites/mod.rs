@@ -22,6 +22,7 @@
 pub mod bench;
 pub mod brlock;
 pub mod irq_mask;
+pub mod lockdep;
 pub mod lockref;
 pub mod percpu_counter;
 pub mod probe;
@@ -50,6 +51,7 @@ pub static REGISTRY: Registry = Registry::new(&[
     rcu_flood::SUITES,
     rcu_stall::SUITES,
     irq_mask::SUITES,
+    lockdep::SUITES,
     bench::SUITES,
     seeds::SUITES,
 ]);

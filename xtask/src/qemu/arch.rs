@@ -88,6 +88,17 @@ pub struct Variant {
     /// (`lockref` takes the control `lockref-nolock` too). Empty: every
     /// suite the kernel lists.
     pub suites: &'static [&'static str],
+    /// The kernel's cargo features (comma-separated; empty for none).
+    /// `lockdep`: every ksync lock checks lock order; the runner then
+    /// expects the `lockdep` suite's report and no report anywhere else.
+    pub features: &'static str,
+}
+
+impl Variant {
+    /// Whether the image is built with lock-order checking.
+    pub fn lockdep(&self) -> bool {
+        self.features.split(',').any(|f| f == "lockdep")
+    }
 }
 
 impl Variant {
@@ -150,6 +161,7 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "qemu64",
                 demo: true,
                 suites: &[],
+                features: "",
             },
             // The portable lockref step and local add (`lock cmpxchg`,
             // `lock add`) instead of the native ones; the relocation model
@@ -162,6 +174,21 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "qemu64",
                 demo: false,
                 suites: GENERIC_SUITES,
+                features: "",
+            },
+            // Every suite again with lock-order checking (ksync's
+            // `lockdep`): correct code must give no report, the `lockdep`
+            // suite its cycle. One architecture is enough for what it
+            // checks (the lock code is the same on both).
+            Variant {
+                config: "x86_64-lockdep",
+                label: "x86_64 (lockdep)",
+                rustflags: "",
+                target_subdir: "lockdep",
+                cpu: "qemu64",
+                demo: false,
+                suites: &[],
+                features: "lockdep",
             },
         ],
         kvm: Some(Kvm {
@@ -194,6 +221,7 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "max",
                 demo: true,
                 suites: &[],
+                features: "",
             },
             // LL/SC atomics (LDXR/STXR), on a CPU without LSE: runs on
             // every ARMv8 CPU.
@@ -205,6 +233,7 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "cortex-a57",
                 demo: false,
                 suites: &[],
+                features: "",
             },
             // The portable paths on LL/SC: the compiler's LDAXR/STLXR loops
             // for `compare_exchange` and `fetch_add`, as a riscv64 or any
@@ -218,6 +247,7 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "cortex-a57",
                 demo: false,
                 suites: GENERIC_SUITES,
+                features: "",
             },
         ],
         kvm: None,
@@ -248,6 +278,7 @@ pub const ARCHES: &[Arch] = &[
             cpu: "rv64",
             demo: true,
             suites: &[],
+            features: "",
         }],
         kvm: None,
     },
@@ -446,9 +477,13 @@ mod tests {
                         "image labels must be unique"
                     );
                 }
-                // Two images of one target with different flags in one
-                // directory would rebuild each other.
-                if a.arch.target == b.arch.target && a.variant.rustflags != b.variant.rustflags {
+                // Two images of one target with different flags or
+                // features in one directory would rebuild (and overwrite)
+                // each other.
+                if a.arch.target == b.arch.target
+                    && (a.variant.rustflags != b.variant.rustflags
+                        || a.variant.features != b.variant.features)
+                {
                     assert_ne!(a.variant.target_subdir, b.variant.target_subdir);
                 }
             }

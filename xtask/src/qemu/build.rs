@@ -41,6 +41,9 @@ fn build(arch: &Arch, variant: &Variant) -> Result<PathBuf, String> {
         "--target-dir",
     ]);
     cmd.arg(&dir).current_dir(qemu_dir());
+    if !variant.features.is_empty() {
+        cmd.args(["--features", variant.features]);
+    }
     for var in [
         "CARGO_BUILD_RUSTFLAGS",
         "CARGO_BUILD_TARGET",

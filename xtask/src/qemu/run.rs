@@ -58,6 +58,23 @@ impl Run {
             .filter_map(move |line| Marker::parse(line, tag))
     }
 
+    /// The lockdep reports the kernel printed: each `KSYNC-LOCKDEP` line,
+    /// with the report's text (the lines up to the next `KSYNC-` line).
+    pub fn lockdep_reports(&self) -> Vec<(Marker, String)> {
+        let mut reports = Vec::new();
+        for (i, line) in self.lines.iter().enumerate() {
+            if let Some(marker) = Marker::parse(line, "KSYNC-LOCKDEP") {
+                let text: Vec<&str> = self.lines[i + 1..]
+                    .iter()
+                    .take_while(|l| !l.starts_with("KSYNC-"))
+                    .map(String::as_str)
+                    .collect();
+                reports.push((marker, text.join("\n")));
+            }
+        }
+        reports
+    }
+
     pub fn result(&self, suite: &str) -> Option<Marker> {
         self.markers("KSYNC-RESULT")
             .find(|m| m.get("suite") == Some(suite))
@@ -280,12 +297,16 @@ mod tests {
             [
                 "x86_64-tcg",
                 "x86_64-generic",
+                "x86_64-lockdep",
                 "aarch64-lse",
                 "aarch64-llsc",
                 "aarch64-generic",
                 "riscv64-tcg"
             ]
         );
+        // The lockdep image boots as the plain x86_64 one does.
+        assert_eq!(line(&configs[0]), line(&configs[2]));
+        let configs: Vec<&Config> = configs.iter().filter(|c| !c.variant.lockdep()).collect();
         for (config, expected) in configs.iter().zip(&expected) {
             assert_eq!(line(config), *expected);
         }

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 
 use super::arch::{Accel, Config, in_family};
 use super::build::Kernels;
-use super::run::{Marker, run_qemu};
+use super::run::{Marker, Run, run_qemu};
 use super::{CPUS, KVM_SLACK, Outcome, RUN_SLACK};
 
 #[derive(Clone)]
@@ -184,7 +184,11 @@ fn run_suite(config: &Config, kernel: &Path, suite: &SuiteInfo) -> Outcome {
         }
     };
     let result = run.result(&suite.name);
-    let trouble = run.trouble(config);
+    let (name, lockdep) = judge_lockdep(config, &run, name);
+    let trouble = match (run.trouble(config), lockdep) {
+        (Some(t), Some(l)) => Some(format!("{t}; {l}")),
+        (t, l) => t.or(l),
+    };
     let log = format!("log: {}", run.log.display());
     let (passed, detail) = match (&result, control) {
         (None, _) => (
@@ -248,6 +252,71 @@ fn run_suite(config: &Config, kernel: &Path, suite: &SuiteInfo) -> Outcome {
         passed,
         detail,
     }
+}
+
+/// What the run's lockdep reports (`KSYNC-LOCKDEP`) say, as trouble (or
+/// `None`), and the outcome's name.
+///
+/// * A suite that prints `KSYNC-LOCKDEP-EXPECT` (the `lockdep` suite)
+///   provokes a lock-order cycle. In an image built with `lockdep` it needs
+///   a cycle report naming every class the marker lists; in any other
+///   image it is that test's control and must see no report at all (the
+///   kernel ran the same locks in the same orders: what finds the cycle is
+///   lockdep, not the suite).
+/// * Every other suite, in every image: any report is trouble. (A control
+///   is judged by its own detection only: its deliberately broken lock may
+///   well give lockdep reports too.)
+fn judge_lockdep(config: &Config, run: &Run, name: String) -> (String, Option<String>) {
+    let reports = run.lockdep_reports();
+    let Some(expect) = run.markers("KSYNC-LOCKDEP-EXPECT").next() else {
+        let trouble = reports.first().map(|(m, text)| {
+            format!(
+                "lockdep reported ({} in all): {} {}",
+                reports.len(),
+                m.get("kind").unwrap_or("?"),
+                text.lines().next().unwrap_or("")
+            )
+        });
+        return (name, trouble);
+    };
+    if !config.variant.lockdep() {
+        let name = format!(
+            "{}/control:{} (no lockdep)",
+            config.name,
+            expect.get("suite").unwrap_or("?")
+        );
+        let trouble = (!reports.is_empty()).then(|| {
+            format!(
+                "{} lockdep report(s) from an image built without lockdep",
+                reports.len()
+            )
+        });
+        return (name, trouble);
+    }
+    let classes: Vec<String> = expect
+        .get("classes")
+        .unwrap_or("")
+        .split(',')
+        .map(|c| format!("\"{c}\""))
+        .collect();
+    let found = reports.iter().any(|(m, text)| {
+        m.get("kind") == Some("Cycle") && classes.iter().all(|c| text.contains(c.as_str()))
+    });
+    let trouble = if !found {
+        Some(format!(
+            "no lockdep cycle report naming {} ({} report(s))",
+            classes.join(" and "),
+            reports.len()
+        ))
+    } else if reports.len() != 1 {
+        Some(format!(
+            "{} lockdep reports, expected the one cycle",
+            reports.len()
+        ))
+    } else {
+        None
+    };
+    (name, trouble)
 }
 
 fn summarize(r: &Marker, elapsed: Duration) -> String {

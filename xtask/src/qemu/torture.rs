@@ -87,10 +87,11 @@ fn fresh_seed() -> u64 {
 /// The configurations `options` selects.
 fn configs(options: &Options) -> Result<Vec<Config>, String> {
     // Images built for a few suites only (the `--cfg ksync_generic` ones)
-    // cannot run the torture boots' suites.
+    // cannot run the torture boots' suites; the lockdep image checks lock
+    // order, which the soak's time is better spent without.
     let all: Vec<Config> = Config::all_tcg(options.smp)
         .into_iter()
-        .filter(|c| c.variant.suites.is_empty())
+        .filter(|c| c.variant.suites.is_empty() && !c.variant.lockdep())
         .collect();
     let chosen: Vec<Config> = match &options.arch {
         None => all,

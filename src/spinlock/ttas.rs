@@ -1,0 +1,249 @@
+//! The test-and-test-and-set lock (its items are re-exported by
+//! `spinlock`).
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use super::{RelaxStrategy, Spin};
+use crate::kernel::{Waiter, kick_waiters, vcpu_preemptible};
+use crate::lockdep::{LockClassKey, Map};
+use crate::sync::{AtomicBool, Ordering, const_fn};
+
+/// A test-and-test-and-set spinlock: waiters read the flag until it looks
+/// free and only then try to take it, so they do not steal the cache line
+/// from the holder while it works. Not fair.
+///
+/// With [`lockdep`](crate::lockdep), as [`RawTicketLock`](super::RawTicketLock): its class is
+/// the place it was built, and its methods record themselves.
+#[cfg_attr(not(feature = "lockdep"), repr(transparent))]
+pub struct RawTtasLock<R = Spin> {
+    locked: AtomicBool,
+    relax: PhantomData<R>,
+    /// The lock's lockdep class (zero-sized without `lockdep`).
+    dep_map: Map,
+}
+
+impl RawTtasLock {
+    const_fn! {
+        /// A new, unlocked TTAS lock that spins with [`Spin`].
+        #[cfg_attr(feature = "lockdep", track_caller)]
+        pub fn new() -> Self {
+            Self::with_relax()
+        }
+    }
+
+    const_fn! {
+        /// A new, unlocked TTAS lock in `key`'s [lockdep](crate::lockdep)
+        /// class; exactly [`new`](Self::new) without `lockdep` (see
+        /// [`RawTicketLock::with_class`](super::RawTicketLock::with_class)).
+        #[doc(alias = "lockdep_set_class")]
+        pub fn with_class(key: &'static LockClassKey) -> Self {
+            Self::with_map(Map::with_key(key))
+        }
+    }
+}
+
+impl<R> RawTtasLock<R> {
+    const_fn! {
+        /// A new, unlocked TTAS lock with the relax strategy `R`.
+        #[cfg_attr(feature = "lockdep", track_caller)]
+        pub fn with_relax() -> Self {
+            Self::with_map(Map::new())
+        }
+    }
+
+    const_fn! {
+        fn with_map(dep_map: Map) -> Self {
+            Self { locked: AtomicBool::new(false), relax: PhantomData, dep_map }
+        }
+    }
+
+    /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
+    /// the class of the place it was built. Does nothing without `lockdep`.
+    #[doc(alias = "lockdep_set_class")]
+    #[inline]
+    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
+        self.dep_map.set_class(key);
+    }
+
+    /// Tries to take the lock once.
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    pub fn try_lock(&self) -> bool {
+        let locked = self.try_lock_untracked();
+        if locked {
+            self.dep_map.acquire(0, true, false);
+        }
+        locked
+    }
+
+    /// [`try_lock`](Self::try_lock) without telling lockdep.
+    #[inline]
+    pub(crate) fn try_lock_untracked(&self) -> bool {
+        // Acquire pairs with the Release store in `unlock`.
+        !self.locked.load(Ordering::Relaxed)
+            && self
+                .locked
+                .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+    }
+
+    /// Whether the lock is held: a snapshot, not for synchronization.
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        self.locked.load(Ordering::Relaxed)
+    }
+
+    /// Releases the lock.
+    ///
+    /// # Safety
+    /// The lock must be held by the caller's context.
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    pub unsafe fn unlock(&self) {
+        self.dep_map.release();
+        // SAFETY: forwarded caller contract.
+        unsafe { self.unlock_untracked() }
+    }
+
+    /// [`unlock`](Self::unlock) without telling lockdep.
+    ///
+    /// # Safety
+    /// As for [`unlock`](Self::unlock).
+    #[inline]
+    pub(crate) unsafe fn unlock_untracked(&self) {
+        debug_assert!(self.is_locked(), "unlock of a TTAS lock that is not held");
+        // Release pairs with the Acquire exchange in `lock`/`try_lock`.
+        self.locked.store(false, Ordering::Release);
+        if vcpu_preemptible() {
+            kick_waiters();
+        }
+    }
+}
+
+impl<R: RelaxStrategy> RawTtasLock<R> {
+    /// Spins until the lock is taken.
+    ///
+    /// When CPUs may be descheduled while spinning ([`vcpu_preemptible`]),
+    /// a waiter gives the CPU away now and then (the kernel's
+    /// [`SpinWait`](crate::kernel::SpinWait)) so a descheduled holder can
+    /// run.
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    pub fn lock(&self) {
+        // Recorded before spinning, so a deadlock is reported first.
+        self.dep_map.acquire(0, false, false);
+        self.lock_untracked();
+    }
+
+    /// [`lock`](Self::lock) for deliberate nesting of two locks of one
+    /// [lockdep](crate::lockdep) class (see [`RawTicketLock::lock_nested`](super::RawTicketLock::lock_nested)).
+    /// Without `lockdep`, exactly `lock`.
+    ///
+    /// # Panics
+    /// With `lockdep`, if `subclass` is not below
+    /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
+    #[doc(alias = "spin_lock_nested")]
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    pub fn lock_nested(&self, subclass: u8) {
+        self.dep_map.acquire(subclass, false, false);
+        self.lock_untracked();
+    }
+
+    /// [`lock`](Self::lock) without telling lockdep.
+    #[inline]
+    pub(crate) fn lock_untracked(&self) {
+        // Acquire pairs with the Release store in `unlock`.
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return;
+        }
+        self.lock_contended();
+    }
+
+    #[inline(never)]
+    fn lock_contended(&self) {
+        let preemptible = vcpu_preemptible();
+        let mut waiter = Waiter::new();
+        loop {
+            // Test before test-and-set: read-only spinning leaves the line
+            // shared instead of bouncing it between waiters.
+            while self.locked.load(Ordering::Relaxed) {
+                waiter.wait::<R>(preemptible);
+            }
+            // Acquire pairs with the Release store in `unlock`.
+            if self
+                .locked
+                .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+        }
+    }
+}
+
+impl<R> Default for RawTtasLock<R> {
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    fn default() -> Self {
+        Self::with_relax()
+    }
+}
+
+impl<R> fmt::Debug for RawTtasLock<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RawTtasLock")
+            .field("locked", &self.is_locked())
+            .finish()
+    }
+}
+
+// ---- lock_api ---------------------------------------------------------------
+
+// SAFETY: the compare-exchange from `false` to `true` succeeds for one CPU
+// at a time and only the holder stores `false`. Acquire/Release as
+// documented on the methods.
+#[cfg(not(loom))]
+unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTtasLock<R> {
+    // As for the ticket lock: each mutex built from `INIT` is its own
+    // lockdep class.
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self::with_map(Map::per_instance());
+    type Guard = lock_api::GuardSend;
+
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    fn lock(&self) -> Self::Guard {
+        RawTtasLock::lock(self);
+        lock_api::GuardSend::default()
+    }
+
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    fn try_lock(&self) -> Option<Self::Guard> {
+        RawTtasLock::try_lock(self).then(lock_api::GuardSend::default)
+    }
+
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    unsafe fn unlock(&self, _: Self::Guard) {
+        // SAFETY: the guard proves the lock is held.
+        unsafe { RawTtasLock::unlock(self) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        RawTtasLock::is_locked(self)
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl<R> defmt::Format for RawTtasLock<R> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(f, "RawTtasLock {{ locked: {} }}", self.is_locked())
+    }
+}
