@@ -416,7 +416,7 @@ impl<L, I> RawIrqSave<L, I> {
 // `owner` moves on only by the holder's unlock: one holder at a time.
 // Acquire/Release as documented on the methods. Forgetting a guard leaves
 // the lock held, which is safe; a lock cannot unwind.
-#[cfg(not(loom))]
+#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTicketLock<R> {
     // No call site to name a class after: with lockdep, each mutex built
     // from `INIT` (`Mutex::new`) is a class of its own.
@@ -452,7 +452,7 @@ unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTicketLock<R> {
 
 // SAFETY: a ticket unlock always hands the lock to the next ticket in FIFO
 // order, so the plain unlock already is the fair one.
-#[cfg(not(loom))]
+#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawTicketLock<R> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -475,7 +475,7 @@ unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawTicketLock<R> {
 // SAFETY: exclusion, ordering and unwinding are the inner lock's; the
 // guard state adds the saved interrupt state, restored only after the inner
 // unlock, and is `!Send` because of it.
-#[cfg(not(loom))]
+#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqSave<L, I> {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: Self = Self::with_irq(L::INIT);
@@ -514,7 +514,7 @@ unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqS
 }
 
 // SAFETY: as for `RawMutex` above, with the inner lock's fair unlock.
-#[cfg(not(loom))]
+#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 unsafe impl<L: lock_api::RawMutexFair, I: IrqControl> lock_api::RawMutexFair for RawIrqSave<L, I> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]

@@ -80,13 +80,13 @@ impl Node {
 /// shares a line with another node's hand-off.
 struct CpuNodes([CachePadded<Node>; NODES_PER_CPU]);
 
-#[cfg(not(loom))]
+#[cfg(not(loom))] // a constant node set; loom builds one per execution (below)
 impl crate::percpu::ConstInit for CpuNodes {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: Self = Self([const { CachePadded::new(Node::new()) }; NODES_PER_CPU]);
 }
 
-#[cfg(not(loom))]
+#[cfg(not(loom))] // the `static`'s loom twin follows
 static NODES: PerCpu<CpuNodes> = PerCpu::new();
 
 // loom atomics cannot be built in a constant: one node set per execution.
@@ -618,7 +618,7 @@ impl<R> defmt::Format for RawQueuedLock<R> {
 // documented on the methods. No node is in use once `lock` returns, so a
 // guard may be sent to and unlocked on another CPU, or forgotten (the lock
 // stays held, which is safe).
-#[cfg(not(loom))]
+#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawQueuedLock<R> {
     // No call site for a class: with lockdep, each mutex built from `INIT`
     // is its own class.
@@ -655,7 +655,7 @@ unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawQueuedLock<R> {
 // SAFETY: in FIFO mode the plain unlock already hands the lock to the
 // pending CPU or the queue head in arrival order; in test-and-set mode
 // there is no order to keep. `bump` re-locks before it returns.
-#[cfg(not(loom))]
+#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawQueuedLock<R> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]

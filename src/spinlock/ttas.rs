@@ -207,7 +207,7 @@ impl<R> fmt::Debug for RawTtasLock<R> {
 // SAFETY: the compare-exchange from `false` to `true` succeeds for one CPU
 // at a time and only the holder stores `false`. Acquire/Release as
 // documented on the methods.
-#[cfg(not(loom))]
+#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTtasLock<R> {
     // As for the ticket lock: each mutex built from `INIT` is its own
     // lockdep class.
