@@ -412,47 +412,61 @@ impl<L, I> RawIrqSave<L, I> {
 
 // ---- lock_api ---------------------------------------------------------------
 
-// SAFETY: `lock` returns only once this CPU's ticket is served, and
+/// `lock_api::RawMutex` for a raw lock whose inherent `lock`, `try_lock`,
+/// `unlock` and `is_locked` already do the work and whose `with_map` builds
+/// it from a lockdep map: one definition for the ticket, TTAS and queued
+/// locks. The caller states why its lock excludes (the impl's `SAFETY`).
+macro_rules! impl_raw_mutex {
+    ($lock:ident) => {
+        #[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
+        // SAFETY: exclusion and Acquire/Release are the inherent methods'
+        // (see the invocation's comment); forgetting a guard leaves the lock
+        // held, which is safe; a lock cannot unwind.
+        unsafe impl<R: RelaxStrategy> lock_api::RawMutex for $lock<R> {
+            // No call site to name a class after: with lockdep, each mutex
+            // built from `INIT` (`Mutex::new`) is a class of its own.
+            #[allow(clippy::declare_interior_mutable_const)]
+            const INIT: Self = Self::with_map(Map::per_instance());
+            type Guard = lock_api::GuardSend;
+
+            #[inline]
+            #[cfg_attr(feature = "lockdep", track_caller)]
+            fn lock(&self) -> Self::Guard {
+                $lock::lock(self);
+                lock_api::GuardSend::default()
+            }
+
+            #[inline]
+            #[cfg_attr(feature = "lockdep", track_caller)]
+            fn try_lock(&self) -> Option<Self::Guard> {
+                $lock::try_lock(self).then(lock_api::GuardSend::default)
+            }
+
+            #[inline]
+            #[cfg_attr(feature = "lockdep", track_caller)]
+            unsafe fn unlock(&self, _: Self::Guard) {
+                // SAFETY: the guard proves the lock is held.
+                unsafe { $lock::unlock(self) }
+            }
+
+            #[inline]
+            fn is_locked(&self) -> bool {
+                $lock::is_locked(self)
+            }
+        }
+    };
+}
+pub(crate) use impl_raw_mutex;
+
+// Why it excludes: `lock` returns only once this CPU's ticket is served, and
 // `owner` moves on only by the holder's unlock: one holder at a time.
 // Acquire/Release as documented on the methods. Forgetting a guard leaves
 // the lock held, which is safe; a lock cannot unwind.
+impl_raw_mutex!(RawTicketLock);
+
 #[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
-unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTicketLock<R> {
-    // No call site to name a class after: with lockdep, each mutex built
-    // from `INIT` (`Mutex::new`) is a class of its own.
-    #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::with_map(Map::per_instance());
-    type Guard = lock_api::GuardSend;
-
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    fn lock(&self) -> Self::Guard {
-        RawTicketLock::lock(self);
-        lock_api::GuardSend::default()
-    }
-
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    fn try_lock(&self) -> Option<Self::Guard> {
-        RawTicketLock::try_lock(self).then(lock_api::GuardSend::default)
-    }
-
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    unsafe fn unlock(&self, _: Self::Guard) {
-        // SAFETY: the guard proves the lock is held.
-        unsafe { RawTicketLock::unlock(self) }
-    }
-
-    #[inline]
-    fn is_locked(&self) -> bool {
-        RawTicketLock::is_locked(self)
-    }
-}
-
 // SAFETY: a ticket unlock always hands the lock to the next ticket in FIFO
 // order, so the plain unlock already is the fair one.
-#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawTicketLock<R> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -472,10 +486,10 @@ unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawTicketLock<R> {
     }
 }
 
+#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 // SAFETY: exclusion, ordering and unwinding are the inner lock's; the
 // guard state adds the saved interrupt state, restored only after the inner
 // unlock, and is `!Send` because of it.
-#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqSave<L, I> {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: Self = Self::with_irq(L::INIT);
@@ -513,8 +527,8 @@ unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqS
     }
 }
 
-// SAFETY: as for `RawMutex` above, with the inner lock's fair unlock.
 #[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
+// SAFETY: as for `RawMutex` above, with the inner lock's fair unlock.
 unsafe impl<L: lock_api::RawMutexFair, I: IrqControl> lock_api::RawMutexFair for RawIrqSave<L, I> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]

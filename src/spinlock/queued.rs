@@ -611,51 +611,19 @@ impl<R> defmt::Format for RawQueuedLock<R> {
 
 // ---- lock_api -----------------------------------------------------------------
 
-// SAFETY: `lock` and `try_lock` return only once this context set the
+// Why it excludes: `lock` and `try_lock` return only once this context set the
 // locked byte from 0 (by compare-exchange from a free word, by the pending
 // owner's add, or by the queue head after both owner and pending left),
 // and only the holder clears it: one holder at a time. Acquire/Release as
 // documented on the methods. No node is in use once `lock` returns, so a
 // guard may be sent to and unlocked on another CPU, or forgotten (the lock
 // stays held, which is safe).
+super::impl_raw_mutex!(RawQueuedLock);
+
 #[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
-unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawQueuedLock<R> {
-    // No call site for a class: with lockdep, each mutex built from `INIT`
-    // is its own class.
-    #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::with_map(Map::per_instance());
-    type Guard = lock_api::GuardSend;
-
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    fn lock(&self) -> Self::Guard {
-        RawQueuedLock::lock(self);
-        lock_api::GuardSend::default()
-    }
-
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    fn try_lock(&self) -> Option<Self::Guard> {
-        RawQueuedLock::try_lock(self).then(lock_api::GuardSend::default)
-    }
-
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    unsafe fn unlock(&self, _: Self::Guard) {
-        // SAFETY: the guard proves the lock is held.
-        unsafe { RawQueuedLock::unlock(self) }
-    }
-
-    #[inline]
-    fn is_locked(&self) -> bool {
-        RawQueuedLock::is_locked(self)
-    }
-}
-
 // SAFETY: in FIFO mode the plain unlock already hands the lock to the
 // pending CPU or the queue head in arrival order; in test-and-set mode
 // there is no order to keep. `bump` re-locks before it returns.
-#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawQueuedLock<R> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]

@@ -204,42 +204,10 @@ impl<R> fmt::Debug for RawTtasLock<R> {
 
 // ---- lock_api ---------------------------------------------------------------
 
-// SAFETY: the compare-exchange from `false` to `true` succeeds for one CPU
+// Why it excludes: the compare-exchange from `false` to `true` succeeds for one CPU
 // at a time and only the holder stores `false`. Acquire/Release as
 // documented on the methods.
-#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
-unsafe impl<R: RelaxStrategy> lock_api::RawMutex for RawTtasLock<R> {
-    // As for the ticket lock: each mutex built from `INIT` is its own
-    // lockdep class.
-    #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::with_map(Map::per_instance());
-    type Guard = lock_api::GuardSend;
-
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    fn lock(&self) -> Self::Guard {
-        RawTtasLock::lock(self);
-        lock_api::GuardSend::default()
-    }
-
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    fn try_lock(&self) -> Option<Self::Guard> {
-        RawTtasLock::try_lock(self).then(lock_api::GuardSend::default)
-    }
-
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    unsafe fn unlock(&self, _: Self::Guard) {
-        // SAFETY: the guard proves the lock is held.
-        unsafe { RawTtasLock::unlock(self) }
-    }
-
-    #[inline]
-    fn is_locked(&self) -> bool {
-        RawTtasLock::is_locked(self)
-    }
-}
+super::impl_raw_mutex!(RawTtasLock);
 
 #[cfg(feature = "defmt")]
 impl<R> defmt::Format for RawTtasLock<R> {
