@@ -3,6 +3,11 @@
 //! a writer every 1 ms and a writer every 10 us; writer latency; and a
 //! per-CPU counter `add` against a shared `fetch_add`.
 //!
+//! The baseline column is the limit for any per-CPU reader: a plain
+//! increment of this CPU's slot, the read, and a plain decrement, each
+//! through the same CPU-id hook as the locks, with no exclusion at all (it
+//! ignores the writer role).
+//!
 //! Threads are pinned (thread `i` on core `i`), each measurement runs for a
 //! fixed time (`KSYNC_BENCH_MS`, default 200), implementations are
 //! interleaved within each of `KSYNC_BENCH_REPS` (default 7) repetitions,
@@ -25,9 +30,10 @@ use common::{CachePadded, median};
 use std::hint::black_box;
 use std::sync::Barrier;
 use std::sync::atomic::Ordering::Relaxed;
-use std::sync::atomic::{AtomicBool, AtomicI64};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicI64};
 use std::time::{Duration, Instant};
 
+use ksync::percpu::PerCpu;
 use ksync::percpu_counter::PerCpuCounter;
 use ksync::percpu_rwlock::{GatedPercpuRwLock, PercpuRwLock};
 use ksync::rcu;
@@ -39,14 +45,16 @@ enum Lock {
     Spin,
     ParkingLot,
     Std,
+    Baseline,
 }
 
-const LOCKS: [(Lock, &str); 5] = [
+const LOCKS: [(Lock, &str); 6] = [
     (Lock::Fenced, "PercpuRwLock (fenced)"),
     (Lock::Gated, "GatedPercpuRwLock"),
     (Lock::Spin, "spin::RwLock"),
     (Lock::ParkingLot, "parking_lot::RwLock"),
     (Lock::Std, "std::sync::RwLock"),
+    (Lock::Baseline, "per-CPU inc/dec (baseline)"),
 ];
 
 /// Writer period: none, 1 ms, 10 us.
@@ -62,6 +70,31 @@ struct Locks {
     spin: spin::RwLock<u64>,
     parking_lot: parking_lot::RwLock<u64>,
     std: std::sync::RwLock<u64>,
+    /// The baseline's per-CPU slots and the value it reads.
+    slots: PerCpu<AtomicI32>,
+    data: u64,
+}
+
+/// The baseline reader: this CPU's slot + 1, the read, this CPU's slot - 1.
+#[inline(always)]
+fn baseline_read(locks: &Locks) -> u64 {
+    let slot = locks.slots.get();
+    slot.store(slot.load(Relaxed) + 1, Relaxed);
+    drop(slot);
+    // Opaque, so the compiler cannot merge the two slot updates (nor the
+    // two CPU-id reads) across the read.
+    let v = *black_box(&locks.data);
+    let slot = locks.slots.get();
+    slot.store(slot.load(Relaxed) - 1, Relaxed);
+    v
+}
+
+/// 64 reads: one loop of its own for each lock (no dispatch per read).
+#[inline(never)]
+fn reads64(read: impl Fn() -> u64) {
+    for _ in 0..64 {
+        black_box(read());
+    }
 }
 
 /// One run: (ns per read pair per thread, writer latencies in ns).
@@ -89,15 +122,13 @@ fn run_rw(
                     let mut lat = Vec::new();
                     let mut next_write = Instant::now() + writer.unwrap_or(Duration::MAX / 4);
                     while !stop.load(Relaxed) {
-                        for _ in 0..64 {
-                            let v = match which {
-                                Lock::Fenced => *locks.fenced.read(),
-                                Lock::Gated => *locks.gated.read(),
-                                Lock::Spin => *locks.spin.read(),
-                                Lock::ParkingLot => *locks.parking_lot.read(),
-                                Lock::Std => *locks.std.read().unwrap(),
-                            };
-                            black_box(v);
+                        match which {
+                            Lock::Fenced => reads64(|| *locks.fenced.read()),
+                            Lock::Gated => reads64(|| *locks.gated.read()),
+                            Lock::Spin => reads64(|| *locks.spin.read()),
+                            Lock::ParkingLot => reads64(|| *locks.parking_lot.read()),
+                            Lock::Std => reads64(|| *locks.std.read().unwrap()),
+                            Lock::Baseline => reads64(|| baseline_read(locks)),
                         }
                         reads += 64;
                         if which == Lock::Gated {
@@ -110,13 +141,18 @@ fn run_rw(
                             if now >= next_write {
                                 let start = Instant::now();
                                 match which {
+                                    // No exclusion to take (no latency
+                                    // recorded either).
+                                    Lock::Baseline => {}
                                     Lock::Fenced => *locks.fenced.write() += 1,
                                     Lock::Gated => *locks.gated.write() += 1,
                                     Lock::Spin => *locks.spin.write() += 1,
                                     Lock::ParkingLot => *locks.parking_lot.write() += 1,
                                     Lock::Std => *locks.std.write().unwrap() += 1,
                                 }
-                                lat.push(start.elapsed().as_nanos() as u64);
+                                if which != Lock::Baseline {
+                                    lat.push(start.elapsed().as_nanos() as u64);
+                                }
                                 next_write = now + period;
                             }
                         }
@@ -188,6 +224,8 @@ fn main() {
         spin: spin::RwLock::new(0),
         parking_lot: parking_lot::RwLock::new(0),
         std: std::sync::RwLock::new(0),
+        slots: PerCpu::new(),
+        data: 0,
     };
     println!(
         "# per-CPU benchmark: {ms} ms per measurement, {reps} interleaved reps, medians (min-max)\n"
@@ -216,23 +254,41 @@ fn main() {
     for (_, name) in LOCKS {
         print!(" {name} |");
     }
-    println!(" gated vs spin |");
-    println!("|---|---|{}---|", "---|".repeat(LOCKS.len()));
+    println!(" gated vs spin | gated / fenced time | gated / baseline time |");
+    println!("|---|---|{}---|---|---|", "---|".repeat(LOCKS.len()));
     let mut gated_vs_spin_2 = 0.0;
     let mut gated_2 = 0.0;
+    let (mut vs_fenced_1, mut vs_baseline_1) = (0.0, 0.0);
+    let index = |which: Lock| LOCKS.iter().position(|&(l, _)| l == which).unwrap();
+    let (fenced, gated, spin, baseline) = (
+        index(Lock::Fenced),
+        index(Lock::Gated),
+        index(Lock::Spin),
+        index(Lock::Baseline),
+    );
     for (c, &(threads, w)) in configs.iter().enumerate() {
         print!("| {threads} | {} |", WRITERS[w].1);
+        // Per-rep ratios first (`median` sorts the samples in place).
+        let per_rep = |num: usize, den: usize| {
+            let s = &samples[c];
+            let mut r: Vec<f64> = s[num].iter().zip(&s[den]).map(|(n, d)| n / d).collect();
+            median(&mut r)
+        };
+        let (vs_fenced, vs_baseline) = (per_rep(gated, fenced), per_rep(gated, baseline));
         let mut med = [0.0; LOCKS.len()];
         for l in 0..LOCKS.len() {
             let s = &mut samples[c][l];
             med[l] = median(s);
             print!(" {:.2} ({:.2}-{:.2}) |", med[l], s[0], s[s.len() - 1]);
         }
-        let ratio = med[2] / med[1];
-        println!(" {ratio:.1}x |");
+        let ratio = med[spin] / med[gated];
+        println!(" {ratio:.1}x | {vs_fenced:.2}x | {vs_baseline:.2}x |");
         if threads == 2 && w == 0 {
             gated_vs_spin_2 = ratio;
-            gated_2 = med[1];
+            gated_2 = med[gated];
+        }
+        if threads == 1 && w == 0 {
+            (vs_fenced_1, vs_baseline_1) = (vs_fenced, vs_baseline);
         }
     }
 
@@ -279,6 +335,16 @@ fn main() {
         "gated reader <= 1 ns per pair, 2 threads",
         gated_2 <= 1.0,
         format!("{gated_2:.2} ns"),
+    );
+    goal(
+        "gated reader time <= fenced reader time, 1 thread, no writer",
+        vs_fenced_1 <= 1.0,
+        format!("{vs_fenced_1:.2}x"),
+    );
+    goal(
+        "gated reader time <= 1.5x per-CPU inc/dec baseline, 1 thread, no writer",
+        vs_baseline_1 <= 1.5,
+        format!("{vs_baseline_1:.2}x"),
     );
     goal(
         "per-CPU add >= 4x shared fetch_add, 2 threads",
