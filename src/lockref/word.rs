@@ -127,17 +127,24 @@ impl Rule {
     /// [`Attempt::Refused`], the step's outcome without writing.
     #[inline(always)]
     pub(crate) const fn check(self, seen: u64) -> Result<Update, Attempt> {
-        if !lock_is_free(seen) {
-            return Err(Attempt::Locked);
-        }
         let count = count_of(seen);
-        if !self.admits(count) {
-            return Err(Attempt::Refused(count));
+        // Both conditions at once (`&`, not `&&`), so that the compiler may
+        // test them in either order: the count's range is one compare on
+        // the loaded word, the lock two, and the lock-prefixed write that
+        // follows waits for both branches.
+        if lock_is_free(seen) & self.admits(count) {
+            return Ok(Update {
+                word: seen.wrapping_add(count_delta(self.delta)),
+                count: count + self.delta,
+            });
         }
-        Ok(Update {
-            word: seen.wrapping_add(count_delta(self.delta)),
-            count: count + self.delta,
-        })
+        // Which one failed: a held lock first, as the count is not final
+        // while someone holds it.
+        if !lock_is_free(seen) {
+            Err(Attempt::Locked)
+        } else {
+            Err(Attempt::Refused(count))
+        }
     }
 }
 
@@ -178,6 +185,35 @@ mod tests {
         let w = compose(-1, 0xffff, 0).wrapping_sub(OWNER_WRAP);
         assert_eq!((count_of(w), owner(w), next(w)), (-1, 0, 0));
         assert_eq!(compose(7, 1, 2).wrapping_add(OWNER_ONE), compose(7, 2, 2));
+    }
+
+    #[test]
+    fn check_reports_a_held_lock_before_the_count() {
+        let rule = Rule {
+            lo: 1,
+            hi: 10,
+            delta: -1,
+        };
+        // Free and in range: the update.
+        let update = rule.check(compose(5, 2, 2)).unwrap();
+        assert_eq!((update.word, update.count), (compose(4, 2, 2), 4));
+        // Free, out of range on either side: refused with the count seen.
+        assert_eq!(
+            rule.check(compose(0, 2, 2)).unwrap_err(),
+            Attempt::Refused(0)
+        );
+        assert_eq!(
+            rule.check(compose(11, 0, 0)).unwrap_err(),
+            Attempt::Refused(11)
+        );
+        // Held: `Locked` whether or not the count is in range (a holder may
+        // be changing it).
+        for count in [0, 5, 11, -128] {
+            assert_eq!(
+                rule.check(compose(count, 2, 3)).unwrap_err(),
+                Attempt::Locked
+            );
+        }
     }
 
     #[test]
