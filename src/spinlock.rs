@@ -212,6 +212,12 @@ impl<R> RawTicketLock<R> {
         // get ticket `owner`, the previous critical section happens-before
         // ours.
         let owner = self.owner.load(Ordering::Acquire);
+        // Read first, so that a held lock costs no exclusive access to its
+        // line (the exchange below would fail anyway). Relaxed: only the
+        // exchange's outcome counts.
+        if self.next.load(Ordering::Relaxed) != owner {
+            return false;
+        }
         // `next == owner` means free. If the exchange succeeds, `owner` is
         // still the value read: it can only grow up to `next`, which was
         // equal to it.
@@ -334,13 +340,19 @@ impl<R: RelaxStrategy> RawTicketLock<R> {
         self.lock_preemptible_untracked();
     }
 
-    #[inline(never)]
+    /// The uncontended case inline, waiting out of line.
+    #[inline]
     fn lock_preemptible_untracked(&self) {
+        if !self.try_lock_untracked() {
+            self.lock_preemptible_slow();
+        }
+    }
+
+    #[inline(never)]
+    fn lock_preemptible_slow(&self) {
         let mut backoff = Backoff::new();
-        loop {
-            if !self.is_locked() && self.try_lock_untracked() {
-                return;
-            }
+        // `try_lock` reads before it writes: waiting is read-only.
+        while !self.try_lock_untracked() {
             backoff.backoff::<R>();
         }
     }

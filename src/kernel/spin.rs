@@ -72,11 +72,13 @@ pub fn set_vcpu_preemptible(preemptible: bool) {
 /// [`set_vcpu_preemptible`]); detected on first use when never set.
 #[inline]
 pub fn vcpu_preemptible() -> bool {
-    match MODE.load(Relaxed) {
-        DEDICATED => false,
-        PREEMPTIBLE => true,
-        _ => detect(),
+    let mode = MODE.load(Relaxed);
+    // The FIFO fast paths test one compare (a `match` put two in front of
+    // them); the other modes call out of line anyway.
+    if mode == DEDICATED {
+        return false;
     }
+    mode == PREEMPTIBLE || detect()
 }
 
 #[cold]

@@ -241,30 +241,48 @@ impl LockRef {
     /// either mode excludes a CPU in the other. Waiting is read-only, with
     /// bounded exponential backoff, giving the CPU away now and then (the
     /// kernel's [`SpinWait`](crate::kernel::SpinWait)).
-    #[inline(never)]
+    #[inline]
     fn raw_lock_preemptible(&self) -> u16 {
-        let mut backoff = Backoff::new();
-        let mut seen = self.word.load(Ordering::Relaxed);
-        loop {
-            if word::lock_is_free(seen) {
-                let next = word::next(seen);
-                // Acquire pairs with the Release unlock that freed it.
-                match self.word.compare_exchange_weak(
-                    seen,
-                    word::take_ticket(seen),
-                    Ordering::Acquire,
-                    Ordering::Relaxed,
-                ) {
-                    Ok(_) => return next,
-                    // A lockless count update or another locker: look
-                    // again at once while the lock stays free.
-                    Err(current) => seen = current,
-                }
-                continue;
-            }
-            backoff.backoff::<Spin>();
-            seen = self.word.load(Ordering::Relaxed);
+        // The uncontended case inline, waiting out of line.
+        match self.try_take(self.word.load(Ordering::Relaxed)) {
+            Ok(ticket) => ticket,
+            Err(seen) => self.raw_lock_preemptible_slow(seen),
         }
+    }
+
+    #[inline(never)]
+    fn raw_lock_preemptible_slow(&self, mut seen: u64) -> u16 {
+        let mut backoff = Backoff::new();
+        loop {
+            match self.try_take(seen) {
+                Ok(ticket) => return ticket,
+                // A lockless count update or another locker changed the
+                // word: look again at once while the lock stays free.
+                Err(current) if word::lock_is_free(current) => seen = current,
+                Err(_) => {
+                    backoff.backoff::<Spin>();
+                    seen = self.word.load(Ordering::Relaxed);
+                }
+            }
+        }
+    }
+
+    /// One test-and-set attempt on the word last seen as `seen`: its ticket
+    /// if the lock was free and still is, else the word now.
+    #[inline(always)]
+    fn try_take(&self, seen: u64) -> Result<u16, u64> {
+        if !word::lock_is_free(seen) {
+            return Err(seen);
+        }
+        // Acquire pairs with the Release unlock that freed it.
+        self.word
+            .compare_exchange_weak(
+                seen,
+                word::take_ticket(seen),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .map(|_| word::next(seen))
     }
 
     /// Serves the next ticket.
