@@ -9,6 +9,10 @@
 //! means 50 ms and 3 reps, for CI smoke runs. Other arguments (cargo passes
 //! `--bench`) are ignored.
 //!
+//! The locks run in their strict FIFO mode (`set_vcpu_preemptible(false)`),
+//! as a kernel with one CPU per core runs them: there are never more
+//! threads than cores here.
+//!
 //! Run: `cargo bench --bench lockref [-- --quick]`.
 
 use std::hint::black_box;
@@ -405,6 +409,10 @@ fn main() {
     let reps: usize = env_or("KSYNC_BENCH_REPS", if quick { 3 } else { 7 }).max(1);
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     assert!(!cores.is_empty(), "core_affinity found no cores");
+    // At most one thread per core: the dedicated configuration of a bare
+    // metal kernel, so the locks are strict FIFO (the host's default is the
+    // oversubscribed hand-off; `--bench locks` compares the two modes).
+    ksync::kernel::set_vcpu_preemptible(false);
     let start = Instant::now();
 
     // Think time, calibrated once on core 0.
