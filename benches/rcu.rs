@@ -21,9 +21,8 @@
 //! `process_callbacks`) comes from the `test-hooks` kernel hooks (a
 //! thread-local), which costs more than a kernel's per-CPU register load;
 //! and saving the interrupt state (`IrqState`, taken by the callback lists'
-//! locks and by the grace-period engine's lock) goes through the
-//! `critical-section` std implementation, a global mutex, where a kernel
-//! would mask interrupts on its own CPU.
+//! locks and by the grace-period engine's lock) sets a per-thread flag,
+//! where a kernel would mask interrupts on its own CPU.
 //!
 //! Run: `cargo bench --bench rcu [-- --quick]`.
 
@@ -334,8 +333,8 @@ fn main() {
         "# RCU benchmark: {ms} ms per measurement, {reps} interleaved reps, medians (min-max)\n"
     );
     println!(
-        "Host: CPU ids from a thread-local hook; IrqState through critical-section's std \
-         global mutex (call_rcu, process_callbacks, grace-period end).\n"
+        "Host: CPU ids from a thread-local hook; IrqState sets a per-thread \
+         \"interrupts off\" flag (call_rcu, process_callbacks, grace-period end).\n"
     );
 
     // 1. Reader cost.
