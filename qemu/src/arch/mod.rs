@@ -18,10 +18,10 @@
 //!   returns once restarted and set up again, timer running, interrupts
 //!   still off) and `cpu_restart(cpu) -> bool` (another CPU: start it
 //!   again once `on_saved` ran; `false`: not yet, retry). x86_64 parks and
-//!   restarts with INIT-SIPI-SIPI, aarch64 uses PSCI `CPU_OFF`/`CPU_ON`.
-//!   An architecture without them ([`no_hotplug`], riscv64 for now) sets `HOTPLUG = false`
-//!   and the kernel runs every suite without churn (riscv64: SBI HSM
-//!   `hart_stop`/`hart_start` is the way to add it).
+//!   restarts with INIT-SIPI-SIPI, aarch64 uses PSCI `CPU_OFF`/`CPU_ON`,
+//!   riscv64 SBI HSM `hart_stop`/`hart_start`. A new architecture without
+//!   them sets `HOTPLUG = false` (its `cpu_off` is then never called) and
+//!   the kernel runs every suite without churn.
 //!
 //! and, common to all: [`MAX_CPUS`], [`CpuLocal`] for per-CPU hardware
 //! handles, and the [`Upcalls`] through which the arch code reaches the
@@ -33,6 +33,8 @@
 // enables are per-hart CSRs): `CpuLocal` goes unused there.
 #[cfg_attr(target_arch = "riscv64", allow(dead_code))]
 mod cpu_local;
+// Shared by the three architectures' hotplug code.
+mod hotplug;
 pub mod upcalls;
 
 #[cfg_attr(target_arch = "riscv64", allow(unused_imports))]
@@ -64,29 +66,6 @@ pub use self::riscv64::*;
 pub fn boot_args(_buf: &mut [u8]) -> Option<usize> {
     None
 }
-
-/// The hotplug items for an architecture that has none yet (see the module
-/// docs): list it here until it implements them.
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub mod no_hotplug {
-    /// No CPU hotplug on this architecture: suites run without churn.
-    pub const HOTPLUG: bool = false;
-
-    /// What the kernel runs once a CPU going down has saved its context.
-    pub type OnSaved = extern "C" fn(usize);
-
-    /// Never called when [`HOTPLUG`] is false.
-    pub fn cpu_off(_cpu: usize, _on_saved: OnSaved) {
-        unreachable!("CPU hotplug is not implemented on this architecture")
-    }
-
-    /// Never called when [`HOTPLUG`] is false.
-    pub fn cpu_restart(_cpu: usize) -> bool {
-        false
-    }
-}
-#[cfg(not(any(target_arch = "x86_64", target_arch = "aarch64")))]
-pub use self::no_hotplug::*;
 
 #[cfg(not(any(
     target_arch = "x86_64",

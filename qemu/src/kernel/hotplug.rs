@@ -14,8 +14,10 @@
 //!   off, RCU told it is gone (`kernel::rcu::cpu_down`: from now on grace
 //!   periods do not wait for it, and its queued callbacks are run by the
 //!   CPUs that stay), then the arch code saves what the CPU must keep and
-//!   powers it down (aarch64: PSCI `CPU_OFF`) or parks it (x86_64).
-//! * The controller restarts it (PSCI `CPU_ON`, INIT-SIPI-SIPI); it sets
+//!   powers it down (aarch64: PSCI `CPU_OFF`; riscv64: SBI HSM `hart_stop`)
+//!   or parks it (x86_64).
+//! * The controller restarts it (PSCI `CPU_ON`, SBI `hart_start`,
+//!   INIT-SIPI-SIPI); it sets
 //!   itself up again, tells RCU it is back (`kernel::rcu::cpu_back`) before
 //!   interrupts come back on and before it returns to the suite, so its
 //!   first reader, in a handler or in thread context, is watched.
@@ -67,8 +69,8 @@ static NEXT: AtomicU64 = AtomicU64::new(0);
 /// CPUs that went offline / came back since [`start`].
 static OFFS: AtomicU64 = AtomicU64::new(0);
 static ONS: AtomicU64 = AtomicU64::new(0);
-/// Restarts the arch code refused for now (PSCI: still on; x86: another
-/// restart in flight), retried later.
+/// Restarts the arch code refused for now (PSCI: still on; SBI: not
+/// stopped yet; x86: another restart in flight), retried later.
 static RETRIES: AtomicU64 = AtomicU64::new(0);
 
 /// Whether this architecture can take CPUs offline.

@@ -16,14 +16,13 @@
 //! of the core it powers down (PSCI 1.1, 5.5.2), and `hotplug_suspend`
 //! cleans the context's lines to the point of coherency itself as well.
 
-use core::cell::UnsafeCell;
-
 use aarch64_cpu::registers::{CNTV_CTL_EL0, Writeable};
 use smccc::Hvc;
 use smccc::psci::{self, error::Error as PsciError};
 
 use super::boot;
 use crate::arch::MAX_CPUS;
+use crate::arch::hotplug::{Contexts, OnSaved, PowerDown};
 
 /// Whether this architecture can take CPUs offline and back.
 pub const HOTPLUG: bool = true;
@@ -34,18 +33,11 @@ struct Context([u64; CONTEXT_WORDS]);
 
 const CONTEXT_WORDS: usize = 24;
 const CONTEXT_SIZE: usize = CONTEXT_WORDS * 8;
+// The resume entry finds its slot by index with this stride: no padding.
+const _: () = assert!(CONTEXT_SIZE == core::mem::size_of::<Context>());
 
-/// One context per CPU, written by the CPU itself before it powers down
-/// and read by it when it comes back.
-struct Contexts(UnsafeCell<[Context; MAX_CPUS]>);
-
-// SAFETY: CPU `i` alone touches `CONTEXTS[i]`, and only from the assembly
-// below, before it powers down and after it is restarted.
-unsafe impl Sync for Contexts {}
-
-static CONTEXTS: Contexts = Contexts(UnsafeCell::new(
-    [const { Context([0; CONTEXT_WORDS]) }; MAX_CPUS],
-));
+static CONTEXTS: Contexts<Context> =
+    Contexts::new([const { Context([0; CONTEXT_WORDS]) }; MAX_CPUS]);
 
 core::arch::global_asm!(
     r#"
@@ -123,12 +115,6 @@ unsafe extern "C" {
     fn hotplug_resume();
 }
 
-/// What the kernel runs once a CPU going down has saved its context.
-pub type OnSaved = extern "C" fn(usize);
-
-/// What `hotplug_suspend` tail-calls once the context is saved.
-type PowerDown = extern "C" fn(usize, OnSaved) -> !;
-
 /// Takes this CPU (`cpu`, not the boot CPU) offline, interrupts off: stops
 /// its timer, saves its context, calls `on_saved(cpu)` (from then on
 /// [`cpu_restart`] may bring it back) and powers it down with PSCI
@@ -136,7 +122,7 @@ type PowerDown = extern "C" fn(usize, OnSaved) -> !;
 /// again (MMU, per-CPU register, GIC, timer running), interrupts still off.
 pub fn cpu_off(cpu: usize, on_saved: OnSaved) {
     CNTV_CTL_EL0.write(CNTV_CTL_EL0::ENABLE::CLEAR);
-    let context = CONTEXTS.0.get().cast::<Context>().wrapping_add(cpu);
+    let context = CONTEXTS.slot(cpu);
     // SAFETY: `context` is this CPU's own slot; `hotplug_suspend` saves the
     // callee-saved state there and calls `power_down`, which never returns;
     // the CPU comes back through `hotplug_resume`, which restores that

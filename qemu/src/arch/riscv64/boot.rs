@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use riscv::register::{scause, stval};
 use sbi_rt::SbiRet;
 
-use super::{cpu_index, timer};
+use super::{cpu_index, hotplug, timer};
 use crate::arch::{MAX_CPUS, upcalls};
 
 /// Stack bytes per CPU.
@@ -69,6 +69,7 @@ const SBI_ERR_INVALID_PARAM: usize = -3isize as usize;
 pub fn start_secondaries(possible: usize) -> usize {
     // Relaxed: written by `_start` before the first Rust instruction.
     let me = BOOT_HART.load(Ordering::Relaxed);
+    hotplug::set_hart_id(0, me);
     let mut cpus = 1;
     for hart in 0..MAX_HART_ID {
         if cpus >= possible {
@@ -78,6 +79,8 @@ pub fn start_secondaries(possible: usize) -> usize {
             continue;
         }
         let entry = secondary_entry as *const () as usize;
+        // Before it runs: nothing can take it offline earlier.
+        hotplug::set_hart_id(cpus, hart);
         let ret: SbiRet = sbi_rt::hart_start(hart, entry, cpus);
         match ret.error {
             0 => cpus += 1,

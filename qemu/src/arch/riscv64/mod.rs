@@ -9,6 +9,7 @@
 //! | CPU index | `tp` (see below) | here |
 //! | traps | `stvec` direct mode, full save incl. F/D, one Rust handler | `boot.s`, `boot.rs` |
 //! | timer | supervisor timer interrupt, `stimecmp` (Sstc) or SBI `set_timer` | `timer.rs` |
+//! | hotplug | SBI HSM `hart_stop`, `hart_start` to a resume entry | `hotplug.rs` |
 //! | console | NS16550 at 0x1000_0000 (`uart_16550`, MMIO) | here |
 //! | exit | `sifive_test` at 0x10_0000 (`qemu-exit`): 0x5555 pass, `(1 << 16) \| 0x3333` fail | here |
 //!
@@ -25,6 +26,7 @@
 //! `csrrci`/`csrsi` on this hart's own CSR, no lock shared between harts).
 
 mod boot;
+mod hotplug;
 mod timer;
 
 use core::fmt;
@@ -36,6 +38,7 @@ use uart_16550::backend::MmioBackend;
 use uart_16550::{Config, Uart16550, Uart16550Tty};
 
 pub use boot::start_secondaries;
+pub use hotplug::{HOTPLUG, cpu_off, cpu_restart};
 pub use timer::timer_start;
 
 /// Architecture name on `KSYNC-` lines.

@@ -22,13 +22,13 @@
 //! saved stack pointer, calls [`resume_cpu`] (GS base, IDT, local APIC,
 //! timer) and returns from `hotplug_suspend` as from a plain call.
 
-use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicU32, Ordering};
 
 use ::x86_64::instructions::{hlt, interrupts};
 
 use super::apic;
 use crate::arch::MAX_CPUS;
+use crate::arch::hotplug::{Contexts, OnSaved, PowerDown};
 
 /// Whether this architecture can take CPUs offline and back.
 pub const HOTPLUG: bool = true;
@@ -49,17 +49,9 @@ const CONTEXT_WORDS: usize = 8;
 /// Bytes per [`Context`] (`boot.s` indexes the array with it).
 pub const CONTEXT_SIZE: usize = CONTEXT_WORDS * 8;
 
-/// One context per CPU.
-pub struct Contexts(UnsafeCell<[Context; MAX_CPUS]>);
-
-// SAFETY: CPU `i` alone touches `CONTEXTS[i]`, and only from the assembly
-// below and in `boot.s`, before it parks and after it is restarted.
-unsafe impl Sync for Contexts {}
-
 /// The contexts (`boot.s` reads a restarted CPU's).
-pub static CONTEXTS: Contexts = Contexts(UnsafeCell::new(
-    [const { Context([0; CONTEXT_WORDS]) }; MAX_CPUS],
-));
+pub static CONTEXTS: Contexts<Context> =
+    Contexts::new([const { Context([0; CONTEXT_WORDS]) }; MAX_CPUS]);
 
 core::arch::global_asm!(
     r#"
@@ -87,12 +79,6 @@ hotplug_suspend:
     options(att_syntax)
 );
 
-/// What the kernel runs once a CPU going down has saved its context.
-pub type OnSaved = extern "C" fn(usize);
-
-/// What `hotplug_suspend` tail-calls once the context is saved.
-type PowerDown = extern "C" fn(usize, OnSaved) -> !;
-
 unsafe extern "C" {
     fn hotplug_suspend(context: *mut Context, cpu: usize, down: PowerDown, on_saved: OnSaved);
 }
@@ -104,7 +90,7 @@ unsafe extern "C" {
 /// (GS base, IDT, local APIC, timer running), interrupts still off.
 pub fn cpu_off(cpu: usize, on_saved: OnSaved) {
     apic::timer_stop();
-    let context = CONTEXTS.0.get().cast::<Context>().wrapping_add(cpu);
+    let context = CONTEXTS.slot(cpu);
     // SAFETY: `context` is this CPU's own slot; `hotplug_suspend` saves the
     // callee-saved state there and calls `park`, which never returns; the
     // CPU comes back through `ap_start64` and `hotplug_resumed`
