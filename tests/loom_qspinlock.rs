@@ -76,6 +76,35 @@ impl Locked {
         seen
     }
 
+    /// `try_lock`, and on success the same critical section as `bump`:
+    /// how many times it got in (0 or 1).
+    fn try_bump(&self) -> usize {
+        if !self.lock.try_lock() {
+            return 0;
+        }
+        // SAFETY: the lock is held.
+        self.data.with_mut(|d| unsafe { *d += 1 });
+        // SAFETY: locked above on this thread.
+        unsafe { self.lock.unlock() };
+        1
+    }
+
+    /// `cpus` CPUs `bump` at once; for each, whether the lock's `Debug`
+    /// text it saw while holding the lock contained `marker`. Checks that
+    /// every bump counted and the lock ended free.
+    fn bump_from(this: &Arc<Self>, cpus: usize, marker: &'static str) -> Vec<bool> {
+        let threads: Vec<_> = (0..cpus)
+            .map(|_| {
+                let l = Arc::clone(this);
+                thread::spawn(move || l.bump().contains(marker))
+            })
+            .collect();
+        let seen = threads.into_iter().map(|t| t.join().unwrap()).collect();
+        assert_eq!(this.value(), cpus);
+        assert!(!this.lock.is_locked());
+        seen
+    }
+
     /// The final value, once every thread has been joined.
     fn value(&self) -> usize {
         // SAFETY: all users are joined.
@@ -97,16 +126,7 @@ fn uncontended_try_lock() {
         let tries: Vec<_> = (0..2)
             .map(|_| {
                 let l = Arc::clone(&l);
-                thread::spawn(move || {
-                    if !l.lock.try_lock() {
-                        return 0;
-                    }
-                    // SAFETY: the lock is held.
-                    l.data.with_mut(|d| unsafe { *d += 1 });
-                    // SAFETY: locked above on this thread.
-                    unsafe { l.lock.unlock() };
-                    1
-                })
+                thread::spawn(move || l.try_bump())
             })
             .collect();
         let wins: usize = tries.into_iter().map(|t| t.join().unwrap()).sum();
@@ -127,17 +147,7 @@ fn pending_path() {
     let seen = outcomes.clone();
     loom::model(move || {
         set_vcpu_preemptible(false);
-        let l = Locked::new();
-        let cpus: Vec<_> = (0..2)
-            .map(|_| {
-                let l = Arc::clone(&l);
-                thread::spawn(move || l.bump().contains("pending: true"))
-            })
-            .collect();
-        let seen_pending: Vec<bool> = cpus.into_iter().map(|t| t.join().unwrap()).collect();
-        let pending = seen_pending.contains(&true);
-        assert_eq!(l.value(), 2);
-        assert!(!l.lock.is_locked());
+        let pending = Locked::bump_from(&Locked::new(), 2, "pending: true").contains(&true);
         seen.record(usize::from(pending));
     });
     outcomes.assert_all_seen(2);
@@ -152,17 +162,7 @@ fn queue_hand_off() {
     let seen = outcomes.clone();
     three_cpus().check(move || {
         set_vcpu_preemptible(false);
-        let l = Locked::new();
-        let cpus: Vec<_> = (0..3)
-            .map(|_| {
-                let l = Arc::clone(&l);
-                thread::spawn(move || l.bump().contains("tail: Some"))
-            })
-            .collect();
-        let seen_tail: Vec<bool> = cpus.into_iter().map(|t| t.join().unwrap()).collect();
-        let queued = seen_tail.contains(&true);
-        assert_eq!(l.value(), 3);
-        assert!(!l.lock.is_locked());
+        let queued = Locked::bump_from(&Locked::new(), 3, "tail: Some").contains(&true);
         seen.record(usize::from(queued));
     });
     outcomes.assert_all_seen(2);
@@ -178,16 +178,7 @@ fn mcs_node_hand_off() {
     let seen = outcomes.clone();
     three_cpus().check(move || {
         set_vcpu_preemptible(false);
-        let l = Locked::new();
-        let cpus: Vec<_> = (0..4)
-            .map(|_| {
-                let l = Arc::clone(&l);
-                thread::spawn(move || l.bump().contains("tail: Some"))
-            })
-            .collect();
-        let seen_tail: Vec<bool> = cpus.into_iter().map(|t| t.join().unwrap()).collect();
-        assert_eq!(l.value(), 4);
-        assert!(!l.lock.is_locked());
+        let seen_tail = Locked::bump_from(&Locked::new(), 4, "tail: Some");
         seen.record(seen_tail.iter().filter(|&&t| t).count().min(2));
     });
     outcomes.assert_all_seen(3);
@@ -315,16 +306,7 @@ fn test_and_set_mode() {
             .collect();
         cpus.push({
             let l = Arc::clone(&l);
-            thread::spawn(move || {
-                if !l.lock.try_lock() {
-                    return 0;
-                }
-                // SAFETY: the lock is held.
-                l.data.with_mut(|d| unsafe { *d += 1 });
-                // SAFETY: locked above on this thread.
-                unsafe { l.lock.unlock() };
-                1
-            })
+            thread::spawn(move || l.try_bump())
         });
         let done: usize = cpus.into_iter().map(|t| t.join().unwrap()).sum();
         assert_eq!(l.value(), done);

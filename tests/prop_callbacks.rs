@@ -12,36 +12,15 @@
 
 use std::mem::offset_of;
 use std::panic::{AssertUnwindSafe, catch_unwind};
+use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering::SeqCst};
-use std::sync::{Mutex, MutexGuard};
 
 use ksync::rcu::{self, RcuHead};
 use proptest::prelude::*;
 
-/// The tests count every CPU's callbacks: one at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Hides the expected double-`call_rcu` panics.
-fn quiet_expected_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let msg = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            if !msg.starts_with("rcu: call_rcu on a head that is already queued") {
-                default(info);
-            }
-        }));
-    });
-}
+#[path = "common/prop.rs"]
+mod prop;
+use prop::{quiet_expected_panics, serial};
 
 struct Item {
     head: RcuHead,
@@ -115,7 +94,7 @@ proptest! {
     #[test]
     fn callback_lists_match_the_model(ops in proptest::collection::vec(op(), 1..64)) {
         let _serial = serial();
-        quiet_expected_panics();
+        quiet_expected_panics("rcu: call_rcu on a head that is already queued");
         LOG.lock().unwrap().clear();
         rcu::cpu_online();
         prop_assert_eq!(rcu::pending_callbacks(), 0, "left over from before");

@@ -6,37 +6,14 @@
 #![cfg(not(loom))]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, MutexGuard};
 
 use ksync::LockRef;
 use ksync::lockref::{self, DEAD};
 use proptest::prelude::*;
 
-/// The tests compare process-wide statistics: one at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Hides the expected misuse panics (the reports under test), keeping
-/// every other panic's message.
-fn quiet_expected_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let msg = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            if !msg.starts_with("lockref: ") {
-                default(info);
-            }
-        }));
-    });
-}
+#[path = "common/prop.rs"]
+mod prop;
+use prop::{quiet_expected_panics, serial};
 
 fn count_strategy() -> impl Strategy<Value = i32> {
     prop_oneof![
@@ -200,7 +177,7 @@ proptest! {
         ops in proptest::collection::vec(op_strategy(), 1..64),
     ) {
         let _serial = serial();
-        quiet_expected_panics();
+        quiet_expected_panics("lockref: ");
         let lr = LockRef::new(start);
         let mut c = start;
         for op in &ops {

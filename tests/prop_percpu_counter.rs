@@ -11,36 +11,13 @@
 
 use std::cmp::Ordering as Cmp;
 use std::panic::{AssertUnwindSafe, catch_unwind};
-use std::sync::{Mutex, MutexGuard};
 
 use ksync::percpu_counter::{self, MAX_BATCH, PerCpuCounter};
 use proptest::prelude::*;
 
-/// The tests compare the process-wide overflow count: one at a time.
-fn serial() -> MutexGuard<'static, ()> {
-    static SERIAL: Mutex<()> = Mutex::new(());
-    SERIAL.lock().unwrap_or_else(|e| e.into_inner())
-}
-
-/// Hides the expected saturation panics, keeping every other panic's
-/// message.
-fn quiet_expected_panics() {
-    static ONCE: std::sync::Once = std::sync::Once::new();
-    ONCE.call_once(|| {
-        let default = std::panic::take_hook();
-        std::panic::set_hook(Box::new(move |info| {
-            let msg = info
-                .payload()
-                .downcast_ref::<&str>()
-                .map(|s| s.to_string())
-                .or_else(|| info.payload().downcast_ref::<String>().cloned())
-                .unwrap_or_default();
-            if !msg.starts_with("percpu_counter: ") {
-                default(info);
-            }
-        }));
-    });
-}
+#[path = "common/prop.rs"]
+mod prop;
+use prop::{quiet_expected_panics, serial};
 
 fn amount() -> impl Strategy<Value = i64> {
     prop_oneof![
@@ -116,7 +93,7 @@ proptest! {
         ops in proptest::collection::vec(op(), 1..48),
     ) {
         let _serial = serial();
-        quiet_expected_panics();
+        quiet_expected_panics("percpu_counter: ");
         let c = PerCpuCounter::with_batch(batch);
         let batch = c.batch();
         prop_assert!((1..=MAX_BATCH).contains(&batch));
