@@ -91,7 +91,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use crate::kernel::{Backoff, kick_waiters, vcpu_preemptible};
-use crate::lockdep::{LockClassKey, Map};
+use crate::lockdep::Map;
 use crate::sync::{AtomicU16, Ordering, const_fn, relax};
 pub use spin::relax::{Loop, RelaxStrategy, Spin};
 
@@ -146,62 +146,11 @@ pub struct RawTicketLock<R = Spin> {
     dep_map: Map,
 }
 
-impl RawTicketLock {
-    const_fn! {
-        /// A new, unlocked ticket lock that spins with [`Spin`].
-        #[cfg_attr(feature = "lockdep", track_caller)]
-        pub fn new() -> Self {
-            Self::with_relax()
-        }
-    }
-
-    const_fn! {
-        /// A new, unlocked ticket lock in `key`'s [lockdep](crate::lockdep)
-        /// class (Linux's `lockdep_set_class`); exactly [`new`](Self::new)
-        /// without `lockdep`. `const`, for a `lock_api` mutex in a `static`:
-        /// `TicketMutex::from_raw(RawTicketLock::with_class(lock_class!("runqueue")), 0)`.
-        #[doc(alias = "lockdep_set_class")]
-        pub fn with_class(key: &'static LockClassKey) -> Self {
-            Self::with_map(Map::with_key(key))
-        }
-    }
-}
-
 impl<R> RawTicketLock<R> {
-    const_fn! {
-        /// A new, unlocked ticket lock with the relax strategy `R` (name
-        /// it: `RawTicketLock::<Loop>::with_relax()`).
-        #[cfg_attr(feature = "lockdep", track_caller)]
-        pub fn with_relax() -> Self {
-            Self::with_map(Map::new())
-        }
-    }
-
     const_fn! {
         fn with_map(dep_map: Map) -> Self {
             Self { owner: AtomicU16::new(0), next: AtomicU16::new(0), relax: PhantomData, dep_map }
         }
-    }
-
-    /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
-    /// the class of the place it was built. Does nothing without `lockdep`.
-    #[doc(alias = "lockdep_set_class")]
-    #[inline]
-    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
-        self.dep_map.set_class(key);
-    }
-
-    /// Tries to take the lock without spinning: succeeds only when nobody
-    /// holds it or waits for it.
-    #[doc(alias = "arch_spin_trylock")]
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn try_lock(&self) -> bool {
-        let locked = self.try_lock_untracked();
-        if locked {
-            self.dep_map.acquire(0, true, false);
-        }
-        locked
     }
 
     /// [`try_lock`](Self::try_lock) without telling lockdep (for locks
@@ -247,19 +196,6 @@ impl<R> RawTicketLock<R> {
         self.next.load(Ordering::Relaxed).wrapping_sub(owner) > 1
     }
 
-    /// Releases the lock.
-    ///
-    /// # Safety
-    /// The lock must be held by the caller's context.
-    #[doc(alias = "arch_spin_unlock")]
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub unsafe fn unlock(&self) {
-        self.dep_map.release();
-        // SAFETY: forwarded caller contract.
-        unsafe { self.unlock_untracked() }
-    }
-
     /// [`unlock`](Self::unlock) without telling lockdep.
     ///
     /// # Safety
@@ -280,34 +216,6 @@ impl<R> RawTicketLock<R> {
 }
 
 impl<R: RelaxStrategy> RawTicketLock<R> {
-    /// Takes a ticket and spins until it is served; when CPUs may be
-    /// descheduled while spinning ([`vcpu_preemptible`]), takes the lock
-    /// by test-and-set instead (see [`lock_preemptible`](Self::lock_preemptible)).
-    #[doc(alias = "arch_spin_lock")]
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn lock(&self) {
-        // Recorded before spinning, so a deadlock is reported first.
-        self.dep_map.acquire(0, false, false);
-        self.lock_untracked();
-    }
-
-    /// [`lock`](Self::lock) for deliberate nesting of two locks of one
-    /// [lockdep](crate::lockdep) class (Linux's `spin_lock_nested`): the
-    /// outer one with `lock`, the inner one with `lock_nested(1)`.
-    /// Without `lockdep`, exactly `lock`.
-    ///
-    /// # Panics
-    /// With `lockdep`, if `subclass` is not below
-    /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
-    #[doc(alias = "spin_lock_nested")]
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn lock_nested(&self, subclass: u8) {
-        self.dep_map.acquire(subclass, false, false);
-        self.lock_untracked();
-    }
-
     /// [`lock`](Self::lock) without telling lockdep.
     #[inline]
     pub(crate) fn lock_untracked(&self) {
@@ -355,13 +263,6 @@ impl<R: RelaxStrategy> RawTicketLock<R> {
         while !self.try_lock_untracked() {
             backoff.backoff::<R>();
         }
-    }
-}
-
-impl<R> Default for RawTicketLock<R> {
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    fn default() -> Self {
-        Self::with_relax()
     }
 }
 
@@ -424,6 +325,121 @@ impl<L, I> RawIrqSave<L, I> {
 
 // ---- lock_api ---------------------------------------------------------------
 
+/// The entry points every raw lock here has in the same shape, around its
+/// own `with_map`, `lock_untracked`, `try_lock_untracked` and
+/// `unlock_untracked`: the constructors (`new`, `with_class`,
+/// `with_relax`, `Default`), `set_lock_class`, and `lock`, `lock_nested`,
+/// `try_lock` and `unlock`, which tell lockdep. One definition for the
+/// ticket, TTAS and queued locks; the invocation gives each lock's own
+/// docs for `lock`, `try_lock` and `unlock`.
+macro_rules! impl_lock_entry_points {
+    (
+        $lock:ident, $name:literal,
+        lock: { $(#[$lock_attr:meta])* },
+        try_lock: { $(#[$try_attr:meta])* },
+        unlock: { $(#[$unlock_attr:meta])* } $(,)?
+    ) => {
+        impl $lock {
+            $crate::sync::const_fn! {
+                #[doc = concat!("A new, unlocked ", $name, " that spins with [`Spin`](crate::spinlock::Spin).")]
+                #[cfg_attr(feature = "lockdep", track_caller)]
+                pub fn new() -> Self {
+                    Self::with_relax()
+                }
+            }
+
+            $crate::sync::const_fn! {
+                #[doc = concat!("A new, unlocked ", $name, " in `key`'s [lockdep](crate::lockdep)")]
+                /// class (Linux's `lockdep_set_class`); exactly `new`
+                /// without `lockdep`. `const`, for a `lock_api` mutex in a
+                /// `static`: `TicketMutex::from_raw(RawTicketLock::with_class(lock_class!("runqueue")), 0)`.
+                #[doc(alias = "lockdep_set_class")]
+                pub fn with_class(key: &'static $crate::lockdep::LockClassKey) -> Self {
+                    Self::with_map($crate::lockdep::Map::with_key(key))
+                }
+            }
+        }
+
+        impl<R> $lock<R> {
+            $crate::sync::const_fn! {
+                #[doc = concat!("A new, unlocked ", $name, " with the relax strategy `R` (name")]
+                #[doc = concat!("it: `", stringify!($lock), "::<Loop>::with_relax()`).")]
+                #[cfg_attr(feature = "lockdep", track_caller)]
+                pub fn with_relax() -> Self {
+                    Self::with_map($crate::lockdep::Map::new())
+                }
+            }
+
+            /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
+            /// the class of the place it was built. Does nothing without `lockdep`.
+            #[doc(alias = "lockdep_set_class")]
+            #[inline]
+            pub fn set_lock_class(&mut self, key: &'static $crate::lockdep::LockClassKey) {
+                self.dep_map.set_class(key);
+            }
+
+            $(#[$try_attr])*
+            #[inline]
+            #[cfg_attr(feature = "lockdep", track_caller)]
+            pub fn try_lock(&self) -> bool {
+                let locked = self.try_lock_untracked();
+                if locked {
+                    self.dep_map.acquire(0, true, false);
+                }
+                locked
+            }
+
+            /// Releases the lock.
+            ///
+            /// # Safety
+            /// The lock must be held by the caller's context.
+            $(#[$unlock_attr])*
+            #[inline]
+            #[cfg_attr(feature = "lockdep", track_caller)]
+            pub unsafe fn unlock(&self) {
+                self.dep_map.release();
+                // SAFETY: forwarded caller contract.
+                unsafe { self.unlock_untracked() }
+            }
+        }
+
+        impl<R: $crate::spinlock::RelaxStrategy> $lock<R> {
+            $(#[$lock_attr])*
+            #[inline]
+            #[cfg_attr(feature = "lockdep", track_caller)]
+            pub fn lock(&self) {
+                // Recorded before spinning, so a deadlock is reported first.
+                self.dep_map.acquire(0, false, false);
+                self.lock_untracked();
+            }
+
+            /// [`lock`](Self::lock) for deliberate nesting of two locks of one
+            /// [lockdep](crate::lockdep) class (Linux's `spin_lock_nested`): the
+            /// outer one with `lock`, the inner one with `lock_nested(1)`.
+            /// Without `lockdep`, exactly `lock`.
+            ///
+            /// # Panics
+            /// With `lockdep`, if `subclass` is not below
+            /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
+            #[doc(alias = "spin_lock_nested")]
+            #[inline]
+            #[cfg_attr(feature = "lockdep", track_caller)]
+            pub fn lock_nested(&self, subclass: u8) {
+                self.dep_map.acquire(subclass, false, false);
+                self.lock_untracked();
+            }
+        }
+
+        impl<R> Default for $lock<R> {
+            #[cfg_attr(feature = "lockdep", track_caller)]
+            fn default() -> Self {
+                Self::with_relax()
+            }
+        }
+    };
+}
+pub(crate) use impl_lock_entry_points;
+
 /// `lock_api::RawMutex` for a raw lock whose inherent `lock`, `try_lock`,
 /// `unlock` and `is_locked` already do the work and whose `with_map` builds
 /// it from a lockdep map: one definition for the ticket, TTAS and queued
@@ -469,6 +485,24 @@ macro_rules! impl_raw_mutex {
     };
 }
 pub(crate) use impl_raw_mutex;
+
+impl_lock_entry_points!(
+    RawTicketLock, "ticket lock",
+    lock: {
+        /// Takes a ticket and spins until it is served; when CPUs may be
+        /// descheduled while spinning ([`vcpu_preemptible`]), takes the lock
+        /// by test-and-set instead (see [`lock_preemptible`](Self::lock_preemptible)).
+        #[doc(alias = "arch_spin_lock")]
+    },
+    try_lock: {
+        /// Tries to take the lock without spinning: succeeds only when nobody
+        /// holds it or waits for it.
+        #[doc(alias = "arch_spin_trylock")]
+    },
+    unlock: {
+        #[doc(alias = "arch_spin_unlock")]
+    },
+);
 
 // Why it excludes: `lock` returns only once this CPU's ticket is served, and
 // `owner` moves on only by the holder's unlock: one holder at a time.

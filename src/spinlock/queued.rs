@@ -9,7 +9,7 @@ use core::sync::atomic::{Ordering::SeqCst, compiler_fence};
 
 use super::{RawIrqSave, RelaxStrategy, Spin};
 use crate::kernel::{self, Backoff, MAX_CPUS, Waiter, kick_waiters, vcpu_preemptible};
-use crate::lockdep::{LockClassKey, Map};
+use crate::lockdep::Map;
 use crate::percpu::{CachePadded, PerCpu};
 use crate::sync::{AtomicU32, Ordering, const_fn};
 use Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -257,26 +257,6 @@ pub struct RawQueuedLock<R = Spin> {
     dep_map: Map,
 }
 
-impl RawQueuedLock {
-    const_fn! {
-        /// A new, unlocked queued lock that spins with [`Spin`].
-        #[cfg_attr(feature = "lockdep", track_caller)]
-        pub fn new() -> Self {
-            Self::with_relax()
-        }
-    }
-
-    const_fn! {
-        /// A new, unlocked queued lock in `key`'s [lockdep](crate::lockdep)
-        /// class; exactly [`new`](Self::new) without `lockdep` (see
-        /// [`RawTicketLock::with_class`](super::RawTicketLock::with_class)).
-        #[doc(alias = "lockdep_set_class")]
-        pub fn with_class(key: &'static LockClassKey) -> Self {
-            Self::with_map(Map::with_key(key))
-        }
-    }
-}
-
 impl<R> RawQueuedLock<R> {
     /// Fails the build if a tail cannot name every CPU.
     const CPUS_FIT: () = assert!(
@@ -285,38 +265,9 @@ impl<R> RawQueuedLock<R> {
     );
 
     const_fn! {
-        /// A new, unlocked queued lock with the relax strategy `R`.
-        #[cfg_attr(feature = "lockdep", track_caller)]
-        pub fn with_relax() -> Self {
-            Self::with_map(Map::new())
-        }
-    }
-
-    const_fn! {
         fn with_map(dep_map: Map) -> Self {
             Self { val: AtomicU32::new(0), relax: PhantomData, dep_map }
         }
-    }
-
-    /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
-    /// the class of the place it was built. Does nothing without `lockdep`.
-    #[doc(alias = "lockdep_set_class")]
-    #[inline]
-    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
-        self.dep_map.set_class(key);
-    }
-
-    /// Tries to take the lock without waiting: succeeds only when nobody
-    /// holds it, is about to, or is queued for it.
-    #[doc(alias = "queued_spin_trylock")]
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn try_lock(&self) -> bool {
-        let locked = self.try_lock_untracked();
-        if locked {
-            self.dep_map.acquire(0, true, false);
-        }
-        locked
     }
 
     /// [`try_lock`](Self::try_lock) without telling lockdep (the slow
@@ -352,19 +303,6 @@ impl<R> RawQueuedLock<R> {
         self.val.load(Relaxed) & !LOCKED_MASK != 0
     }
 
-    /// Releases the lock.
-    ///
-    /// # Safety
-    /// The lock must be held by the caller's context.
-    #[doc(alias = "queued_spin_unlock")]
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub unsafe fn unlock(&self) {
-        self.dep_map.release();
-        // SAFETY: forwarded caller contract.
-        unsafe { self.unlock_untracked() }
-    }
-
     /// [`unlock`](Self::unlock) without telling lockdep.
     ///
     /// # Safety
@@ -387,34 +325,6 @@ impl<R> RawQueuedLock<R> {
 }
 
 impl<R: RelaxStrategy> RawQueuedLock<R> {
-    /// Spins until the lock is taken: FIFO through the pending bit and the
-    /// queue, or by test-and-set when CPUs may be descheduled while they
-    /// spin ([`vcpu_preemptible`]; see the module docs).
-    #[doc(alias = "queued_spin_lock")]
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn lock(&self) {
-        // Recorded before spinning, so a deadlock is reported first.
-        self.dep_map.acquire(0, false, false);
-        self.lock_untracked();
-    }
-
-    /// [`lock`](Self::lock) for deliberate nesting of two locks of one
-    /// [lockdep](crate::lockdep) class (see
-    /// [`RawTicketLock::lock_nested`](super::RawTicketLock::lock_nested)).
-    /// Without `lockdep`, exactly `lock`.
-    ///
-    /// # Panics
-    /// With `lockdep`, if `subclass` is not below
-    /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
-    #[doc(alias = "spin_lock_nested")]
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn lock_nested(&self, subclass: u8) {
-        self.dep_map.acquire(subclass, false, false);
-        self.lock_untracked();
-    }
-
     /// [`lock`](Self::lock) without telling lockdep.
     #[inline]
     fn lock_untracked(&self) {
@@ -576,13 +486,6 @@ impl<R: RelaxStrategy> RawQueuedLock<R> {
     }
 }
 
-impl<R> Default for RawQueuedLock<R> {
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    fn default() -> Self {
-        Self::with_relax()
-    }
-}
-
 impl<R> fmt::Debug for RawQueuedLock<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let val = self.val.load(Relaxed);
@@ -618,6 +521,24 @@ impl<R> defmt::Format for RawQueuedLock<R> {
 // documented on the methods. No node is in use once `lock` returns, so a
 // guard may be sent to and unlocked on another CPU, or forgotten (the lock
 // stays held, which is safe).
+super::impl_lock_entry_points!(
+    RawQueuedLock, "queued lock",
+    lock: {
+        /// Spins until the lock is taken: FIFO through the pending bit and the
+        /// queue, or by test-and-set when CPUs may be descheduled while they
+        /// spin ([`vcpu_preemptible`]; see the module docs).
+        #[doc(alias = "queued_spin_lock")]
+    },
+    try_lock: {
+        /// Tries to take the lock without waiting: succeeds only when nobody
+        /// holds it, is about to, or is queued for it.
+        #[doc(alias = "queued_spin_trylock")]
+    },
+    unlock: {
+        #[doc(alias = "queued_spin_unlock")]
+    },
+);
+
 super::impl_raw_mutex!(RawQueuedLock);
 
 #[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one

@@ -6,7 +6,7 @@ use core::marker::PhantomData;
 
 use super::{RelaxStrategy, Spin};
 use crate::kernel::{Waiter, kick_waiters, vcpu_preemptible};
-use crate::lockdep::{LockClassKey, Map};
+use crate::lockdep::Map;
 use crate::sync::{AtomicBool, Ordering, const_fn};
 
 /// A test-and-test-and-set spinlock: waiters read the flag until it looks
@@ -23,58 +23,11 @@ pub struct RawTtasLock<R = Spin> {
     dep_map: Map,
 }
 
-impl RawTtasLock {
-    const_fn! {
-        /// A new, unlocked TTAS lock that spins with [`Spin`].
-        #[cfg_attr(feature = "lockdep", track_caller)]
-        pub fn new() -> Self {
-            Self::with_relax()
-        }
-    }
-
-    const_fn! {
-        /// A new, unlocked TTAS lock in `key`'s [lockdep](crate::lockdep)
-        /// class; exactly [`new`](Self::new) without `lockdep` (see
-        /// [`RawTicketLock::with_class`](super::RawTicketLock::with_class)).
-        #[doc(alias = "lockdep_set_class")]
-        pub fn with_class(key: &'static LockClassKey) -> Self {
-            Self::with_map(Map::with_key(key))
-        }
-    }
-}
-
 impl<R> RawTtasLock<R> {
-    const_fn! {
-        /// A new, unlocked TTAS lock with the relax strategy `R`.
-        #[cfg_attr(feature = "lockdep", track_caller)]
-        pub fn with_relax() -> Self {
-            Self::with_map(Map::new())
-        }
-    }
-
     const_fn! {
         fn with_map(dep_map: Map) -> Self {
             Self { locked: AtomicBool::new(false), relax: PhantomData, dep_map }
         }
-    }
-
-    /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
-    /// the class of the place it was built. Does nothing without `lockdep`.
-    #[doc(alias = "lockdep_set_class")]
-    #[inline]
-    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
-        self.dep_map.set_class(key);
-    }
-
-    /// Tries to take the lock once.
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn try_lock(&self) -> bool {
-        let locked = self.try_lock_untracked();
-        if locked {
-            self.dep_map.acquire(0, true, false);
-        }
-        locked
     }
 
     /// [`try_lock`](Self::try_lock) without telling lockdep.
@@ -94,18 +47,6 @@ impl<R> RawTtasLock<R> {
         self.locked.load(Ordering::Relaxed)
     }
 
-    /// Releases the lock.
-    ///
-    /// # Safety
-    /// The lock must be held by the caller's context.
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub unsafe fn unlock(&self) {
-        self.dep_map.release();
-        // SAFETY: forwarded caller contract.
-        unsafe { self.unlock_untracked() }
-    }
-
     /// [`unlock`](Self::unlock) without telling lockdep.
     ///
     /// # Safety
@@ -122,35 +63,6 @@ impl<R> RawTtasLock<R> {
 }
 
 impl<R: RelaxStrategy> RawTtasLock<R> {
-    /// Spins until the lock is taken.
-    ///
-    /// When CPUs may be descheduled while spinning ([`vcpu_preemptible`]),
-    /// a waiter gives the CPU away now and then (the kernel's
-    /// [`SpinWait`](crate::kernel::SpinWait)) so a descheduled holder can
-    /// run.
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn lock(&self) {
-        // Recorded before spinning, so a deadlock is reported first.
-        self.dep_map.acquire(0, false, false);
-        self.lock_untracked();
-    }
-
-    /// [`lock`](Self::lock) for deliberate nesting of two locks of one
-    /// [lockdep](crate::lockdep) class (see [`RawTicketLock::lock_nested`](super::RawTicketLock::lock_nested)).
-    /// Without `lockdep`, exactly `lock`.
-    ///
-    /// # Panics
-    /// With `lockdep`, if `subclass` is not below
-    /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
-    #[doc(alias = "spin_lock_nested")]
-    #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn lock_nested(&self, subclass: u8) {
-        self.dep_map.acquire(subclass, false, false);
-        self.lock_untracked();
-    }
-
     /// [`lock`](Self::lock) without telling lockdep.
     #[inline]
     pub(crate) fn lock_untracked(&self) {
@@ -187,13 +99,6 @@ impl<R: RelaxStrategy> RawTtasLock<R> {
     }
 }
 
-impl<R> Default for RawTtasLock<R> {
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    fn default() -> Self {
-        Self::with_relax()
-    }
-}
-
 impl<R> fmt::Debug for RawTtasLock<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("RawTtasLock")
@@ -207,6 +112,22 @@ impl<R> fmt::Debug for RawTtasLock<R> {
 // Why it excludes: the compare-exchange from `false` to `true` succeeds for one CPU
 // at a time and only the holder stores `false`. Acquire/Release as
 // documented on the methods.
+super::impl_lock_entry_points!(
+    RawTtasLock, "TTAS lock",
+    lock: {
+        /// Spins until the lock is taken.
+        ///
+        /// When CPUs may be descheduled while spinning ([`vcpu_preemptible`]),
+        /// a waiter gives the CPU away now and then (the kernel's
+        /// [`SpinWait`](crate::kernel::SpinWait)) so a descheduled holder can
+        /// run.
+    },
+    try_lock: {
+        /// Tries to take the lock once.
+    },
+    unlock: {},
+);
+
 super::impl_raw_mutex!(RawTtasLock);
 
 #[cfg(feature = "defmt")]
