@@ -2,40 +2,23 @@
 //! programs. Run with `cargo test --features test-hooks,alloc,lockdep --test lockdep`.
 //!
 //! Reports are recorded (`ksync::host::record_lockdep_reports`) instead of
-//! panicking, so each test reads what was reported; the tests take
-//! `SERIAL` so that they read only their own.
+//! panicking, so each test reads what was reported; each test begins
+//! with `start()` (tests/common/lockdep_reports.rs), one at a time.
 
 #![cfg(feature = "lockdep")]
 
-use std::sync::{Mutex, MutexGuard, mpsc};
+use std::sync::mpsc;
 use std::thread;
 
 use ksync::brlock::BrLock;
-use ksync::host::{enter_interrupt, exit_interrupt, record_lockdep_reports, take_lockdep_reports};
+use ksync::host::{enter_interrupt, exit_interrupt};
 use ksync::lockdep::{self, Map};
 use ksync::seqlock::SeqLock;
 use ksync::{LockRef, lock_class};
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-/// Serialises the tests and turns recording on, with nothing recorded.
-fn start() -> MutexGuard<'static, ()> {
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    record_lockdep_reports(true);
-    take_lockdep_reports();
-    guard
-}
-
-fn one_report() -> String {
-    let reports = take_lockdep_reports();
-    assert_eq!(reports.len(), 1, "expected one report, got {reports:#?}");
-    reports.into_iter().next().unwrap()
-}
-
-fn no_report() {
-    let reports = take_lockdep_reports();
-    assert!(reports.is_empty(), "expected no report, got {reports:#?}");
-}
+#[path = "common/lockdep_reports.rs"]
+mod lockdep_reports;
+use lockdep_reports::{no_report, one_report, start};
 
 /// `file:line:` of the line before this macro's: where a lock was just
 /// taken.

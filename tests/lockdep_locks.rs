@@ -5,14 +5,13 @@
 //! `cargo test --features test-hooks,alloc,lockdep --test lockdep_locks`.
 //!
 //! As in `tests/lockdep.rs`, reports are recorded instead of panicking and
-//! the tests take `SERIAL` so that each reads only its own.
+//! each test begins with `start()`, one at a time.
 
 #![cfg(all(feature = "lockdep", not(loom)))]
 
-use std::sync::{Mutex, MutexGuard};
 use std::thread;
 
-use ksync::host::{enter_interrupt, exit_interrupt, record_lockdep_reports, take_lockdep_reports};
+use ksync::host::{enter_interrupt, exit_interrupt};
 use ksync::lock_api::RawMutex;
 use ksync::lock_class;
 use ksync::lockdep;
@@ -22,25 +21,9 @@ use ksync::spinlock::{
     IrqTicketMutex, RawQueuedLock, RawTicketLock, RawTtasLock, TicketMutex, TtasMutex,
 };
 
-static SERIAL: Mutex<()> = Mutex::new(());
-
-fn start() -> MutexGuard<'static, ()> {
-    let guard = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    record_lockdep_reports(true);
-    take_lockdep_reports();
-    guard
-}
-
-fn one_report() -> String {
-    let reports = take_lockdep_reports();
-    assert_eq!(reports.len(), 1, "expected one report, got {reports:#?}");
-    reports.into_iter().next().unwrap()
-}
-
-fn no_report() {
-    let reports = take_lockdep_reports();
-    assert!(reports.is_empty(), "expected no report, got {reports:#?}");
-}
+#[path = "common/lockdep_reports.rs"]
+mod lockdep_reports;
+use lockdep_reports::{no_report, one_report, start};
 
 /// Runs `f` on a fresh thread (a CPU of its own) and waits for it.
 fn on_cpu(f: impl FnOnce() + Send) {
