@@ -78,6 +78,9 @@ struct Locks {
 /// The baseline reader: this CPU's slot + 1, the read, this CPU's slot - 1.
 #[inline(always)]
 fn baseline_read(locks: &Locks) -> u64 {
+    // Relaxed, and a load and a store rather than an RMW: only this CPU
+    // writes its slot and nothing reads it; it orders nothing (the limit
+    // being measured, not a lock).
     let slot = locks.slots.get();
     slot.store(slot.load(Relaxed) + 1, Relaxed);
     drop(slot);
