@@ -76,10 +76,19 @@
 /// `[env] KSYNC_MAX_CPUS = "256"`); the default is 64. Each slot is a cache
 /// line (128 bytes on x86_64 and aarch64), so a `PerCpu<AtomicU64>` takes
 /// 8 KiB at the default.
+///
+/// At most [`MAX_CPUS_LIMIT`] (16 383): the ticket lock and
+/// [`LockRef`](crate::LockRef)'s lock count outstanding tickets in 16 bits,
+/// and every CPU has four contexts that can wait at once (thread, softirq,
+/// hardirq, NMI); 4 x 16 383 tickets stay below the 65 536 at which a held
+/// lock would look free. A larger value fails the build.
 pub const MAX_CPUS: usize = match option_env!("KSYNC_MAX_CPUS") {
     Some(text) => parse_max_cpus(text),
     None => 64,
 };
+
+/// The largest value `KSYNC_MAX_CPUS` may take (see [`MAX_CPUS`]).
+pub const MAX_CPUS_LIMIT: usize = (1 << 14) - 1;
 
 const fn parse_max_cpus(text: &str) -> usize {
     let bytes = text.as_bytes();
@@ -93,7 +102,10 @@ const fn parse_max_cpus(text: &str) -> usize {
             "KSYNC_MAX_CPUS must be a decimal number"
         );
         value = value * 10 + (digit - b'0') as usize;
-        assert!(value <= 1 << 16, "KSYNC_MAX_CPUS is above 65536");
+        assert!(
+            value <= MAX_CPUS_LIMIT,
+            "KSYNC_MAX_CPUS is above 16383: 16-bit lock tickets must outnumber the 4 waiting contexts of every CPU"
+        );
         i += 1;
     }
     assert!(value > 0, "KSYNC_MAX_CPUS must be at least 1");
@@ -456,3 +468,22 @@ pub use crate::lockdep::Report as LockdepReport;
 
 pub(crate) use spin::{Backoff, Waiter, kick_waiters};
 pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};
+
+#[cfg(test)]
+mod tests {
+    use super::{MAX_CPUS_LIMIT, parse_max_cpus};
+
+    #[test]
+    fn max_cpus_is_bounded_below_the_ticket_range() {
+        assert_eq!(parse_max_cpus("1"), 1);
+        assert_eq!(parse_max_cpus("16383"), MAX_CPUS_LIMIT);
+        // Four waiting contexts per CPU must not wrap a 16-bit ticket.
+        const { assert!(4 * MAX_CPUS_LIMIT < 1 << 16) };
+        for bad in ["16384", "65536", "0", "", "12a"] {
+            assert!(
+                std::panic::catch_unwind(|| parse_max_cpus(bad)).is_err(),
+                "KSYNC_MAX_CPUS={bad:?} was accepted"
+            );
+        }
+    }
+}

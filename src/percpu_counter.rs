@@ -13,11 +13,14 @@
 //!
 //! * [`read`](PerCpuCounter::read): the shared total alone, one load. It
 //!   misses what sits in the slots: **its error is below
-//!   `2 * batch * nr_cpus()`** in absolute value. A slot holds less than
+//!   `4 * batch * nr_cpus()`** in absolute value. A slot holds less than
 //!   `batch` after any add (an add of `batch` or more always folds); an
 //!   interrupt handler that adds on a CPU between that CPU's check and its
-//!   add can leave up to twice that (each further level of nested
-//!   interrupts that lands in the same window adds one `batch` more).
+//!   add can leave one `batch` more, and each further level of nested
+//!   contexts landing in the same window one more. The bound covers the
+//!   four contexts a CPU can nest (thread, softirq, hardirq, NMI: the
+//!   nesting the crate supports, as the queued lock's four nodes per CPU);
+//!   deeper nesting is not supported.
 //! * [`sum`](PerCpuCounter::sum): exact, O(`nr_cpus`), under the fold lock
 //!   (exact as of one instant when no update runs concurrently; concurrent
 //!   updates are either in or out).
@@ -57,9 +60,16 @@ use crate::percpu::PerCpu;
 use crate::spinlock::{RawTicketLock, lock_irqsave};
 use crate::sync::{AtomicI32, LockedI64, Ordering, StatCounter, const_fn};
 
-/// The largest batch: keeps `2 * batch` (a slot pushed past the batch by an
-/// interrupt) inside an `i32`.
+/// The largest batch: keeps `4 * batch` (a slot pushed past the batch by
+/// three nested contexts, see the module docs) inside an `i32`.
 pub const MAX_BATCH: i32 = 1 << 29;
+
+/// How many contexts can nest on one CPU (thread, softirq, hardirq, NMI),
+/// each able to leave up to one `batch` in a slot (module docs).
+const NESTED_CONTEXTS: i64 = 4;
+
+// A slot's worst case fits its `i32`.
+const _: () = assert!(NESTED_CONTEXTS * (MAX_BATCH as i64) <= i32::MAX as i64 + 1);
 
 /// A counter with a per-CPU part and a shared total.
 #[doc(alias = "percpu_counter")]
@@ -70,7 +80,7 @@ pub struct PerCpuCounter {
     total: LockedI64,
     /// 0: the default, `max(32, 2 * nr_cpus())`.
     batch: i32,
-    /// Each CPU's unfolded part; |slot| < 2 * batch (see the module docs).
+    /// Each CPU's unfolded part; |slot| < 4 * batch (see the module docs).
     slots: PerCpu<AtomicI32>,
 }
 
@@ -136,10 +146,10 @@ impl PerCpuCounter {
         }
     }
 
-    /// The bound on [`read`](Self::read)'s error: `2 * batch * nr_cpus()`
-    /// (see the module docs for the factor 2).
+    /// The bound on [`read`](Self::read)'s error: `4 * batch * nr_cpus()`
+    /// (see the module docs for the factor 4: the contexts a CPU can nest).
     pub fn error_bound(&self) -> i64 {
-        2 * i64::from(self.batch()) * kernel::nr_cpus() as i64
+        NESTED_CONTEXTS * i64::from(self.batch()) * kernel::nr_cpus() as i64
     }
 
     /// Adds `amount`: to this CPU's slot, or, when the slot would reach
@@ -152,9 +162,9 @@ impl PerCpuCounter {
         let slot = self.slots.get();
         // The fast path needs |amount| < batch as well as |slot + amount|
         // < batch: the addition cannot overflow (|slot| <= 2^31, |amount|
-        // < 2^29), `amount` fits the slot's `i32`, and a slot that an
-        // interrupt changed between the load and the add stays below
-        // `2 * batch` (module docs). Anything else, i64 edges included,
+        // < 2^29), `amount` fits the slot's `i32`, and a slot that nested
+        // contexts changed between the load and the add stays below
+        // `4 * batch` (module docs). Anything else, i64 edges included,
         // folds exactly, or saturates and is reported.
         if amount.unsigned_abs() < batch {
             let local = i64::from(slot.load(Ordering::Relaxed)) + amount;
@@ -306,5 +316,34 @@ fn report_overflow() {
     OVERFLOWS.fetch_add(1, Ordering::Relaxed);
     if cfg!(debug_assertions) {
         panic!("percpu_counter: the total overflowed i64 and saturated");
+    }
+}
+
+#[cfg(all(test, not(loom)))]
+mod tests {
+    use super::{Cmp, PerCpuCounter};
+    use crate::kernel;
+    use crate::sync::Ordering;
+
+    /// `compare` decides from `read` only beyond the error bound, and the
+    /// bound covers slots left at their worst by four nested contexts
+    /// (each adding `batch - 1` in the window between a CPU's check and
+    /// its add). With the old bound (`2 * batch * nr_cpus`) `read` decided
+    /// here and answered `Less` for a counter above `rhs`.
+    #[test]
+    fn compare_holds_for_slots_left_by_nested_contexts() {
+        let batch = 1000;
+        let counter = PerCpuCounter::with_batch(batch);
+        let cpus = kernel::nr_cpus();
+        let worst = 4 * (batch - 1);
+        for slot in counter.slots.iter().take(cpus) {
+            slot.store(worst, Ordering::Relaxed);
+        }
+        let truth = i64::from(worst) * cpus as i64;
+        assert_eq!(counter.read(), 0);
+        assert!(counter.error_bound() >= truth);
+        assert_eq!(counter.compare(truth - 1), Cmp::Greater);
+        assert_eq!(counter.compare(truth), Cmp::Equal);
+        assert_eq!(counter.compare(truth + 1), Cmp::Less);
     }
 }

@@ -92,7 +92,7 @@ use core::marker::PhantomData;
 
 use crate::kernel::{Backoff, kick_waiters, vcpu_preemptible};
 use crate::lockdep::Map;
-use crate::sync::{AtomicU16, Ordering, const_fn, relax};
+use crate::sync::{AtomicU32, Ordering, const_fn, relax};
 pub use spin::relax::{Loop, RelaxStrategy, Spin};
 
 mod queued;
@@ -119,14 +119,50 @@ pub type ArchIrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock, ArchIrq>,
 
 // ---- ticket lock ------------------------------------------------------------
 
+/// Width of each ticket: 16 bits, or 2 under loom, so that a model can wrap
+/// the tickets in four acquisitions (`ticket_try_lock_across_a_wrap`).
+const TICKET_BITS: u32 = if cfg!(loom) { 2 } else { u16::BITS };
+/// One ticket's mask, at bit 0.
+const TICKET_MASK: u32 = (1 << TICKET_BITS) - 1;
+/// Adding this hands out the next ticket (`next + 1`). `next` is the top
+/// field of the word, so its carry leaves the word (16-bit tickets) or
+/// lands in bits no field reads (loom's 2-bit tickets): it never reaches
+/// `owner`.
+const NEXT_ONE: u32 = 1 << TICKET_BITS;
+
+/// How many distinct tickets there are: this many acquisitions bring the
+/// word's fields back to the values they started from. Models of the
+/// wrap (loom only) need it.
+#[cfg(loom)]
+#[doc(hidden)]
+pub const TICKETS: u32 = 1 << TICKET_BITS;
+
+/// The ticket being served.
+#[inline(always)]
+const fn owner_of(word: u32) -> u32 {
+    word & TICKET_MASK
+}
+
+/// The next ticket to hand out.
+#[inline(always)]
+const fn next_of(word: u32) -> u32 {
+    (word >> TICKET_BITS) & TICKET_MASK
+}
+
 /// A fair (FIFO) ticket spinlock in 32 bits.
 ///
-/// `next` is the ticket the next arrival takes, `owner` the ticket being
-/// served; the lock is free when they are equal. Locking takes a ticket with
-/// one `fetch_add` on `next` and spins until `owner` reaches it; unlocking
-/// is a plain release store of `owner + 1`, since only the holder writes
-/// `owner`. The two 16-bit halves are separate atomics so neither can carry
-/// into the other; up to 65 535 CPUs may wait at once.
+/// One 32-bit word: `owner` (the ticket being served) in the low half,
+/// `next` (the ticket the next arrival takes) in the high half; the lock
+/// is free when they are equal. Locking takes a ticket with one
+/// `fetch_add` on the word (the carry out of `next` leaves the word) and
+/// spins until `owner` reaches it; unlocking adds one to `owner` (only the
+/// holder writes it; at `u16::MAX` it subtracts `u16::MAX` instead, so it
+/// never carries into `next`). Up to 65 535 CPUs may wait at once
+/// ([`MAX_CPUS`](crate::kernel::MAX_CPUS) is bounded below that).
+///
+/// `try_lock` compares the whole word, as Linux's ticket trylock does: a
+/// compare of `next` alone succeeds again once 65 536 acquisitions have
+/// wrapped it while the lock is held, and two CPUs would then hold it.
 ///
 /// With [`lockdep`](crate::lockdep), the lock's class is the place it was
 /// built (see [lock classes](crate::lockdep#lock-classes)), and `lock`,
@@ -139,8 +175,8 @@ pub type ArchIrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock, ArchIrq>,
 #[doc(alias = "arch_spinlock_t")]
 #[repr(C, align(4))]
 pub struct RawTicketLock<R = Spin> {
-    owner: AtomicU16,
-    next: AtomicU16,
+    /// `owner | next << 16`.
+    word: AtomicU32,
     relax: PhantomData<R>,
     /// The lock's lockdep class (zero-sized without `lockdep`).
     dep_map: Map,
@@ -149,31 +185,37 @@ pub struct RawTicketLock<R = Spin> {
 impl<R> RawTicketLock<R> {
     const_fn! {
         fn with_map(dep_map: Map) -> Self {
-            Self { owner: AtomicU16::new(0), next: AtomicU16::new(0), relax: PhantomData, dep_map }
+            Self { word: AtomicU32::new(0), relax: PhantomData, dep_map }
         }
+    }
+
+    /// `(owner, next)` now (a snapshot).
+    #[inline]
+    fn tickets(&self) -> (u32, u32) {
+        let word = self.word.load(Ordering::Relaxed);
+        (owner_of(word), next_of(word))
     }
 
     /// [`try_lock`](Self::try_lock) without telling lockdep (for locks
     /// that record at their own level: `BrLock`, `SeqLock`, `LockRef`).
     #[inline]
     pub(crate) fn try_lock_untracked(&self) -> bool {
-        // Acquire pairs with the Release store of `owner` in `unlock`: if we
-        // get ticket `owner`, the previous critical section happens-before
-        // ours.
-        let owner = self.owner.load(Ordering::Acquire);
         // Read first, so that a held lock costs no exclusive access to its
         // line (the exchange below would fail anyway). Relaxed: only the
         // exchange's outcome counts.
-        if self.next.load(Ordering::Relaxed) != owner {
+        let word = self.word.load(Ordering::Relaxed);
+        if owner_of(word) != next_of(word) {
             return false;
         }
-        // `next == owner` means free. If the exchange succeeds, `owner` is
-        // still the value read: it can only grow up to `next`, which was
-        // equal to it.
-        self.next
+        // One compare-exchange over the whole word: it succeeds only if
+        // the lock is free at that instant, with the same (owner, next)
+        // as read. (A compare of `next` alone would succeed after a ticket
+        // wrap with the lock held.) Acquire pairs with the Release RMW in
+        // `unlock`: the previous critical section happens-before ours.
+        self.word
             .compare_exchange(
-                owner,
-                owner.wrapping_add(1),
+                word,
+                word.wrapping_add(NEXT_ONE),
                 Ordering::Acquire,
                 Ordering::Relaxed,
             )
@@ -184,7 +226,8 @@ impl<R> RawTicketLock<R> {
     /// not use it for synchronization.
     #[inline]
     pub fn is_locked(&self) -> bool {
-        self.owner.load(Ordering::Relaxed) != self.next.load(Ordering::Relaxed)
+        let (owner, next) = self.tickets();
+        owner != next
     }
 
     /// Whether other CPUs wait for the lock (a snapshot, like
@@ -192,8 +235,8 @@ impl<R> RawTicketLock<R> {
     #[doc(alias = "arch_spin_is_contended")]
     #[inline]
     pub fn is_contended(&self) -> bool {
-        let owner = self.owner.load(Ordering::Relaxed);
-        self.next.load(Ordering::Relaxed).wrapping_sub(owner) > 1
+        let (owner, next) = self.tickets();
+        (next.wrapping_sub(owner) & TICKET_MASK) > 1
     }
 
     /// [`unlock`](Self::unlock) without telling lockdep.
@@ -202,13 +245,22 @@ impl<R> RawTicketLock<R> {
     /// As for [`unlock`](Self::unlock).
     #[inline]
     pub(crate) unsafe fn unlock_untracked(&self) {
-        let owner = self.owner.load(Ordering::Relaxed);
+        // Relaxed: only the holder (this CPU) writes `owner`.
+        let word = self.word.load(Ordering::Relaxed);
+        let owner = owner_of(word);
         debug_assert!(
-            owner != self.next.load(Ordering::Relaxed),
+            owner != next_of(word),
             "unlock of a ticket lock that is not held"
         );
-        // Release pairs with the Acquire loads in `lock` and `try_lock`.
-        self.owner.store(owner.wrapping_add(1), Ordering::Release);
+        // Serve the next ticket with one RMW that cannot carry into `next`
+        // (a plain store of the word would lose a concurrent `fetch_add`).
+        // Release pairs with the Acquire loads in `lock` and the Acquire
+        // compare-exchange in `try_lock`.
+        if owner == TICKET_MASK {
+            self.word.fetch_sub(TICKET_MASK, Ordering::Release);
+        } else {
+            self.word.fetch_add(1, Ordering::Release);
+        }
         if vcpu_preemptible() {
             kick_waiters();
         }
@@ -224,9 +276,9 @@ impl<R: RelaxStrategy> RawTicketLock<R> {
         }
         // Relaxed: taking a ticket orders nothing; the Acquire load that
         // sees our ticket served does.
-        let ticket = self.next.fetch_add(1, Ordering::Relaxed);
-        // Acquire pairs with the Release store in `unlock`.
-        while self.owner.load(Ordering::Acquire) != ticket {
+        let ticket = next_of(self.word.fetch_add(NEXT_ONE, Ordering::Relaxed));
+        // Acquire pairs with the Release RMW in `unlock`.
+        while owner_of(self.word.load(Ordering::Acquire)) != ticket {
             relax::<R>();
         }
     }
@@ -268,9 +320,10 @@ impl<R: RelaxStrategy> RawTicketLock<R> {
 
 impl<R> fmt::Debug for RawTicketLock<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (owner, next) = self.tickets();
         f.debug_struct("RawTicketLock")
-            .field("owner", &self.owner.load(Ordering::Relaxed))
-            .field("next", &self.next.load(Ordering::Relaxed))
+            .field("owner", &owner)
+            .field("next", &next)
             .finish()
     }
 }
@@ -591,8 +644,8 @@ impl<R> defmt::Format for RawTicketLock<R> {
         defmt::write!(
             f,
             "RawTicketLock {{ owner: {}, next: {} }}",
-            self.owner.load(Ordering::Relaxed),
-            self.next.load(Ordering::Relaxed)
+            self.tickets().0,
+            self.tickets().1
         )
     }
 }

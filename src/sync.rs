@@ -16,14 +16,10 @@
 pub(crate) use core::sync::atomic::{Ordering, fence};
 
 #[cfg(all(not(loom), target_has_atomic = "32"))]
-pub(crate) use core::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU16, AtomicU32, AtomicUsize,
-};
+pub(crate) use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize};
 
 #[cfg(all(not(loom), not(target_has_atomic = "32")))]
-pub(crate) use portable_atomic::{
-    AtomicBool, AtomicI32, AtomicPtr, AtomicU16, AtomicU32, AtomicUsize,
-};
+pub(crate) use portable_atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize};
 
 // 64-bit atomics only where the hardware has them: lockref must never be
 // routed through a hidden global lock (see `lockref`'s module docs).
@@ -32,8 +28,7 @@ pub(crate) use core::sync::atomic::{AtomicI64, AtomicU64};
 
 #[cfg(loom)]
 pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize,
-    Ordering, fence,
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
 
 /// Statistics counters that are never part of a modelled algorithm (for

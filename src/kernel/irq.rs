@@ -212,10 +212,14 @@ pub(crate) fn default_save(cpu_id: fn() -> usize) -> usize {
     // SAFETY: see `Stacks`: this CPU's entry, inside its critical section.
     let entry = unsafe { &mut (*STACKS.0.get())[cpu] };
     let depth = entry.0;
-    assert!(
-        depth < STACK_DEPTH,
-        "ksync: local interrupt saves nested deeper than {STACK_DEPTH} on CPU {cpu}"
-    );
+    if depth >= STACK_DEPTH {
+        // Restore first, then panic: a panic with interrupts masked (on the
+        // host, with the critical-section lock held) would stop every
+        // other CPU that masks next.
+        // SAFETY: the state this call saved, restored at once.
+        unsafe { arch::irq_restore(state) };
+        panic!("ksync: local interrupt saves nested deeper than {STACK_DEPTH} on CPU {cpu}");
+    }
     entry.1[depth] = state;
     entry.0 = depth + 1;
     depth
@@ -237,11 +241,22 @@ pub(crate) unsafe fn default_restore(cpu_id: fn() -> usize, flags: usize) {
     // SAFETY: see `Stacks`: this CPU's entry, still inside its critical
     // section.
     let entry = unsafe { &mut (*STACKS.0.get())[cpu] };
-    assert!(
-        entry.0 == flags + 1,
-        "ksync: local interrupt state restored out of order on CPU {cpu} (depth {}, restoring {flags})",
-        entry.0
-    );
+    let depth = entry.0;
+    if depth != flags + 1 {
+        // Restore first, then panic (see `default_save`): back to the
+        // state saved at the level named (the outermost one if the word
+        // names none), so the panic runs with interrupts as they were.
+        if depth > 0 {
+            let level = flags.min(depth - 1);
+            entry.0 = level;
+            // SAFETY: the state saved at `level` on this CPU; the levels
+            // above it are dropped with it.
+            unsafe { arch::irq_restore(entry.1[level]) };
+        }
+        panic!(
+            "ksync: local interrupt state restored out of order on CPU {cpu} (depth {depth}, restoring {flags})"
+        );
+    }
     entry.0 = flags;
     let state = entry.1[flags];
     // SAFETY: the state of the matching save, in nesting order (checked).
@@ -290,7 +305,55 @@ mod tests {
         }
         let outer = default_save(cpu_6);
         let _inner = default_save(cpu_6);
-        // SAFETY: deliberately wrong; the check panics before restoring.
+        // SAFETY: deliberately wrong; the check restores the outer state,
+        // then panics.
         unsafe { default_restore(cpu_6, outer) };
+    }
+
+    /// A failed check restores before it panics: afterwards another thread
+    /// can mask interrupts (on the host: take the critical-section lock),
+    /// where it used to wait for ever.
+    #[test]
+    fn failed_checks_restore_before_they_panic() {
+        fn cpu_7() -> usize {
+            7
+        }
+        if <arch::IrqFlags as arch::IrqWord>::IS_WORD {
+            return;
+        }
+        let masks_elsewhere = || {
+            let (done, wait) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let flags = arch::irq_save();
+                // SAFETY: the matching save.
+                unsafe { arch::irq_restore(flags) };
+                done.send(()).unwrap();
+            });
+            let waited = wait.recv_timeout(std::time::Duration::from_secs(30));
+            assert!(waited.is_ok(), "interrupts stayed masked after the panic");
+        };
+        // Out of order.
+        let out_of_order = std::panic::catch_unwind(|| {
+            let outer = default_save(cpu_7);
+            let _inner = default_save(cpu_7);
+            // SAFETY: deliberately wrong; restores, then panics.
+            unsafe { default_restore(cpu_7, outer) };
+        });
+        assert!(out_of_order.is_err());
+        masks_elsewhere();
+        // Nested too deep.
+        let too_deep = std::panic::catch_unwind(|| {
+            for _ in 0..=super::STACK_DEPTH {
+                default_save(cpu_7);
+            }
+        });
+        assert!(too_deep.is_err());
+        // The levels saved before the failing one are still masked: give
+        // them back in order.
+        for level in (0..super::STACK_DEPTH).rev() {
+            // SAFETY: the saves of the loop above, in reverse order.
+            unsafe { default_restore(cpu_7, level) };
+        }
+        masks_elsewhere();
     }
 }

@@ -738,3 +738,31 @@ impl defmt::Format for LockRefGuard<'_> {
         defmt::write!(f, "LockRefGuard {{ count: {} }}", self.count())
     }
 }
+
+#[cfg(all(test, target_has_atomic = "64", not(loom)))]
+mod tests {
+    use super::{LockRef, Ordering, word};
+
+    /// The test-and-set take compares the whole 64-bit word, not one half:
+    /// a word seen free, then 65 536 acquisitions later (tickets wrapped,
+    /// lock held by the last one), has `next` back at the value seen but
+    /// `owner` one behind, and the take must fail. (The ticket lock had the
+    /// split compare; `RawTicketLock`'s loom model
+    /// `ticket_try_lock_across_a_wrap` is its test.)
+    #[test]
+    fn try_take_compares_the_whole_word_across_a_ticket_wrap() {
+        let lr = LockRef::new(3);
+        let seen = lr.word.load(Ordering::Relaxed);
+        assert!(word::lock_is_free(seen));
+        for _ in 0..u16::MAX {
+            drop(lr.lock());
+        }
+        let held = lr.lock();
+        let now = lr.word.load(Ordering::Relaxed);
+        assert_eq!(word::next(now), word::next(seen), "the tickets wrapped");
+        assert_ne!(word::owner(now), word::owner(seen));
+        assert!(lr.try_take(seen).is_err(), "took a held lock");
+        drop(held);
+        assert_eq!(lr.count(), 3);
+    }
+}

@@ -455,3 +455,57 @@ fn ttas_try_lock_exclusion() {
     mode();
     exclusion::<RawTtasLock>(2, true);
 }
+
+/// (c) Ticket lock: a `try_lock` stalled between its read of the word and
+/// its compare-exchange while another thread takes the lock
+/// [`TICKETS`](ksync::spinlock::TICKETS) times (the tickets wrap) and
+/// keeps it on the last one: the compare-exchange must fail. A compare of
+/// `next` alone succeeds there (the word's `next` is back at the value
+/// read) and two threads hold the lock. Loom's build has 2-bit tickets, so
+/// four acquisitions wrap.
+#[test]
+fn ticket_try_lock_across_a_wrap() {
+    use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};
+    mode();
+    loom::model(|| {
+        let shared = Arc::new((RawTicketLock::new(), AtomicUsize::new(0)));
+        // Counts the holders; each asserts it is alone.
+        let enter = |holders: &AtomicUsize| {
+            assert_eq!(holders.fetch_add(1, SeqCst), 0, "two holders at once");
+        };
+        let trier = {
+            let shared = Arc::clone(&shared);
+            thread::spawn(move || {
+                if shared.0.try_lock() {
+                    enter(&shared.1);
+                    shared.1.fetch_sub(1, SeqCst);
+                    // SAFETY: taken by the `try_lock` above.
+                    unsafe { shared.0.unlock() };
+                }
+            })
+        };
+        let cycler = {
+            let shared = Arc::clone(&shared);
+            thread::spawn(move || {
+                for round in 0..ksync::spinlock::TICKETS {
+                    shared.0.lock();
+                    enter(&shared.1);
+                    if round + 1 < ksync::spinlock::TICKETS {
+                        shared.1.fetch_sub(1, SeqCst);
+                        // SAFETY: locked above by this thread.
+                        unsafe { shared.0.unlock() };
+                    }
+                }
+                // Still holding the last ticket: the window in which a stale
+                // `try_lock` must not succeed.
+                thread::yield_now();
+                shared.1.fetch_sub(1, SeqCst);
+                // SAFETY: the last `lock` of the loop.
+                unsafe { shared.0.unlock() };
+            })
+        };
+        trier.join().unwrap();
+        cycler.join().unwrap();
+        assert!(!shared.0.is_locked());
+    });
+}
