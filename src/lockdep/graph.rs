@@ -490,11 +490,11 @@ impl Graph {
         while head < tail {
             let node = self.queue[head];
             head += 1;
-            for w in 0..WORDS {
+            for (w, cell) in ADJ[node as usize].iter().enumerate() {
                 let row = match dir {
                     // Relaxed: see `edge_known`; the graph lock, held here,
                     // orders every write of the matrix before this read.
-                    Dir::Forward => ADJ[node as usize][w].load(Ordering::Relaxed),
+                    Dir::Forward => cell.load(Ordering::Relaxed),
                     Dir::Backward => self.radj[node as usize][w],
                 };
                 let mut bits = row & !self.visited[w];
