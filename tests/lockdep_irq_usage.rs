@@ -281,3 +281,30 @@ fn each_irq_unsafe_class_is_reported_once() {
     let report = one_report();
     assert!(report.contains("\"once-C\""), "{report}");
 }
+
+/// A chain longer than a report lists (8 edges), closed in its middle: the
+/// first 8 edges are listed in order, the rest counted.
+#[test]
+fn a_long_chain_is_listed_in_part() {
+    let _s = start();
+    const NAMES: [&str; 12] = [
+        "n0", "n1", "n2", "n3", "n4", "n5", "n6", "n7", "n8", "n9", "n10", "n11",
+    ];
+    let locks: Vec<Lock> = NAMES.iter().map(|n| named(n)).collect();
+    in_handler(&locks[0]);
+    irqs_on(&locks[11]);
+    for i in (0..11).filter(|&i| i != 5) {
+        nest_masked(&locks[i], &locks[i + 1]);
+    }
+    no_report();
+    nest_masked(&locks[5], &locks[6]);
+    let report = one_report();
+    println!("{report}");
+    for i in 0..8 {
+        let link = format!("#{i} \"{}\" -> \"{}\"", NAMES[i], NAMES[i + 1]);
+        assert!(report.contains(&link), "{link}: {report}");
+    }
+    assert!(!report.contains("#8 "), "{report}");
+    assert!(report.contains("... and 3 more"), "{report}");
+    assert!(report.contains("IRQ-unsafe: class \"n11\""), "{report}");
+}
