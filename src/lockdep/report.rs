@@ -31,7 +31,8 @@ pub enum ReportKind {
     IrqSafeToUnsafe,
     /// A lock taken while this CPU already holds its class.
     Recursion,
-    /// A release of a lock this CPU does not hold.
+    /// A release of a lock this CPU does not hold (also: a holder that
+    /// migrated to another CPU since it took the lock).
     BadUnlock,
     /// [`assert_no_locks_held`](super::assert_no_locks_held) found locks
     /// held.
