@@ -69,7 +69,9 @@
 //! held locks per CPU, so a guard dropped on another CPU than the one that
 //! locked is reported there as a [`BadUnlock`](crate::lockdep::ReportKind::BadUnlock),
 //! and the first CPU keeps the lock on its held stack: with `lockdep`, do
-//! not move held guards between CPUs.
+//! not move held guards between CPUs, nor let a holder migrate (these
+//! locks do not disable preemption: keep it off across the critical
+//! section, see [lockdep](crate::lockdep#where-it-runs-and-what-it-costs)).
 //!
 //! # Example
 //!

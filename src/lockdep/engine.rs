@@ -11,7 +11,8 @@
 use core::cell::UnsafeCell;
 
 use super::graph::{
-    self, Full, GraphGuard, IN_IRQ, INVERSION_REPORTED, IRQS_ON, Key, RECURSION_REPORTED,
+    self, CHAIN_REPORTED, Dir, Full, GraphGuard, IN_IRQ, INVERSION_REPORTED, IRQS_ON, Key,
+    RECURSION_REPORTED,
 };
 use super::report::{Class, Link, Loc, Name, REPORT_CHAIN, Report, ReportKind, Site};
 use super::{MAX_CLASSES, MAX_DEPENDENCIES, MAX_LOCK_DEPTH, MAX_SUBCLASSES, Map, MapKey};
@@ -312,7 +313,8 @@ fn check(
             };
             let other = if need == IN_IRQ { IRQS_ON } else { IN_IRQ };
             let mut bits = need;
-            if usage & other != 0 && usage & INVERSION_REPORTED == 0 {
+            let both = usage & other != 0;
+            if both && usage & INVERSION_REPORTED == 0 {
                 bits |= INVERSION_REPORTED;
                 if report.is_none() {
                     let c = g.describe(class);
@@ -331,6 +333,12 @@ fn check(
                 }
             }
             g.mark(class, bits);
+            // A class that just became IRQ-safe may lead to an IRQ-unsafe
+            // one, or one that just became IRQ-unsafe be led to from an
+            // IRQ-safe one (a class that is both is the inversion above).
+            if report.is_none() && !both {
+                report = usage_chain(g, class, need, entry, id);
+            }
         }
     }
 
@@ -352,6 +360,9 @@ fn check(
                     if let Err(full) = g.add_edge(prev.class, class, prev.at, entry.at) {
                         let c = g.describe(class);
                         return table_full(full, g, c, entry.at, id);
+                    }
+                    if report.is_none() {
+                        report = edge_chain(g, prev, entry, id);
                     }
                 }
             }
@@ -401,6 +412,138 @@ fn cycle(g: &mut GraphGuard, prev: &Held, entry: &Held, id: usize) -> Option<Rep
     }
     r.chain_len = len;
     Some(r)
+}
+
+/// Whether `class` is IRQ-unsafe and not yet in a report: the target of
+/// the forward searches (each IRQ-unsafe class is reported once, and one
+/// that is IRQ-safe as well has had its inversion report).
+fn unreported_irq_unsafe(class: u16) -> bool {
+    graph::usage(class) & (IRQS_ON | CHAIN_REPORTED | INVERSION_REPORTED) == IRQS_ON
+}
+
+/// Whether `class` is IRQ-safe: the target of the backward searches.
+fn irq_safe(class: u16) -> bool {
+    graph::usage(class) & IN_IRQ != 0
+}
+
+/// The classes of an IRQ-safe -> IRQ-unsafe chain, the IRQ-safe one first:
+/// the first `REPORT_CHAIN + 1` of them, and how many there are.
+struct Chain {
+    classes: [u16; REPORT_CHAIN + 1],
+    len: usize,
+}
+
+impl Chain {
+    const fn new() -> Self {
+        Self {
+            classes: [0; REPORT_CHAIN + 1],
+            len: 0,
+        }
+    }
+
+    /// Appends the `part_len` classes of which `part` holds the first.
+    fn extend(&mut self, part: &[u16], part_len: usize) {
+        for (i, &class) in part.iter().take(part_len).enumerate() {
+            if let Some(slot) = self.classes.get_mut(self.len + i) {
+                *slot = class;
+            }
+        }
+        self.len += part_len;
+    }
+}
+
+/// The search that `class`'s first use in a handler (`need` is `IN_IRQ`)
+/// or with interrupts enabled (`IRQS_ON`) calls for: forward from a new
+/// IRQ-safe class for an IRQ-unsafe one, backward from a new IRQ-unsafe
+/// class for an IRQ-safe one.
+fn usage_chain(
+    g: &mut GraphGuard,
+    class: u16,
+    need: u32,
+    entry: &Held,
+    id: usize,
+) -> Option<Report> {
+    let mut part = [0u16; REPORT_CHAIN + 1];
+    let mut chain = Chain::new();
+    let (safe, unsafe_, what) = if need == IN_IRQ {
+        let found = g.search(class, Dir::Forward, false, unreported_irq_unsafe)?;
+        let len = g.chain(class, found, Dir::Forward, &mut part);
+        chain.extend(&part, len);
+        (class, found, " in an interrupt handler")
+    } else {
+        let found = g.search(class, Dir::Backward, false, irq_safe)?;
+        let len = g.chain(class, found, Dir::Backward, &mut part);
+        chain.extend(&part, len);
+        (found, class, " with interrupts enabled")
+    };
+    let mut r = chain_report(g, safe, unsafe_, &chain, entry, id);
+    r.what = what;
+    Some(r)
+}
+
+/// The searches a new edge `prev -> entry` calls for: backward from
+/// `prev` (itself included) for an IRQ-safe class, forward from `entry`
+/// (itself included) for an IRQ-unsafe one. Called once the edge is in the
+/// graph.
+fn edge_chain(g: &mut GraphGuard, prev: &Held, entry: &Held, id: usize) -> Option<Report> {
+    let mut part = [0u16; REPORT_CHAIN + 1];
+    let mut chain = Chain::new();
+    let safe = g.search(prev.class, Dir::Backward, true, irq_safe)?;
+    // Kept before the second search reuses the scratch space.
+    let len = g.chain(prev.class, safe, Dir::Backward, &mut part);
+    chain.extend(&part, len);
+    // Not `safe` itself: that would need a cycle through the new edge,
+    // reported as one.
+    let unsafe_ = g.search(entry.class, Dir::Forward, true, |c| {
+        c != safe && unreported_irq_unsafe(c)
+    })?;
+    let len = g.chain(entry.class, unsafe_, Dir::Forward, &mut part);
+    chain.extend(&part, len);
+    let mut r = chain_report(g, safe, unsafe_, &chain, entry, id);
+    r.other = Some(Site {
+        class: g.describe(prev.class),
+        at: prev.at,
+    });
+    Some(r)
+}
+
+/// An [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe) report, found by
+/// `entry`'s acquisition; marks `unsafe_` reported.
+fn chain_report(
+    g: &mut GraphGuard,
+    safe: u16,
+    unsafe_: u16,
+    chain: &Chain,
+    entry: &Held,
+    id: usize,
+) -> Report {
+    g.mark(unsafe_, CHAIN_REPORTED);
+    let mut r = Report::new(ReportKind::IrqSafeToUnsafe, id);
+    r.lock = Some(Site {
+        class: g.describe(entry.class),
+        at: entry.at,
+    });
+    r.irq_safe = Some(Site {
+        class: g.describe(safe),
+        at: g.slot(safe).irq_at,
+    });
+    r.irq_unsafe = Some(Site {
+        class: g.describe(unsafe_),
+        at: g.slot(unsafe_).irqs_on_at,
+    });
+    let kept = chain.len.min(chain.classes.len());
+    for i in 1..kept {
+        let (from, to) = (chain.classes[i - 1], chain.classes[i]);
+        let (from_at, to_at) = g.edge_info(from, to);
+        r.chain[i - 1] = Some(Link {
+            from: g.describe(from),
+            to: g.describe(to),
+            from_at,
+            to_at,
+        });
+    }
+    r.chain_len = chain.len - 1;
+    r
 }
 
 fn table_full(

@@ -10,6 +10,9 @@
 //!   this order already known?); only the graph lock's holder writes it,
 //!   with plain loads and stores (no read-modify-write, so targets without
 //!   compare-and-swap need nothing special).
+//! * `radj`: the same matrix transposed (bit `from` of row `to`), for the
+//!   searches that follow dependencies backward; plain words, written and
+//!   read only under the graph lock.
 //! * `edges`: where each dependency was first seen, for reports only.
 //! * `USAGE`: per-class bits, read without the lock, written under it.
 //!
@@ -41,6 +44,17 @@ pub(super) const IRQS_ON: u32 = 1 << 1;
 pub(super) const RECURSION_REPORTED: u32 = 1 << 2;
 /// An interrupt inversion on this class was reported.
 pub(super) const INVERSION_REPORTED: u32 = 1 << 3;
+/// An IRQ-safe class leading to this IRQ-unsafe one was reported.
+pub(super) const CHAIN_REPORTED: u32 = 1 << 4;
+
+/// Which way a [`Graph::search`] follows the dependencies.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Dir {
+    /// From a held class to the classes taken under it.
+    Forward,
+    /// From a class to the classes held when it was taken.
+    Backward,
+}
 
 /// A class's identity: its key and subclass.
 #[derive(Clone, Copy, Debug)]
@@ -145,11 +159,14 @@ pub(super) struct Graph {
     next_unused: usize,
     free: [u16; MAX_CLASSES],
     free_len: usize,
+    /// `ADJ` transposed: bit `from` of row `to`.
+    radj: [[u32; WORDS]; MAX_CLASSES],
     edges: [Edge; MAX_DEPENDENCIES],
     /// Edges `..edge_high` have been used at least once.
     edge_high: usize,
     edge_live: usize,
-    // Search scratch space (breadth-first, from the new class).
+    // Search scratch space (breadth-first; each class is queued at most
+    // once, so a search never runs out of it).
     visited: [u32; WORDS],
     parent: [u16; MAX_CLASSES],
     queue: [u16; MAX_CLASSES],
@@ -172,6 +189,7 @@ static SHARED: Shared = Shared {
         next_unused: 0,
         free: [0; MAX_CLASSES],
         free_len: 0,
+        radj: [[0; WORDS]; MAX_CLASSES],
         edges: [Edge::FREE; MAX_DEPENDENCIES],
         edge_high: 0,
         edge_live: 0,
@@ -305,6 +323,10 @@ impl Graph {
         }
     }
 
+    pub(super) fn slot(&self, class: u16) -> &ClassSlot {
+        &self.classes[class as usize]
+    }
+
     pub(super) fn slot_mut(&mut self, class: u16) -> &mut ClassSlot {
         &mut self.classes[class as usize]
     }
@@ -358,7 +380,7 @@ impl Graph {
             }
             i = (i + 1) & (HASH - 1);
         }
-        // Forget its dependencies, both ways.
+        // Forget its dependencies, both ways, in both matrices.
         let (word, bit) = (class as usize / 32, class as usize % 32);
         for (from, row) in ADJ.iter().enumerate() {
             if from == class as usize {
@@ -370,6 +392,13 @@ impl Graph {
                 if old & (1 << bit) != 0 {
                     row[word].store(old & !(1 << bit), Ordering::Relaxed);
                 }
+            }
+        }
+        for (to, row) in self.radj.iter_mut().enumerate() {
+            if to == class as usize {
+                *row = [0; WORDS];
+            } else {
+                row[word] &= !(1 << bit);
             }
         }
         for edge in &mut self.edges[..self.edge_high] {
@@ -418,6 +447,7 @@ impl Graph {
         // Relaxed: see `edge_known`; the matrix is written only here and in
         // `free_class`, under the graph lock.
         cell.store(cell.load(Ordering::Relaxed) | 1 << bit, Ordering::Relaxed);
+        self.radj[to as usize][from as usize / 32] |= 1 << (from % 32);
         Ok(())
     }
 
@@ -433,56 +463,82 @@ impl Graph {
     /// `path` gets its classes in order (`from` first, `to` last; at most
     /// `path.len()` of them, the length is returned).
     pub(super) fn path(&mut self, from: u16, to: u16, path: &mut [u16]) -> Option<usize> {
+        let found = self.search(from, Dir::Forward, true, |c| c == to)?;
+        Some(self.chain(from, found, Dir::Forward, path))
+    }
+
+    /// Breadth-first search from `start` along the dependencies (`dir`)
+    /// for the nearest class for which `target` holds (`start` itself
+    /// too, if `with_start`). Bounded: each class is visited at most once,
+    /// and a visit reads one row of a matrix. [`chain`](Self::chain) then
+    /// gives the path.
+    pub(super) fn search(
+        &mut self,
+        start: u16,
+        dir: Dir,
+        with_start: bool,
+        target: impl Fn(u16) -> bool,
+    ) -> Option<u16> {
+        if with_start && target(start) {
+            self.parent[start as usize] = start;
+            return Some(start);
+        }
         self.visited = [0; WORDS];
-        self.visited[from as usize / 32] |= 1 << (from % 32);
-        self.queue[0] = from;
+        self.visited[start as usize / 32] |= 1 << (start % 32);
+        self.queue[0] = start;
         let (mut head, mut tail) = (0, 1);
-        let mut found = from == to;
-        while head < tail && !found {
+        while head < tail {
             let node = self.queue[head];
             head += 1;
             for (w, cell) in ADJ[node as usize].iter().enumerate() {
-                let mut bits = cell.load(Ordering::Relaxed) & !self.visited[w];
+                let row = match dir {
+                    // Relaxed: see `edge_known`; the graph lock, held here,
+                    // orders every write of the matrix before this read.
+                    Dir::Forward => cell.load(Ordering::Relaxed),
+                    Dir::Backward => self.radj[node as usize][w],
+                };
+                let mut bits = row & !self.visited[w];
                 while bits != 0 {
                     let next = (w * 32 + bits.trailing_zeros() as usize) as u16;
                     bits &= bits - 1;
                     self.visited[w] |= 1 << (next % 32);
                     self.parent[next as usize] = node;
-                    if next == to {
-                        found = true;
-                        break;
+                    if target(next) {
+                        return Some(next);
                     }
                     self.queue[tail] = next;
                     tail += 1;
                 }
-                if found {
-                    break;
-                }
             }
         }
-        if !found {
-            return None;
-        }
-        // Walk back from `to`, then reverse what fits.
+        None
+    }
+
+    /// The path the last [`search`](Self::search) from `start` took to
+    /// `found`, in the direction of the dependencies: `start` first for
+    /// [`Dir::Forward`], `found` first for [`Dir::Backward`]. `path` gets
+    /// the first `path.len()` classes; the length is returned.
+    pub(super) fn chain(&self, start: u16, found: u16, dir: Dir, path: &mut [u16]) -> usize {
         let mut len = 1;
-        let mut node = to;
-        while node != from {
+        let mut node = found;
+        while node != start {
             node = self.parent[node as usize];
             len += 1;
         }
+        // Walk back from `found` again, keeping what fits: the walk's k-th
+        // class is the path's `len - 1 - k`-th forward, its k-th backward.
         let keep = len.min(path.len());
-        let mut node = to;
-        let mut i = len;
-        while i > 0 {
-            i -= 1;
+        let mut node = found;
+        for k in 0..len {
+            let i = match dir {
+                Dir::Forward => len - 1 - k,
+                Dir::Backward => k,
+            };
             if i < keep {
                 path[i] = node;
             }
-            if node == from {
-                break;
-            }
             node = self.parent[node as usize];
         }
-        Some(len)
+        len
     }
 }

@@ -28,6 +28,22 @@
 //!   handler can interrupt the second holder on its own CPU and spin
 //!   forever. It needs the kernel to say when it runs a handler
 //!   ([`Kernel::in_interrupt`](crate::kernel::Kernel::in_interrupt)).
+//! * [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the same across
+//!   classes, as Linux's `check_irq_usage`. A class is *IRQ-safe* once it
+//!   is taken in an interrupt handler, *IRQ-unsafe* once taken with
+//!   interrupts enabled outside one; an IRQ-safe class that leads, by one
+//!   edge or a chain of them, to an IRQ-unsafe one can deadlock: CPU 0
+//!   holds `B` with interrupts enabled, an interrupt on CPU 0 spins on
+//!   `A`, CPU 1 holds `A` (interrupts masked) and waits for `B`. Found the
+//!   first time the pattern is complete, at whichever part comes last: a
+//!   new edge `A -> B` searches backward from `A` for an IRQ-safe class
+//!   and forward from `B` for an IRQ-unsafe one; a class's first use in a
+//!   handler searches forward from it, its first use with interrupts
+//!   enabled backward. The report names both classes, where each was
+//!   first used so, and the chain of edges between them. Taking a lock
+//!   with interrupts masked (an IRQ-saving lock, or a plain one inside
+//!   [`IrqState::save`](crate::kernel::irq::IrqState::save)) makes it
+//!   neither: only a handler's use makes a class IRQ-safe.
 //! * [`Recursion`](ReportKind::Recursion): a CPU takes a lock of a class
 //!   it already holds: the same lock (a certain deadlock) or another lock
 //!   of the class, which deadlocks against a CPU nesting the two the other
@@ -45,7 +61,10 @@
 //!
 //! Each distinct problem is reported once: a closing edge is recorded after
 //! its report (the same order again finds the edge known), a class's
-//! interrupt inversion and its recursion are reported once per class.
+//! interrupt inversion and its recursion are reported once per class, and
+//! an IRQ-safe -> IRQ-unsafe chain once per IRQ-unsafe class (its fix,
+//! taking it with interrupts masked, covers every IRQ-safe class that
+//! leads to it; one that is also IRQ-safe has its inversion report).
 //!
 //! # Which locks take part
 //!
@@ -108,18 +127,34 @@
 //!    CPU's *held-lock stack* (at most [`MAX_LOCK_DEPTH`] entries, one
 //!    stack per CPU, no allocation);
 //! 2. checks the stack for the class (recursion), and the class's usage
-//!    bits (interrupt inversion);
+//!    bits (interrupt inversion; a new usage bit searches the graph for
+//!    an IRQ-safe -> IRQ-unsafe chain);
 //! 3. for the lock on top of the stack (and those under it down to the
 //!    first one that was not try-locked, as Linux does) checks the bit
-//!    "held class -> this class" in the dependency matrix;
+//!    "held class -> this class" in the dependency matrix (a new edge
+//!    searches for a cycle, then for an IRQ-safe -> IRQ-unsafe chain);
 //! 4. pushes the new entry.
 //!
 //! Only what is new (a class's first use, a usage bit or an edge seen for
 //! the first time) takes the engine's graph lock: a plain spin flag that
 //! lockdep does not track, taken with interrupts masked, so lockdep never
-//! recurses into itself. An order seen before costs a few loads. A release
-//! pops its entry from this CPU's stack (any entry: locks may be released
-//! out of order). `benches/lockdep.rs` measures it: see the README.
+//! recurses into itself. An order seen before costs a few loads. The
+//! searches are breadth-first over the matrix (forward) and its transpose
+//! (backward), with a visited bit, a queue slot and a parent per class in
+//! static scratch space: each class is visited at most once, so a search
+//! cannot run out of room or recurse, and costs at most one matrix row
+//! per class. A release pops its entry from this CPU's stack (any entry:
+//! locks may be released out of order). `benches/lockdep.rs` measures it:
+//! see the README.
+//!
+//! The held-lock stacks are per CPU, where Linux's are per task: a holder
+//! that migrates to another CPU between taking a lock and releasing it
+//! (possible, since ksync's spinlocks do not disable preemption) releases
+//! from a stack that does not hold it, a false
+//! [`BadUnlock`](ReportKind::BadUnlock), and leaves the lock recorded as
+//! held on the first CPU. Hold preemption off across the critical section
+//! ([`kernel::preempt_disable`](crate::kernel::preempt_disable), or
+//! interrupts masked) and it cannot happen.
 //!
 //! lockdep runs on the kernel's hooks ([`set_kernel!`](crate::set_kernel)):
 //! this CPU's id, its interrupt masking, and two hooks of its own,
@@ -149,7 +184,7 @@
 //! | classes | [`MAX_CLASSES`] (256) | `KSYNC_LOCKDEP_CLASSES` |
 //! | dependencies (edges) | [`MAX_DEPENDENCIES`] (8 per class) | `KSYNC_LOCKDEP_DEPENDENCIES` |
 //! | held locks per CPU | [`MAX_LOCK_DEPTH`] (48, Linux's) | fixed |
-//! | dependency matrix | one bit per pair of classes (8 KiB at 256) | follows the classes |
+//! | dependency matrix | one bit per pair of classes, and its transpose (2 × 8 KiB at 256) | follows the classes |
 //!
 //! (set the variables like `KSYNC_MAX_CPUS`, e.g. in the kernel's
 //! `.cargo/config.toml` under `[env]`). At the defaults and 64 CPUs the
@@ -194,8 +229,10 @@
 //!
 //! The other reports follow the same pattern: a headline naming the bug and
 //! the CPU, then `taking`/`holding` (recursion), the use in a handler and
-//! the use with interrupts enabled (interrupt inversion), or the list of
-//! held locks (`LocksHeld`, `TooDeep`), each with its class and location.
+//! the use with interrupts enabled (interrupt inversion), the IRQ-safe and
+//! the IRQ-unsafe class with their first such uses and the chain of edges
+//! from one to the other (`IrqSafeToUnsafe`), or the list of held locks
+//! (`LocksHeld`, `TooDeep`), each with its class and location.
 //!
 //! # For lock implementers
 //!

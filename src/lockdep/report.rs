@@ -9,8 +9,8 @@ use core::panic::Location;
 /// A source location (of a lock's construction or acquisition).
 pub(crate) type Loc = &'static Location<'static>;
 
-/// The most links of a dependency cycle a report lists (the rest are
-/// counted).
+/// The most links of a dependency cycle or chain a report lists (the rest
+/// are counted).
 pub(crate) const REPORT_CHAIN: usize = 8;
 /// The most held locks a report lists (the rest are counted).
 pub(crate) const REPORT_HELD: usize = 8;
@@ -25,9 +25,14 @@ pub enum ReportKind {
     /// A class used in an interrupt handler is also taken with interrupts
     /// enabled.
     IrqInversion,
+    /// A class used in an interrupt handler (IRQ-safe) leads, by a chain
+    /// of dependencies, to a class taken with interrupts enabled
+    /// (IRQ-unsafe).
+    IrqSafeToUnsafe,
     /// A lock taken while this CPU already holds its class.
     Recursion,
-    /// A release of a lock this CPU does not hold.
+    /// A release of a lock this CPU does not hold (also: a holder that
+    /// migrated to another CPU since it took the lock).
     BadUnlock,
     /// [`assert_no_locks_held`](super::assert_no_locks_held) found locks
     /// held.
@@ -164,8 +169,14 @@ pub struct Report {
     /// The lock being taken or released (or the one that did not fit).
     pub(crate) lock: Option<Site>,
     /// The other side: the held lock of the same class (recursion), the
-    /// first use the other way (interrupt inversion).
+    /// first use the other way (interrupt inversion), the held lock whose
+    /// new edge completed an IRQ-safe -> IRQ-unsafe chain.
     pub(crate) other: Option<Site>,
+    /// The IRQ-safe class of a chain, where first taken in a handler.
+    pub(crate) irq_safe: Option<Site>,
+    /// The IRQ-unsafe class of a chain, where first taken with interrupts
+    /// enabled.
+    pub(crate) irq_unsafe: Option<Site>,
     /// Recursion on the very same lock; inversion first seen in a handler.
     pub(crate) flag: bool,
     pub(crate) chain: [Option<Link>; REPORT_CHAIN],
@@ -173,7 +184,9 @@ pub struct Report {
     pub(crate) held: [Option<Site>; REPORT_HELD],
     pub(crate) held_len: usize,
     /// What [`assert_no_locks_held`](super::assert_no_locks_held) was
-    /// asked about, or which table filled up.
+    /// asked about, which table filled up, or how the lock completing an
+    /// IRQ-safe -> IRQ-unsafe chain is taken (empty: while holding
+    /// `other`).
     pub(crate) what: &'static str,
     /// Where [`assert_no_locks_held`](super::assert_no_locks_held) was
     /// called.
@@ -190,6 +203,8 @@ impl Report {
             cpu,
             lock: None,
             other: None,
+            irq_safe: None,
+            irq_unsafe: None,
             flag: false,
             chain: [None; REPORT_CHAIN],
             chain_len: 0,
@@ -219,14 +234,39 @@ impl Report {
     /// For a [`Cycle`](ReportKind::Cycle): its edges, starting with the one
     /// being added (held class -> class being taken), then the path that
     /// leads back (at most 8 are kept; [`cycle_len`](Self::cycle_len) is
-    /// the full length).
+    /// the full length). For an
+    /// [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the chain of
+    /// edges from the IRQ-safe class to the IRQ-unsafe one.
     pub fn cycle(&self) -> impl Iterator<Item = &Link> {
         self.chain.iter().flatten()
     }
 
-    /// The number of edges in the cycle (0 for other kinds).
+    /// The number of edges in the cycle or chain (0 for other kinds).
     pub fn cycle_len(&self) -> usize {
         self.chain_len
+    }
+
+    /// For an [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the
+    /// IRQ-safe class, and where it was first taken in a handler.
+    pub fn irq_safe(&self) -> Option<Site> {
+        self.irq_safe
+    }
+
+    /// For an [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the
+    /// IRQ-unsafe class, and where it was first taken with interrupts
+    /// enabled.
+    pub fn irq_unsafe(&self) -> Option<Site> {
+        self.irq_unsafe
+    }
+
+    fn write_chain(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        for (i, link) in self.cycle().enumerate() {
+            write!(f, "\n    #{i} {link}")?;
+        }
+        if self.chain_len > REPORT_CHAIN {
+            write!(f, "\n    ... and {} more", self.chain_len - REPORT_CHAIN)?;
+        }
+        Ok(())
     }
 
     /// The locks this CPU held (for [`LocksHeld`](ReportKind::LocksHeld)
@@ -264,12 +304,7 @@ impl fmt::Display for Report {
                     f,
                     "ksync lockdep: possible circular locking dependency, on CPU {cpu}\n  taking   {lock}\n  holding  {other}\n  which closes this cycle of lock classes (each edge \"held -> taken\" where it was first seen):"
                 )?;
-                for (i, link) in self.cycle().enumerate() {
-                    write!(f, "\n    #{i} {link}")?;
-                }
-                if self.chain_len > REPORT_CHAIN {
-                    write!(f, "\n    ... and {} more", self.chain_len - REPORT_CHAIN)?;
-                }
+                self.write_chain(f)?;
                 write!(
                     f,
                     "\n  a CPU following one edge while another follows the rest deadlocks: take these locks in one order"
@@ -285,6 +320,27 @@ impl fmt::Display for Report {
                     f,
                     "ksync lockdep: lock class {} is taken in an interrupt handler and with interrupts enabled, on CPU {cpu}\n  in a handler:            {irq}\n  with interrupts enabled: {on}\n  the handler can interrupt a holder on its own CPU and spin forever: take it with interrupts masked (the `_irqsave` forms) outside handlers",
                     lock.class
+                )
+            }
+            ReportKind::IrqSafeToUnsafe => {
+                write!(
+                    f,
+                    "ksync lockdep: IRQ-safe -> IRQ-unsafe lock order, on CPU {cpu}\n  taking   {lock}{}",
+                    self.what
+                )?;
+                if self.what.is_empty() {
+                    write!(f, "\n  holding  {other}")?;
+                }
+                write!(
+                    f,
+                    "\n  IRQ-safe:   {} (first taken in an interrupt handler there)\n  IRQ-unsafe: {} (first taken with interrupts enabled there)\n  and the first leads to the second by this chain of lock classes (each edge \"held -> taken\" where it was first seen):",
+                    self.irq_safe.unwrap_or(none),
+                    self.irq_unsafe.unwrap_or(none),
+                )?;
+                self.write_chain(f)?;
+                write!(
+                    f,
+                    "\n  an interrupt on a CPU that holds the IRQ-unsafe lock can spin on the IRQ-safe one, held by another CPU that waits (along the chain) for the IRQ-unsafe one: deadlock. Take the IRQ-unsafe class with interrupts masked everywhere (the `_irqsave` forms), or do not take it under the IRQ-safe one"
                 )
             }
             ReportKind::Recursion => {
