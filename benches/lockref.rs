@@ -16,10 +16,13 @@
 //! Run: `cargo bench --bench lockref [-- --quick]`.
 
 use std::hint::black_box;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicI64, AtomicU64, AtomicUsize};
+use std::sync::atomic::Ordering::{Relaxed, Release};
+use std::sync::atomic::{AtomicI64, AtomicU64};
 use std::time::{Duration, Instant};
 
+mod common;
+
+use common::timed_threads;
 use core_affinity::CoreId;
 // Keeps each shared object (and each control flag) on its own cache lines.
 use crossbeam_utils::CachePadded;
@@ -166,45 +169,16 @@ fn measure<F: Fn() + Sync>(
     cores: &[CoreId],
     pair: F,
 ) -> (f64, Vec<(u64, Option<u64>)>) {
-    let ready = CachePadded::new(AtomicUsize::new(0));
-    let go = CachePadded::new(AtomicBool::new(false));
-    let stop = CachePadded::new(AtomicBool::new(false));
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|i| {
-                let (core, pair, ready, go, stop) =
-                    (cores[i % cores.len()], &pair, &ready, &go, &stop);
-                s.spawn(move || {
-                    core_affinity::set_for_current(core);
-                    ready.fetch_add(1, Release);
-                    while !go.load(Acquire) {
-                        std::thread::yield_now();
-                    }
-                    let (mut n, cpu0) = (0u64, cpu_ns());
-                    while !stop.load(Relaxed) {
-                        pair();
-                        if think_iters != 0 {
-                            think(think_iters);
-                        }
-                        n += 1;
-                    }
-                    (n, cpu_ns().zip(cpu0).map(|(c1, c0)| c1 - c0))
-                })
-            })
-            .collect();
-        while ready.load(Acquire) < threads {
-            std::thread::yield_now();
+    timed_threads(threads, dur, cores, |stop| {
+        let (mut n, cpu0) = (0u64, cpu_ns());
+        while !stop.load(Relaxed) {
+            pair();
+            if think_iters != 0 {
+                think(think_iters);
+            }
+            n += 1;
         }
-        let t0 = Instant::now();
-        go.store(true, Release);
-        std::thread::sleep(dur);
-        stop.store(true, Relaxed);
-        let elapsed = t0.elapsed().as_nanos() as f64;
-        let counts = workers
-            .into_iter()
-            .map(|w| w.join().expect("worker panicked"))
-            .collect();
-        (elapsed, counts)
+        (n, cpu_ns().zip(cpu0).map(|(c1, c0)| c1 - c0))
     })
 }
 

@@ -24,11 +24,10 @@
 mod common;
 
 use std::hint::black_box;
-use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
-use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::sync::atomic::Ordering::Relaxed;
 use std::time::{Duration, Instant};
 
-use common::{CachePadded, median};
+use common::{CachePadded, median, timed_threads};
 use core_affinity::CoreId;
 use ksync::LockRef;
 use ksync::kernel::set_vcpu_preemptible;
@@ -68,40 +67,13 @@ fn measure<F: Fn() + Sync>(
     cores: &[CoreId],
     op: F,
 ) -> (f64, Vec<u64>) {
-    let ready = CachePadded::new(AtomicUsize::new(0));
-    let go = CachePadded::new(AtomicBool::new(false));
-    let stop = CachePadded::new(AtomicBool::new(false));
-    std::thread::scope(|s| {
-        let workers: Vec<_> = (0..threads)
-            .map(|i| {
-                let (core, op, ready, go, stop) = (cores[i % cores.len()], &op, &ready, &go, &stop);
-                s.spawn(move || {
-                    core_affinity::set_for_current(core);
-                    ready.fetch_add(1, Release);
-                    while !go.load(Acquire) {
-                        std::thread::yield_now();
-                    }
-                    let mut n = 0u64;
-                    while !stop.load(Relaxed) {
-                        op();
-                        n += 1;
-                    }
-                    n
-                })
-            })
-            .collect();
-        while ready.load(Acquire) < threads {
-            std::thread::yield_now();
+    timed_threads(threads, dur, cores, |stop| {
+        let mut n = 0u64;
+        while !stop.load(Relaxed) {
+            op();
+            n += 1;
         }
-        let t0 = Instant::now();
-        go.store(true, Release);
-        std::thread::sleep(dur);
-        stop.store(true, Relaxed);
-        let counts: Vec<u64> = workers
-            .into_iter()
-            .map(|w| w.join().expect("worker panicked"))
-            .collect();
-        (t0.elapsed().as_nanos() as f64, counts)
+        n
     })
 }
 

@@ -91,25 +91,37 @@ pub const MAX_CPUS: usize = match option_env!("KSYNC_MAX_CPUS") {
 pub const MAX_CPUS_LIMIT: usize = (1 << 14) - 1;
 
 const fn parse_max_cpus(text: &str) -> usize {
+    match parse_setting(text, MAX_CPUS_LIMIT) {
+        Some(value) if value > 0 => value,
+        _ => panic!(
+            "KSYNC_MAX_CPUS must be a decimal number from 1 to 16383 (16-bit lock tickets must outnumber the 4 waiting contexts of every CPU)"
+        ),
+    }
+}
+
+/// A decimal build-time setting (`KSYNC_*` environment variables read with
+/// `option_env!`): `None` when `text` is empty, holds anything but digits,
+/// or is above `max`. Each caller panics with its own variable's name and
+/// range (a `const` panic cannot format).
+pub(crate) const fn parse_setting(text: &str, max: usize) -> Option<usize> {
     let bytes = text.as_bytes();
+    if bytes.is_empty() {
+        return None;
+    }
     let mut value = 0usize;
     let mut i = 0;
-    assert!(!bytes.is_empty(), "KSYNC_MAX_CPUS is empty");
     while i < bytes.len() {
         let digit = bytes[i];
-        assert!(
-            digit.is_ascii_digit(),
-            "KSYNC_MAX_CPUS must be a decimal number"
-        );
+        if !digit.is_ascii_digit() {
+            return None;
+        }
         value = value * 10 + (digit - b'0') as usize;
-        assert!(
-            value <= MAX_CPUS_LIMIT,
-            "KSYNC_MAX_CPUS is above 16383: 16-bit lock tickets must outnumber the 4 waiting contexts of every CPU"
-        );
+        if value > max {
+            return None;
+        }
         i += 1;
     }
-    assert!(value > 0, "KSYNC_MAX_CPUS must be at least 1");
-    value
+    Some(value)
 }
 
 /// What a kernel tells ksync. Implement it once and name the type in

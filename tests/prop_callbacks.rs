@@ -86,10 +86,7 @@ fn op() -> impl Strategy<Value = Op> {
 }
 
 proptest! {
-    #![proptest_config(ProptestConfig {
-        cases: if cfg!(debug_assertions) { 256 } else { 1024 },
-        ..ProptestConfig::default()
-    })]
+    #![proptest_config(prop::config())]
 
     #[test]
     fn callback_lists_match_the_model(ops in proptest::collection::vec(op(), 1..64)) {

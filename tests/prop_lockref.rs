@@ -159,15 +159,8 @@ fn run(op: &Op, lr: &LockRef) -> Outcome {
     }
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: if cfg!(debug_assertions) { 256 } else { 1024 },
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(prop::config())]
 
     /// Every operation matches the model; reports happen exactly on
     /// misuse (and panic only in debug builds, leaving the lockref usable).

@@ -76,15 +76,8 @@ fn fits(v: i128) -> bool {
     i64::try_from(v).is_ok()
 }
 
-fn config() -> ProptestConfig {
-    ProptestConfig {
-        cases: if cfg!(debug_assertions) { 256 } else { 1024 },
-        ..ProptestConfig::default()
-    }
-}
-
 proptest! {
-    #![proptest_config(config())]
+    #![proptest_config(prop::config())]
 
     #[test]
     fn counter_matches_the_model(

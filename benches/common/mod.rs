@@ -1,6 +1,12 @@
-//! Helpers shared by the per-CPU and RCU benches.
+//! Helpers shared by the benches.
 
 #![allow(dead_code)]
+
+use std::sync::atomic::Ordering::{Acquire, Relaxed, Release};
+use std::sync::atomic::{AtomicBool, AtomicUsize};
+use std::time::{Duration, Instant};
+
+use core_affinity::CoreId;
 
 /// A value on a cache line (pair) of its own (128 bytes on x86_64 and
 /// aarch64, whose prefetchers pair lines).
@@ -32,4 +38,52 @@ pub(crate) fn settings() -> (u64, usize) {
             env("KSYNC_BENCH_REPS", 7) as usize,
         )
     }
+}
+
+/// Runs `worker` on `threads` threads pinned round-robin to `cores` for
+/// `dur`. A start gate releases them together once every thread is ready
+/// (so no thread runs alone while the others start); `worker` loops until
+/// the flag it is given is set and returns what it counted. Returns the
+/// elapsed nanoseconds from the gate's opening and each thread's result.
+pub(crate) fn timed_threads<T: Send, F: Fn(&AtomicBool) -> T + Sync>(
+    threads: usize,
+    dur: Duration,
+    cores: &[CoreId],
+    worker: F,
+) -> (f64, Vec<T>) {
+    let ready = CachePadded::new(AtomicUsize::new(0));
+    let go = CachePadded::new(AtomicBool::new(false));
+    let stop = CachePadded::new(AtomicBool::new(false));
+    std::thread::scope(|s| {
+        let workers: Vec<_> = (0..threads)
+            .map(|i| {
+                let (core, worker, ready, go, stop) =
+                    (cores[i % cores.len()], &worker, &ready, &go, &stop);
+                s.spawn(move || {
+                    core_affinity::set_for_current(core);
+                    // Release/Acquire: the gate's opening is seen after
+                    // every thread counted itself ready.
+                    ready.fetch_add(1, Release);
+                    while !go.load(Acquire) {
+                        std::thread::yield_now();
+                    }
+                    worker(stop)
+                })
+            })
+            .collect();
+        while ready.load(Acquire) < threads {
+            std::thread::yield_now();
+        }
+        let t0 = Instant::now();
+        go.store(true, Release);
+        std::thread::sleep(dur);
+        // Relaxed: the joins below order the workers' results.
+        stop.store(true, Relaxed);
+        let elapsed = t0.elapsed().as_nanos() as f64;
+        let results = workers
+            .into_iter()
+            .map(|w| w.join().expect("worker panicked"))
+            .collect();
+        (elapsed, results)
+    })
 }

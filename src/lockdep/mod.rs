@@ -306,7 +306,10 @@ pub const MAX_SUBCLASSES: u8 = 8;
 /// The number of lock classes lockdep can tell apart (every subclass
 /// counts): `KSYNC_LOCKDEP_CLASSES` at build time, 256 by default.
 pub const MAX_CLASSES: usize = match option_env!("KSYNC_LOCKDEP_CLASSES") {
-    Some(text) => parse_env(text, "KSYNC_LOCKDEP_CLASSES", 1 << 14),
+    Some(text) => match crate::kernel::parse_setting(text, 1 << 14) {
+        Some(value) if value >= 2 => value,
+        _ => panic!("KSYNC_LOCKDEP_CLASSES must be a decimal number from 2 to 16384"),
+    },
     None => 256,
 };
 
@@ -314,29 +317,12 @@ pub const MAX_CLASSES: usize = match option_env!("KSYNC_LOCKDEP_CLASSES") {
 /// taken") lockdep records: `KSYNC_LOCKDEP_DEPENDENCIES` at build time,
 /// 8 per class by default.
 pub const MAX_DEPENDENCIES: usize = match option_env!("KSYNC_LOCKDEP_DEPENDENCIES") {
-    Some(text) => parse_env(text, "KSYNC_LOCKDEP_DEPENDENCIES", 1 << 20),
+    Some(text) => match crate::kernel::parse_setting(text, 1 << 20) {
+        Some(value) if value >= 2 => value,
+        _ => panic!("KSYNC_LOCKDEP_DEPENDENCIES must be a decimal number from 2 to 1048576"),
+    },
     None => 8 * MAX_CLASSES,
 };
-
-const fn parse_env(text: &str, name: &str, max: usize) -> usize {
-    let bytes = text.as_bytes();
-    let mut value = 0usize;
-    let mut i = 0;
-    assert!(!bytes.is_empty(), "a KSYNC_LOCKDEP_* variable is empty");
-    while i < bytes.len() {
-        let digit = bytes[i];
-        assert!(
-            digit.is_ascii_digit(),
-            "KSYNC_LOCKDEP_* variables must be decimal numbers"
-        );
-        value = value * 10 + (digit - b'0') as usize;
-        assert!(value <= max, "a KSYNC_LOCKDEP_* variable is too large");
-        i += 1;
-    }
-    let _ = name;
-    assert!(value >= 2, "KSYNC_LOCKDEP_* variables must be at least 2");
-    value
-}
 
 /// An explicit lock class: every lock given this key (by `set_lock_class`
 /// or [`Map::with_key`]) belongs to one class, named `name` in reports.

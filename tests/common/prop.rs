@@ -30,3 +30,11 @@ pub(crate) fn quiet_expected_panics(expected: &'static str) {
         }));
     });
 }
+
+/// The cases per property: 256 in debug builds, 1024 in release.
+pub(crate) fn config() -> proptest::prelude::ProptestConfig {
+    proptest::prelude::ProptestConfig {
+        cases: if cfg!(debug_assertions) { 256 } else { 1024 },
+        ..proptest::prelude::ProptestConfig::default()
+    }
+}

@@ -19,7 +19,7 @@
 use std::fs;
 use std::io::Read;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -281,7 +281,7 @@ fn boot(board: Board, elf: &Path, arg: &str) -> Result<Boot, String> {
         drain(child.stdout.take().map(|s| Box::new(s) as _)),
         drain(child.stderr.take().map(|s| Box::new(s) as _)),
     ];
-    let status = wait_with_timeout(&mut child, BOOT_TIMEOUT);
+    let status = crate::tools::wait_with_timeout(&mut child, BOOT_TIMEOUT);
     let [stdout, stderr] = readers.map(|r| r.join().unwrap_or_default());
     let elapsed = start.elapsed();
 
@@ -340,21 +340,6 @@ fn drain(pipe: Option<Box<dyn Read + Send>>) -> thread::JoinHandle<Vec<u8>> {
         }
         bytes
     })
-}
-
-fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<i32> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status.code().unwrap_or(-1)),
-            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
 }
 
 // ---- judging ----------------------------------------------------------------------

@@ -8,7 +8,9 @@
 use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::{Child, Command, Stdio};
+use std::thread;
+use std::time::{Duration, Instant};
 
 /// The workspace root (the parent of this crate).
 pub fn root() -> PathBuf {
@@ -197,6 +199,23 @@ pub fn ensure_toolchain() -> Result<(), String> {
         .stderr(Stdio::null())
         .status();
     Ok(())
+}
+
+/// Polls the child until it exits or `timeout` passes (then kills it).
+/// Returns the exit code, or `None` on timeout.
+pub fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<i32> {
+    let deadline = Instant::now() + timeout;
+    loop {
+        match child.try_wait() {
+            Ok(Some(status)) => return Some(status.code().unwrap_or(-1)),
+            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
+            _ => {
+                let _ = child.kill();
+                let _ = child.wait();
+                return None;
+            }
+        }
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,7 @@ use std::fmt::Write as _;
 use std::fs;
 use std::io::{BufRead, BufReader};
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::{Command, Stdio};
 use std::sync::mpsc;
 use std::thread;
 use std::time::{Duration, Instant};
@@ -206,7 +206,7 @@ pub fn run_qemu(
     })
     .collect();
     drop(tx);
-    let status = wait_with_timeout(&mut child, timeout);
+    let status = crate::tools::wait_with_timeout(&mut child, timeout);
     for reader in readers {
         let _ = reader.join();
     }
@@ -225,23 +225,6 @@ pub fn run_qemu(
         elapsed: start.elapsed(),
         log,
     })
-}
-
-/// Polls the child until it exits or `timeout` passes (then kills it).
-/// Returns the exit code, or `None` on timeout.
-fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<i32> {
-    let deadline = Instant::now() + timeout;
-    loop {
-        match child.try_wait() {
-            Ok(Some(status)) => return Some(status.code().unwrap_or(-1)),
-            Ok(None) if Instant::now() < deadline => thread::sleep(Duration::from_millis(20)),
-            _ => {
-                let _ = child.kill();
-                let _ = child.wait();
-                return None;
-            }
-        }
-    }
 }
 
 #[cfg(test)]
