@@ -209,9 +209,9 @@ impl<R> RawTicketLock<R> {
         );
         // Release pairs with the Acquire loads in `lock` and `try_lock`.
         self.owner.store(owner.wrapping_add(1), Ordering::Release);
-        if vcpu_preemptible() {
-            kick_waiters();
-        }
+        // In every mode: a test-and-set waiter from before a mode switch
+        // may be halted (the `SpinWait` contract).
+        kick_waiters();
     }
 }
 
