@@ -263,9 +263,9 @@ impl<R> RawTicketLock<R> {
         } else {
             self.word.fetch_add(1, Ordering::Release);
         }
-        if vcpu_preemptible() {
-            kick_waiters();
-        }
+        // In every mode: a test-and-set waiter from before a mode switch
+        // may be halted (the `SpinWait` contract).
+        kick_waiters();
     }
 }
 

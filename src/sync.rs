@@ -43,7 +43,7 @@ pub(crate) use portable_atomic::AtomicUsize as StatCounter;
 /// (the spin-wait policy): `core`'s even under loom, so they can live in
 /// `static`s. Only loads and stores are used, which every target has.
 pub(crate) mod config {
-    pub(crate) use core::sync::atomic::{AtomicPtr, AtomicU8, Ordering};
+    pub(crate) use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 }
 
 /// One iteration of a busy-wait loop. Under loom it yields to the model

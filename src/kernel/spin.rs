@@ -20,10 +20,11 @@
 //!   feature, yes (threads are preemptible); otherwise no. Kernels on other
 //!   architectures that know they are guests say so at boot.
 //! * [`set_spin_wait`]: what a waiter does after it has spun for a bounded
-//!   time without getting the lock, when CPUs are preemptible: give the CPU
-//!   away (yield the thread, halt until an interrupt or a kick). Unset, the
-//!   host test hooks yield the thread and everything else keeps spinning,
-//!   which is right on bare metal.
+//!   time without getting the lock (in either mode: FIFO waiters of the
+//!   queued lock give the CPU away too): give the CPU away (yield the
+//!   thread, or halt until a kick, latched like `WFE`/`SEV`: see
+//!   [`SpinWait`]'s contract). Unset, the host test hooks yield the thread
+//!   and everything else keeps spinning, which is right on bare metal.
 //!
 //! These are settings rather than [`Kernel`](super::Kernel) hooks on
 //! purpose: plain spinlocks must work in a binary that never calls
@@ -33,17 +34,20 @@
 //! ```
 //! use ksync::kernel::{self, SpinWait};
 //!
-//! // A guest kernel that halts a waiting vCPU until the next interrupt:
-//! fn halt_until_interrupt() { /* e.g. `sti; hlt` with interrupts enabled */ }
-//! static WAIT: SpinWait = SpinWait { wait: halt_until_interrupt, kick: None };
+//! // A guest kernel that halts a waiting vCPU until kicked (`wfe`, with
+//! // `dsb; sev` as the latched kick; see `SpinWait`'s contract):
+//! fn halt_until_kicked() { /* `wfe` */ }
+//! fn kick_all() { /* `dsb ish; sev` */ }
+//! static WAIT: SpinWait = SpinWait { wait: halt_until_kicked, kick: Some(kick_all) };
 //!
 //! kernel::set_vcpu_preemptible(true);
 //! kernel::set_spin_wait(&WAIT);
 //! assert!(kernel::vcpu_preemptible());
 //! ```
 
-use crate::sync::config::{AtomicPtr, AtomicU8, Ordering};
-use Ordering::Relaxed;
+use crate::sync::config::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
+use crate::sync::{StatCounter, fence};
+use Ordering::{Relaxed, SeqCst};
 
 /// Unknown yet: detect on first use.
 const UNKNOWN: u8 = 0;
@@ -93,17 +97,67 @@ fn detect() -> bool {
 }
 
 /// What a lock waiter does when it has spun for a bounded time without
-/// progress and CPUs are preemptible ([`set_spin_wait`]).
+/// progress ([`set_spin_wait`]).
+///
+/// # The contract
+///
+/// A waiter checks its condition (the lock looks free, its queue node was
+/// handed the lock, its successor linked itself, ...), and when the check
+/// fails calls [`wait`](SpinWait::wait), then checks again. `wait` may
+/// return at once, yield the thread, or halt the CPU; a spurious return is
+/// always fine. If `wait` can sleep for longer than some bounded time (until
+/// an interrupt that may never come, or until a kick), the policy must
+/// have a [`kick`](SpinWait::kick), and the pair must behave like the
+/// event register of Arm's `WFE`/`SEV`:
+///
+/// * **Latched.** A kick that lands after a waiter's last check of its
+///   condition, even before it has called `wait`, makes that `wait` return
+///   (at most one stale return later, as `WFE` after an old `SEV`). A kick
+///   wakes every CPU that may be waiting, not just one.
+/// * **Ordered.** Whatever the kicking CPU wrote before it called `kick` is
+///   visible to a waiter whose `wait` returned because of that kick (a
+///   `dsb` before `sev`; an IPI is sent after the stores it announces).
+///
+/// The locks keep one rule: every store that can make some waiter's
+/// condition true is followed by [`kick_waiters`] (the unlocks, the queued
+/// lock's link, hand-off and pending-bit undo). That holds in both modes
+/// of [`set_vcpu_preemptible`] and across a switch between them: a waiter
+/// that started waiting in one mode is kicked by an unlocker in the other.
+///
+/// So that an unlock does not pay for a kick nobody needs, a waiter
+/// advertises that it may halt before it first calls a `wait` that has a
+/// kick, and re-checks its condition after advertising; an unlocker kicks
+/// only when some CPU has advertised (Linux's paravirt qspinlock has the
+/// waiter mark the lock "slow" and the unlocker's fast path test it). The
+/// two sides are a Dekker pair, each a write, a `SeqCst` fence and a read:
+/// the waiter increments the count of halting CPUs, fences, re-checks its
+/// condition; the waker stores the condition, fences, reads the count. The
+/// fences' total order lets at most one of the two reads miss the other
+/// side's write: either the waiter sees its condition true and does not
+/// halt, or the waker sees the waiter and kicks it (and the kick, latched,
+/// is not lost if it lands before the halt). The count is process-wide,
+/// not per lock: a kick may wake CPUs waiting on other locks, which then
+/// re-check and wait again.
 #[derive(Debug)]
 pub struct SpinWait {
     /// Called by a waiter after [`SPIN_LIMIT`] unsuccessful rounds. It may
-    /// return at once, yield the thread, or halt the CPU until the next
-    /// interrupt or [`kick`](SpinWait::kick); the waiter re-checks the
-    /// lock when it returns, so a spurious return is always fine.
+    /// return at once, yield the thread, or halt the CPU until `kick`; the
+    /// waiter re-checks its condition when it returns, so a spurious return
+    /// is always fine. The locks call it in both modes (FIFO waiters give
+    /// the CPU away too, so that a queue stays live behind a descheduled
+    /// CPU); a waiter may call it with interrupts masked (an
+    /// [`IrqSave`](crate::spinlock::RawIrqSave) lock), so a `wait` that
+    /// halts must be woken by `kick` whatever the interrupt mask is (or
+    /// unmask around the halt, if the kernel allows handlers there).
     pub wait: fn(),
-    /// Called by an unlocker (only when CPUs are preemptible) to wake CPUs
-    /// halted in [`wait`](SpinWait::wait) (e.g. `sev`, or an IPI). `None`
-    /// when `wait` never sleeps past the next interrupt.
+    /// Wakes every CPU that may be in [`wait`](SpinWait::wait), latched and
+    /// ordered as the [contract](SpinWait#the-contract) says (e.g. `dsb;
+    /// sev`, or an IPI to the other CPUs). Required when `wait` can sleep
+    /// past a bounded time; `None` when it never does (it yields or
+    /// spins). Called only while some waiter has advertised that it may
+    /// halt, from unlock paths and the queued lock's hand-offs, possibly
+    /// with interrupts masked: it must not take a lock that a waiter can
+    /// hold.
     pub kick: Option<fn()>,
 }
 
@@ -113,6 +167,16 @@ pub const SPIN_LIMIT: u32 = if cfg!(loom) { 2 } else { 1 << 10 };
 
 /// The registered policy; null means the default.
 static WAIT: AtomicPtr<SpinWait> = AtomicPtr::new(core::ptr::null_mut());
+
+/// Whether the registered policy has a kick: the one flag an unlock tests
+/// when nobody halts.
+static HAS_KICK: AtomicBool = AtomicBool::new(false);
+
+/// How many waiters may be halted in a `wait` that needs a kick (the
+/// waiters' half of the Dekker pair; see [`SpinWait`]). A `core` atomic
+/// even under loom (it lives in a `static`); loom runs one thread at a
+/// time, so the models see it sequentially consistent.
+static HALTING: StatCounter = StatCounter::new(0);
 
 /// The default: with `test-hooks` a thread yields (a host thread that
 /// waits for a descheduled holder should let it run); elsewhere keep
@@ -130,12 +194,19 @@ fn default_wait() {
     crate::sync::spin_loop();
 }
 
-/// Registers what waiters do after a bounded spin when CPUs are
-/// preemptible (see the module docs).
+/// Registers what waiters do after a bounded spin (see the module docs and
+/// [`SpinWait`]'s contract). Set it at boot; a policy whose `wait` halts
+/// may replace one that does not at any time, but a halting policy must
+/// not be replaced while a CPU may be waiting in it (its kick would no
+/// longer be sent).
 pub fn set_spin_wait(wait: &'static SpinWait) {
     // Release pairs with the Acquire load in `policy`: a waiter that sees
     // the pointer sees the struct it points to.
     WAIT.store(core::ptr::from_ref(wait).cast_mut(), Ordering::Release);
+    // Relaxed: a waiter advertises itself only after it read this policy
+    // (Acquire above) and saw its kick; an unlocker reads the flag after
+    // the waiter's fence (the Dekker pair), so it sees `true` then.
+    HAS_KICK.store(wait.kick.is_some(), Relaxed);
 }
 
 #[inline]
@@ -151,11 +222,29 @@ fn policy() -> &'static SpinWait {
     }
 }
 
-/// Wakes CPUs that may be halted in [`SpinWait::wait`]. Lock releases call
-/// it only when [`vcpu_preemptible`] is set.
+/// Wakes CPUs that may be halted in [`SpinWait::wait`]. Called after every
+/// store that can make a waiter's condition true, in every mode; kicks
+/// only when some waiter has advertised that it may halt.
 #[inline]
 pub(crate) fn kick_waiters() {
-    if let Some(kick) = policy().kick {
+    // Relaxed: see `set_spin_wait`. Without a kick nobody can be halted
+    // past a bounded time: nothing to do (the common case, one load).
+    if HAS_KICK.load(Relaxed) {
+        kick_if_halting();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn kick_if_halting() {
+    // The waker's half of the Dekker pair: the caller's store of the
+    // condition, this fence, the read of `HALTING`. Pairs with the fence in
+    // `Waiter::advertise`: if this read misses the waiter's increment, the
+    // waiter's re-check after its fence sees our store.
+    fence(SeqCst);
+    if HALTING.load(Relaxed) != 0
+        && let Some(kick) = policy().kick
+    {
         kick();
     }
 }
@@ -163,27 +252,72 @@ pub(crate) fn kick_waiters() {
 /// One waiter's state: spins with the caller's relax strategy and, when
 /// asked to (`give_away`: CPUs are preemptible, or the lock's queue must
 /// stay live behind a descheduled waiter), gives the CPU away every
-/// [`SPIN_LIMIT`] rounds.
+/// [`SPIN_LIMIT`] rounds. Before its first call of a `wait` that needs a
+/// kick it advertises itself (and returns once, so that the caller
+/// re-checks its condition after advertising); dropping it withdraws the
+/// advertisement. The caller must re-check its condition after every
+/// [`wait`](Self::wait) (every loop here does: check, wait, check).
 #[derive(Debug, Default)]
 pub(crate) struct Waiter {
     rounds: u32,
+    /// Whether this waiter is counted in `HALTING`.
+    advertised: bool,
 }
 
 impl Waiter {
     pub(crate) const fn new() -> Self {
-        Self { rounds: 0 }
+        Self {
+            rounds: 0,
+            advertised: false,
+        }
     }
 
-    /// One round of waiting.
+    /// One round of waiting. Returns whether it advertised or gave the CPU
+    /// away: the caller must re-check its condition before waiting again.
     #[inline]
-    pub(crate) fn wait<R: spin::relax::RelaxStrategy>(&mut self, give_away: bool) {
+    pub(crate) fn wait<R: spin::relax::RelaxStrategy>(&mut self, give_away: bool) -> bool {
         crate::sync::relax::<R>();
         if give_away {
             self.rounds += 1;
             if self.rounds >= SPIN_LIMIT {
-                self.rounds = 0;
-                (policy().wait)();
+                self.give_away();
+                return true;
             }
+        }
+        false
+    }
+
+    #[cold]
+    fn give_away(&mut self) {
+        let policy = policy();
+        if policy.kick.is_some() && !self.advertised {
+            // Advertise first; the caller re-checks before the next round,
+            // which then waits (`rounds` stays at the limit).
+            self.advertise();
+            return;
+        }
+        self.rounds = 0;
+        (policy.wait)();
+    }
+
+    /// The waiter's half of the Dekker pair (see [`SpinWait`]): the
+    /// increment, this fence, then the caller's re-check of its condition.
+    /// Pairs with the fence in `kick_if_halting`.
+    fn advertise(&mut self) {
+        // Relaxed: the fence orders it.
+        HALTING.fetch_add(1, Relaxed);
+        fence(SeqCst);
+        self.advertised = true;
+    }
+}
+
+impl Drop for Waiter {
+    #[inline]
+    fn drop(&mut self) {
+        if self.advertised {
+            // Relaxed: a waker that still sees the count kicks once more
+            // than needed, which is harmless.
+            HALTING.fetch_sub(1, Relaxed);
         }
     }
 }
@@ -209,11 +343,15 @@ impl Backoff {
         }
     }
 
-    /// Waits after a failed attempt.
+    /// Waits after a failed attempt. Stops early when the waiter
+    /// advertised or gave the CPU away: the caller re-checks the lock
+    /// before any further `wait` (the [`SpinWait`] contract).
     #[inline]
     pub(crate) fn backoff<R: spin::relax::RelaxStrategy>(&mut self) {
         for _ in 0..self.step {
-            self.waiter.wait::<R>(true);
+            if self.waiter.wait::<R>(true) {
+                break;
+            }
         }
         self.step = (self.step * 2).min(BACKOFF_MAX);
     }

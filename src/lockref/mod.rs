@@ -328,9 +328,9 @@ impl LockRef {
         } else {
             self.word.fetch_add(word::OWNER_ONE, Ordering::Release);
         }
-        if vcpu_preemptible() {
-            kick_waiters();
-        }
+        // In every mode: a test-and-set waiter from before a mode switch
+        // may be halted (the `SpinWait` contract).
+        kick_waiters();
     }
 
     #[inline]

@@ -193,8 +193,7 @@ impl Drop for Nesting {
 /// atomic accesses to one location, so every update here is a 32-bit
 /// atomic on the whole word: compare-exchange, `fetch_or`, `fetch_and`,
 /// `fetch_add`/`fetch_sub`. In particular unlock is a `fetch_sub` (an atomic
-/// read-modify-write where Linux has a plain byte store); its result tells
-/// unlock whether anyone waits, which it uses to wake halted waiters.
+/// read-modify-write where Linux has a plain byte store).
 /// Fourteen CPU bits limit the lock to 16 383 CPUs: using it with a larger
 /// [`MAX_CPUS`] fails the build.
 ///
@@ -215,10 +214,45 @@ impl Drop for Nesting {
 /// [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds calls the kernel's
 /// [`SpinWait::wait`](crate::kernel::SpinWait), which may give the CPU away
 /// (the host test hooks yield the thread; the default elsewhere keeps
-/// spinning). That keeps the FIFO queue live on an oversubscribed machine
-/// too: the CPUs queued behind a descheduled one let it run. An unlock
-/// that sees waiters, and every hand-off inside the queue, calls
-/// [`SpinWait::kick`](crate::kernel::SpinWait).
+/// spinning) or halt it until kicked. That keeps the FIFO queue live on an
+/// oversubscribed machine too: the CPUs queued behind a descheduled one let
+/// it run.
+///
+/// # Halting waiters
+///
+/// Every store that can make some waiter's condition true is followed by a
+/// kick ([`SpinWait`](crate::kernel::SpinWait)'s contract; the kick is
+/// sent only while some waiter has advertised that it may halt):
+///
+/// | store | whose wait it ends |
+/// |---|---|
+/// | `unlock`'s `fetch_sub` | the pending CPU (locked byte clear), the queue head (locked and pending clear), test-and-set waiters (word zero) |
+/// | the pending-bit undo (`fetch_and`) | the queue head (pending clear) |
+/// | a newcomer's link into its predecessor's `next` | the queue head, which holds the lock and waits for it |
+/// | the head's hand-off to its successor's `locked` | that successor |
+///
+/// The other updates make no waiter's condition true: the pending CPU's
+/// `fetch_add` and the head's compare-exchange or `fetch_or` set the
+/// locked byte, and a tail exchange only adds a waiter.
+///
+/// # The fifth nesting level
+///
+/// A CPU nested five deep has no node: it waits on the word by
+/// test-and-set and never joins the queue. It does pass through the pending
+/// step first, so its `fetch_or(PENDING)` can land after a queue formed,
+/// between the queue head's load of the word (locked and pending clear, the
+/// tail its own) and its "last in the queue" compare-exchange, which then
+/// fails. Linux's head takes such a failure to mean that a successor is
+/// linking (`set_locked`, then wait for `next`), which the fifth-level CPU
+/// never does: the head would hold the lock and wait for ever, and so would
+/// the fifth-level CPU (Linux has the same hazard, for NMIs nested in
+/// NMIs). Here the head takes nothing for granted: after a failed exchange
+/// it reads the word again, waits while pending is set (a pending bit set
+/// while a tail exists is always transient: its setter saw the tail and
+/// clears it, with a kick), and either exchanges again or, if the tail is
+/// no longer its own, locks and waits for the successor that put it there.
+/// The retries are bounded: only a CPU whose first look at the word saw no
+/// tail can set pending once a tail exists.
 ///
 /// # Kernel hooks
 ///
@@ -318,9 +352,10 @@ impl<R> RawQueuedLock<R> {
             prev & LOCKED_MASK == LOCKED,
             "unlock of a queued lock that is not held"
         );
-        if prev != LOCKED || vcpu_preemptible() {
-            kick_waiters();
-        }
+        // Always (one flag load when nobody may halt): a pending CPU, the
+        // queue head, or a test-and-set waiter (from either mode, or the
+        // fifth nesting level) may be halted on this store.
+        kick_waiters();
     }
 }
 
@@ -385,9 +420,11 @@ impl<R: RelaxStrategy> RawQueuedLock<R> {
                 return;
             }
             // Someone else is pending or queued. Undo our bit if we set it.
-            // Relaxed: the bit was never ours, it published nothing.
+            // Relaxed: the bit was never ours, it published nothing. A
+            // queue head may be waiting (even halted) for it to clear.
             if prev & PENDING == 0 {
                 self.val.fetch_and(!PENDING, Relaxed);
+                kick_waiters();
             }
         }
         self.lock_queued();
@@ -436,35 +473,45 @@ impl<R: RelaxStrategy> RawQueuedLock<R> {
             // Link behind the old tail. Release pairs with its Acquire load
             // of `next`: our `locked = 0` happens-before its hand-off.
             node_of(old).next.store(tail, Release);
+            // Our predecessor may be the queue head, holding the lock and
+            // waiting (even halted) for this link.
+            kick_waiters();
             // Acquire pairs with the predecessor's Release hand-off store.
             while node.locked.load(Acquire) == 0 {
                 waiter.wait::<R>(true);
             }
         }
 
-        // Queue head: wait for the owner and the pending CPU to go.
-        // Acquire pairs with the Release `fetch_sub` in `unlock`.
-        let val = loop {
+        // Queue head: wait for the owner and the pending CPU to go, then
+        // take the lock. Acquire pairs with the Release `fetch_sub` in
+        // `unlock`.
+        loop {
             let val = self.val.load(Acquire);
-            if val & LOCKED_PENDING_MASK == 0 {
-                break val;
+            if val & LOCKED_PENDING_MASK != 0 {
+                waiter.wait::<R>(true);
+                continue;
             }
-            waiter.wait::<R>(true);
-        };
-
-        // Last in the queue: clear the tail and lock in one step. Relaxed:
-        // the Acquire load above ordered us after the unlock.
-        if val & TAIL_MASK == tail
-            && self
+            if val & TAIL_MASK != tail {
+                // Someone queued behind us.
+                break;
+            }
+            // Last in the queue: clear the tail and lock in one step.
+            // Relaxed: the Acquire load above ordered us after the unlock.
+            if self
                 .val
                 .compare_exchange(val, LOCKED, Relaxed, Relaxed)
                 .is_ok()
-        {
-            return;
+            {
+                return;
+            }
+            // A successor swapped its tail in, or a CPU set pending for an
+            // instant (it saw the tail and clears the bit again): look
+            // again. Not "assume a successor": the CPU that set pending may
+            // be at the fifth nesting level, which never links behind us
+            // (see "The fifth nesting level" in the type's docs).
         }
-        // Someone queued behind us (or set pending for an instant, saw the
-        // tail and is queueing behind us): lock and keep the tail. Relaxed
-        // as above; nobody else sets locked while a tail is queued.
+        // Someone queued behind us: lock and keep the tail. Relaxed as
+        // above; nobody else sets locked while a tail is queued.
         self.val.fetch_or(LOCKED, Relaxed);
 
         // Hand the head over once the successor has linked itself (it is

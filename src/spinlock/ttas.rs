@@ -56,9 +56,9 @@ impl<R> RawTtasLock<R> {
         debug_assert!(self.is_locked(), "unlock of a TTAS lock that is not held");
         // Release pairs with the Acquire exchange in `lock`/`try_lock`.
         self.locked.store(false, Ordering::Release);
-        if vcpu_preemptible() {
-            kick_waiters();
-        }
+        // In every mode: a waiter from before a mode switch may be halted
+        // (the `SpinWait` contract).
+        kick_waiters();
     }
 }
 
