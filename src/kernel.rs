@@ -316,7 +316,7 @@ unsafe extern "Rust" {
 pub(crate) fn irq_save_hook() -> usize {
     let flags = _ksync_set_kernel_v1_irq_save();
     #[cfg(feature = "lockdep")]
-    crate::lockdep::irq_masked();
+    irq::count_masked();
     flags
 }
 
@@ -327,7 +327,7 @@ pub(crate) fn irq_save_hook() -> usize {
 #[inline]
 pub(crate) unsafe fn irq_restore_hook(flags: usize) {
     #[cfg(feature = "lockdep")]
-    crate::lockdep::irq_unmasking();
+    irq::count_unmasking();
     // SAFETY: forwarded caller contract.
     unsafe { _ksync_set_kernel_v1_irq_restore(flags) }
 }
@@ -470,13 +470,14 @@ impl Drop for PreemptGuard {
 }
 
 pub mod irq;
+pub(crate) mod lockdep_report;
 mod spin;
 mod stall_report;
 
 pub use stall_report::{STALL_REPORT_CPUS, StallReport};
 
 /// The report type of [`Kernel::lockdep_report`]: [`lockdep::Report`](crate::lockdep::Report).
-pub use crate::lockdep::Report as LockdepReport;
+pub use lockdep_report::Report as LockdepReport;
 
 pub(crate) use spin::{Backoff, Waiter, kick_waiters};
 pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};

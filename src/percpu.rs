@@ -40,19 +40,7 @@ pub use crossbeam_utils::CachePadded;
 use crate::kernel::{self, MAX_CPUS, PreemptGuard};
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, array, const_fn, init};
 
-/// Types with a constant initial value, so that a [`PerCpu`] of them can be
-/// built in a `static` ([`PerCpu::new`] is `const`).
-///
-/// Implemented for the integer atomics and `bool`/integer `Cell`-free
-/// primitives; implement it for your own types whose initial value is a
-/// constant expression.
-pub trait ConstInit {
-    // `const INIT: Self`; a function under loom, whose atomics cannot be
-    // constants (see the atomics shim).
-    crate::sync::const_init_item! {
-        /// The initial value of every slot.
-    }
-}
+pub use crate::sync::ConstInit;
 
 crate::sync::const_init! {
     impl for AtomicBool = AtomicBool::new(false);

@@ -150,7 +150,7 @@ macro_rules! array {
 }
 pub(crate) use array;
 
-/// The item of [`ConstInit`](crate::percpu::ConstInit): the constant
+/// The item of [`ConstInit`](crate::sync::ConstInit): the constant
 /// `INIT` in normal builds, the function `init` under loom.
 #[cfg(not(loom))]
 macro_rules! const_init_item {
@@ -159,7 +159,7 @@ macro_rules! const_init_item {
         const INIT: Self;
     };
 }
-/// The item of [`ConstInit`](crate::percpu::ConstInit) (loom builds: a
+/// The item of [`ConstInit`](crate::sync::ConstInit) (loom builds: a
 /// function, called once per value).
 #[cfg(loom)]
 macro_rules! const_init_item {
@@ -168,25 +168,24 @@ macro_rules! const_init_item {
         fn init() -> Self;
     };
 }
-pub(crate) use const_init_item;
 
-/// Implements [`ConstInit`](crate::percpu::ConstInit):
+/// Implements [`ConstInit`](crate::sync::ConstInit):
 /// `const_init!(impl[T: Bound] for Type<T> = value; ...)` (the brackets
 /// are optional). `value` is a constant expression in normal builds.
 #[cfg(not(loom))]
 macro_rules! const_init {
     ($(impl $([$($gen:tt)*])? for $ty:ty = $init:expr;)*) => {$(
-        impl $(<$($gen)*>)? $crate::percpu::ConstInit for $ty {
+        impl $(<$($gen)*>)? $crate::sync::ConstInit for $ty {
             const INIT: Self = $init;
         }
     )*};
 }
-/// Implements [`ConstInit`](crate::percpu::ConstInit) (loom builds: the
+/// Implements [`ConstInit`](crate::sync::ConstInit) (loom builds: the
 /// value is built on each call).
 #[cfg(loom)]
 macro_rules! const_init {
     ($(impl $([$($gen:tt)*])? for $ty:ty = $init:expr;)*) => {$(
-        impl $(<$($gen)*>)? $crate::percpu::ConstInit for $ty {
+        impl $(<$($gen)*>)? $crate::sync::ConstInit for $ty {
             fn init() -> Self {
                 $init
             }
@@ -199,7 +198,7 @@ const_fn! {
     /// A fresh `T::INIT` (`const` in normal builds; under loom a new value
     /// registered with the running model).
     #[inline(always)]
-    pub(crate) fn init<T: crate::percpu::ConstInit>() -> T {
+    pub(crate) fn init<T: crate::sync::ConstInit>() -> T {
         #[cfg(not(loom))]
         return T::INIT;
         #[cfg(loom)]
@@ -299,5 +298,21 @@ impl LockedI64 {
         // SAFETY: the lock is held, so nobody else reads or writes it.
         #[cfg(not(target_has_atomic = "64"))]
         self.value.with_mut(|cell| unsafe { *cell = value });
+    }
+}
+
+// Defined here, below every module that implements it (the shim's
+// macros name it); `percpu` re-exports it for users.
+/// Types with a constant initial value, so that a [`PerCpu`](crate::percpu::PerCpu) of them can be
+/// built in a `static` ([`PerCpu::new`](crate::percpu::PerCpu::new) is `const`).
+///
+/// Implemented for the integer atomics and `bool`/integer `Cell`-free
+/// primitives; implement it for your own types whose initial value is a
+/// constant expression.
+pub trait ConstInit {
+    // `const INIT: Self`; a function under loom, whose atomics cannot be
+    // constants (see the atomics shim).
+    const_init_item! {
+        /// The initial value of every slot.
     }
 }

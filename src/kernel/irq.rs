@@ -114,14 +114,14 @@ unsafe impl IrqControl for ArchIrq {
         let flags = arch::irq_save();
         // lockdep counts masking through ksync, whichever way it is done.
         #[cfg(feature = "lockdep")]
-        crate::lockdep::irq_masked();
+        count_masked();
         flags
     }
 
     #[inline]
     unsafe fn restore(flags: Self::Flags) {
         #[cfg(feature = "lockdep")]
-        crate::lockdep::irq_unmasking();
+        count_unmasking();
         // SAFETY: forwarded caller contract.
         unsafe { arch::irq_restore(flags) }
     }
@@ -261,6 +261,51 @@ pub(crate) unsafe fn default_restore(cpu_id: fn() -> usize, flags: usize) {
     let state = entry.1[flags];
     // SAFETY: the state of the matching save, in nesting order (checked).
     unsafe { arch::irq_restore(state) }
+}
+
+// ---- how deeply ksync masked interrupts (for lockdep) ------------------------
+
+/// How deeply each CPU has masked interrupts through ksync's hooks and
+/// [`ArchIrq`]: lockdep asks it whether a lock is taken with interrupts
+/// on. Kept here, beside the masking, so that lockdep reads it from below.
+#[cfg(feature = "lockdep")]
+static MASKED_DEPTH: [crate::sync::AtomicU32; MAX_CPUS] =
+    [const { crate::sync::AtomicU32::new(0) }; MAX_CPUS];
+
+/// This CPU masked interrupts through ksync (called just after masking).
+#[cfg(feature = "lockdep")]
+#[inline]
+pub(crate) fn count_masked() {
+    use crate::sync::Ordering::Relaxed;
+    let depth = &MASKED_DEPTH[super::cpu_id()];
+    // Relaxed: only this CPU touches its counter, with interrupts masked.
+    depth.store(depth.load(Relaxed) + 1, Relaxed);
+}
+
+/// This CPU is about to restore interrupts through ksync.
+#[cfg(feature = "lockdep")]
+#[inline]
+pub(crate) fn count_unmasking() {
+    use crate::sync::Ordering::Relaxed;
+    let depth = &MASKED_DEPTH[super::cpu_id()];
+    // Relaxed: as in `count_masked`.
+    depth.store(depth.load(Relaxed).saturating_sub(1), Relaxed);
+}
+
+/// Whether this CPU has masked interrupts through ksync.
+#[cfg(feature = "lockdep")]
+#[inline]
+pub(crate) fn masked_by_ksync() -> bool {
+    // Relaxed: this CPU's own counter (a stale read after a migration can
+    // only hide a use with interrupts on, never invent one).
+    MASKED_DEPTH[super::cpu_id()].load(crate::sync::Ordering::Relaxed) != 0
+}
+
+/// CPU `id` went offline (a host test thread exited): its count restarts.
+#[cfg(all(feature = "lockdep", feature = "test-hooks"))]
+pub(crate) fn forget_masking(id: usize) {
+    // Relaxed: nobody else uses the id yet.
+    MASKED_DEPTH[id].store(0, crate::sync::Ordering::Relaxed);
 }
 
 #[cfg(all(test, not(loom)))]

@@ -14,10 +14,12 @@ use super::graph::{
     self, CHAIN_REPORTED, Dir, Full, GraphGuard, IN_IRQ, INVERSION_REPORTED, IRQS_ON, Key,
     RECURSION_REPORTED,
 };
-use super::report::{Class, Link, Loc, Name, REPORT_CHAIN, Report, ReportKind, Site};
 use super::{MAX_CLASSES, MAX_DEPENDENCIES, MAX_LOCK_DEPTH, MAX_SUBCLASSES, Map, MapKey};
+use crate::kernel::lockdep_report::{
+    Class, Link, Loc, Name, REPORT_CHAIN, Report, ReportKind, Site,
+};
 use crate::kernel::{self, MAX_CPUS};
-use crate::sync::{AtomicBool, AtomicU32, Ordering};
+use crate::sync::{AtomicBool, Ordering};
 
 /// Checking is on until a table fills (it never comes back on).
 /// Written only under the graph lock.
@@ -73,9 +75,6 @@ static CPUS: Cpus = Cpus(UnsafeCell::new(
     }; MAX_CPUS],
 ));
 
-/// How deeply each CPU has masked interrupts through ksync's hooks.
-static IRQ_DEPTH: [AtomicU32; MAX_CPUS] = [const { AtomicU32::new(0) }; MAX_CPUS];
-
 /// Runs `f` on this CPU's state, with interrupts masked; `None` if lockdep
 /// is already running on this CPU (a nested call from a hook).
 fn with_cpu<R>(f: impl FnOnce(&mut CpuState, usize) -> R) -> Option<R> {
@@ -97,28 +96,11 @@ fn with_cpu<R>(f: impl FnOnce(&mut CpuState, usize) -> R) -> Option<R> {
     result
 }
 
-/// This CPU masked interrupts through ksync (called just after masking).
-pub(crate) fn irq_masked() {
-    let depth = &IRQ_DEPTH[kernel::cpu_id()];
-    // Relaxed: only this CPU touches its counter, with interrupts masked.
-    depth.store(depth.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
-}
-
-/// This CPU is about to restore interrupts through ksync.
-pub(crate) fn irq_unmasking() {
-    let depth = &IRQ_DEPTH[kernel::cpu_id()];
-    // Relaxed: as in `irq_masked`.
-    depth.store(
-        depth.load(Ordering::Relaxed).saturating_sub(1),
-        Ordering::Relaxed,
-    );
-}
-
 /// Whether this CPU has interrupts masked, as far as lockdep can tell.
 fn irqs_masked_now() -> bool {
     // Relaxed: this CPU's own counter (a stale read after a migration can
     // only hide a use with interrupts on, never invent one).
-    IRQ_DEPTH[kernel::cpu_id()].load(Ordering::Relaxed) != 0 || kernel::irqs_disabled()
+    kernel::irq::masked_by_ksync() || kernel::irqs_disabled()
 }
 
 /// CPU `id` went offline (a host test thread exited): whatever it held is
@@ -129,8 +111,7 @@ pub(crate) fn cpu_offline(id: usize) {
     // SAFETY: see `Cpus`: the CPU is gone, its context runs no more lock
     // code, and its id is not handed out again before this returns.
     unsafe { (*CPUS.0.get())[id].depth = 0 };
-    // Relaxed: nobody else uses the id yet.
-    IRQ_DEPTH[id].store(0, Ordering::Relaxed);
+    kernel::irq::forget_masking(id);
 }
 
 fn addr(map: &Map) -> usize {

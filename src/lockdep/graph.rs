@@ -24,8 +24,8 @@
 use core::cell::UnsafeCell;
 use core::ops::{Deref, DerefMut};
 
-use super::report::{Class, Loc, Name};
 use super::{LockClassKey, MAX_CLASSES, MAX_DEPENDENCIES, MAX_SUBCLASSES};
+use crate::kernel::lockdep_report::{Class, Loc, Name};
 use crate::sync::{AtomicBool, AtomicU32, Ordering, spin_loop};
 
 /// Words of one row of the dependency matrix.

@@ -285,19 +285,13 @@ use core::marker::PhantomData;
 mod engine;
 #[cfg(feature = "lockdep")]
 mod graph;
-mod report;
 
-pub use report::{Class, Link, Report, ReportKind, Site};
+pub use crate::kernel::lockdep_report::{Class, Link, Report, ReportKind, Site};
 
 #[cfg(all(feature = "lockdep", feature = "test-hooks"))]
 pub(crate) use engine::cpu_offline;
-#[cfg(feature = "lockdep")]
-pub(crate) use engine::{irq_masked, irq_unmasking};
 
-/// The most locks one CPU may hold at once while lockdep checks (Linux's
-/// `MAX_LOCK_DEPTH`); one more is a [`TooDeep`](ReportKind::TooDeep)
-/// report and checking stops.
-pub const MAX_LOCK_DEPTH: usize = 48;
+pub use crate::kernel::lockdep_report::MAX_LOCK_DEPTH;
 
 /// The number of subclasses of a class (`0..MAX_SUBCLASSES`), as Linux's
 /// `MAX_LOCKDEP_SUBCLASSES`.

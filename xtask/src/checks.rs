@@ -122,6 +122,22 @@ pub fn test(options: &Options) -> ExitCode {
         setup.is_ok(),
     );
 
+    // The layer rule: no module of the library imports one above it.
+    println!("==> layer rule (xtask/src/layers.rs)");
+    let layers = crate::layers::check(&root());
+    match &layers {
+        Ok(violations) => {
+            for (file, line, from, to, text) in violations {
+                println!("  {}:{line}: {from} imports {to}: {text}", file.display());
+            }
+        }
+        Err(e) => println!("  {e}"),
+    }
+    t.check(
+        "layer rule: no module imports one above it",
+        layers.is_ok_and(|v| v.is_empty()),
+    );
+
     // Formatting and lints.
     let (ok, _) = run_logged(
         "cargo fmt --check",

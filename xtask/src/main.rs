@@ -18,6 +18,7 @@
 
 mod checks;
 mod cortex_m;
+mod layers;
 mod qemu;
 mod tools;
 

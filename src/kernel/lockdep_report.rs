@@ -1,10 +1,17 @@
 //! What lockdep tells the kernel: a [`Report`], a fixed-size value (no
 //! allocation) that names the classes involved and where each lock and
 //! each edge was first seen. It exists in every build, because the
-//! kernel's hook names it; only `lockdep` builds make one.
+//! kernel's hook names it; only `lockdep` builds make one. Plain data in
+//! the hook layer (as the RCU stall report is), so that `kernel` does not
+//! import `lockdep`; `lockdep` re-exports it.
 
 use core::fmt;
 use core::panic::Location;
+
+/// The most locks one CPU may hold at once while lockdep checks (Linux's
+/// `MAX_LOCK_DEPTH`); one more is a [`TooDeep`](ReportKind::TooDeep)
+/// report and checking stops.
+pub const MAX_LOCK_DEPTH: usize = 48;
 
 /// A source location (of a lock's construction or acquisition).
 pub(crate) type Loc = &'static Location<'static>;
@@ -34,12 +41,12 @@ pub enum ReportKind {
     /// A release of a lock this CPU does not hold (also: a holder that
     /// migrated to another CPU since it took the lock).
     BadUnlock,
-    /// [`assert_no_locks_held`](super::assert_no_locks_held) found locks
+    /// [`assert_no_locks_held`](crate::lockdep::assert_no_locks_held) found locks
     /// held.
     LocksHeld,
     /// The class or dependency table is full: checking is off from now on.
     TableFull,
-    /// More than [`MAX_LOCK_DEPTH`](super::MAX_LOCK_DEPTH) locks held on
+    /// More than [`MAX_LOCK_DEPTH`](MAX_LOCK_DEPTH) locks held on
     /// one CPU: checking is off from now on.
     TooDeep,
 }
@@ -183,12 +190,12 @@ pub struct Report {
     pub(crate) chain_len: usize,
     pub(crate) held: [Option<Site>; REPORT_HELD],
     pub(crate) held_len: usize,
-    /// What [`assert_no_locks_held`](super::assert_no_locks_held) was
+    /// What [`assert_no_locks_held`](crate::lockdep::assert_no_locks_held) was
     /// asked about, which table filled up, or how the lock completing an
     /// IRQ-safe -> IRQ-unsafe chain is taken (empty: while holding
     /// `other`).
     pub(crate) what: &'static str,
-    /// Where [`assert_no_locks_held`](super::assert_no_locks_held) was
+    /// Where [`assert_no_locks_held`](crate::lockdep::assert_no_locks_held) was
     /// called.
     pub(crate) at: Option<Loc>,
     /// The size of the table that filled up.
@@ -385,7 +392,7 @@ impl fmt::Display for Report {
                 write!(
                     f,
                     "ksync lockdep: more than {} locks held on CPU {cpu}, taking {lock}\n  lock checking is off from now on; held:",
-                    super::MAX_LOCK_DEPTH
+                    MAX_LOCK_DEPTH
                 )?;
                 self.write_held(f)
             }
