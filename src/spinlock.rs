@@ -11,7 +11,7 @@
 //!
 //! | lock | hand-off | cost uncontended | under contention | use it for |
 //! |---|---|---|---|---|
-//! | [`RawTicketLock`] | FIFO: strict arrival order | one `fetch_add` to lock, a plain store to unlock | every waiter spins on the same line; no starvation | locks that several CPUs fight over, where a starving CPU would be a bug (run queues, shared allocators) |
+//! | [`RawTicketLock`] | FIFO: strict arrival order | one `fetch_add` to lock, one to unlock (an RMW, so it cannot carry into `next`: Rust has no mixed-size atomics for Linux's halfword store) | every waiter spins on the same line; no starvation | locks that several CPUs fight over, where a starving CPU would be a bug (run queues, shared allocators) |
 //! | [`RawQueuedLock`] | FIFO: the pending CPU, then an MCS queue of per-CPU nodes | one compare-exchange to lock, one `fetch_sub` to unlock | each waiter spins on its own node's line: a hand-off costs one line transfer however many wait | heavily contended locks on many CPUs; needs [`set_kernel!`](crate::set_kernel) |
 //! | [`RawTtasLock`] | none: whoever wins the race | one compare-exchange, a plain store | waiters only read until it looks free; the holder often re-takes it (good throughput, unfair) | rarely contended locks, and locks taken mostly by one CPU |
 //! | [`RawIrqSave<R>`] | as `R` | plus saving and masking local interrupts | as `R` | any lock also taken from an interrupt handler |
@@ -20,9 +20,10 @@
 //! ([`crate::kernel::vcpu_preemptible`]: a guest with
 //! more vCPUs than host cores, host tests), the FIFO locks (ticket, queued)
 //! hand off by test-and-set with bounded backoff instead: a FIFO hand-off
-//! to a CPU that is not running stalls everyone behind it (measured: 100x
-//! and worse), so fairness is traded for progress. On bare metal with one
-//! CPU per core they stay strictly FIFO.
+//! to a CPU that is not running stalls everyone behind it (throughput
+//! falls by two orders of magnitude: the README's lock tables), so
+//! fairness is traded for progress. On bare metal with one CPU per core
+//! they stay strictly FIFO.
 //!
 //! A spinlock that an interrupt handler may take must be taken with local
 //! interrupts disabled everywhere else too, or the handler can interrupt

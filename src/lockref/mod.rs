@@ -47,12 +47,10 @@
 //! * What the queue buys is one line transfer per hand-off however many
 //!   CPUs wait. A lockref's lock is taken only when the lockless path
 //!   cannot be used (a last put, a kill, a rename), and every lockless
-//!   caller touches the same line anyway. Measured on the 2-core
-//!   development machine (`cargo bench --bench locks`, one thread per
-//!   core, strict FIFO): the ticket hand-off ran 22.0 Mops/s against the
-//!   queued lock's 10.9. In the preemptible mode both are one
-//!   compare-exchange on the word; `LockRef`'s lock + count ran 71.4 Mops/s
-//!   there, the queued lock 104.2 and the ticket lock 52.3.
+//!   caller touches the same line anyway. Measured (`cargo bench --bench
+//!   locks`, the README's lock table), the ticket hand-off beats the
+//!   queued one at one thread per core in strict FIFO mode; in the
+//!   preemptible mode both are one compare-exchange on the word.
 //!
 //! A kernel that wants queued hand-off for an object's lock can keep a
 //! [`QueuedMutex`](crate::spinlock::QueuedMutex) beside a plain count.
