@@ -75,39 +75,55 @@ mod riscv64;
 
 // ---- lockref step -------------------------------------------------------
 
-cfg_select! {
-    // loom and Miri run no `asm!`; they check the portable step.
-    any(loom, miri) => { pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt}; }
-    // `--cfg ksync_generic`: the portable step everywhere, to torture it under SMP.
-    all(ksync_generic, target_has_atomic = "64") => { pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt}; }
-    // LL/SC must be one asm block; LSE `cas` avoids core's outlined helper.
-    target_arch = "aarch64" => { pub(crate) use aarch64::{STEP_LOADS_WORD, lockref_attempt}; }
-    // x86_64 and the rest: `compare_exchange` (`lock cmpxchg` on x86_64).
-    target_has_atomic = "64" => { pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt}; }
-    // No 64-bit CAS: no lockless step (lockref takes its lock every time).
-    _ => {}
-}
+// First match wins (written as `#[cfg]`s rather than `cfg_select!`, which
+// needs Rust 1.95):
+// 1. loom and Miri run no `asm!`; they check the portable step;
+// 2. `--cfg ksync_generic`: the portable step everywhere, to torture it
+//    under SMP;
+// 3. aarch64: LL/SC must be one asm block; LSE `cas` avoids core's
+//    outlined helper;
+// 4. x86_64 and the rest: `compare_exchange` (`lock cmpxchg` on x86_64);
+// 5. no 64-bit CAS: no lockless step (lockref takes its lock every time).
+#[cfg(all(
+    target_arch = "aarch64",
+    not(any(loom, miri, all(ksync_generic, target_has_atomic = "64")))
+))]
+pub(crate) use aarch64::{STEP_LOADS_WORD, lockref_attempt};
+#[cfg(any(
+    loom,
+    miri,
+    all(ksync_generic, target_has_atomic = "64"),
+    all(target_has_atomic = "64", not(target_arch = "aarch64"))
+))]
+pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt};
 
 // ---- local interrupt control -------------------------------------------
 
-cfg_select! {
-    // loom models no interrupts; Miri runs no `asm!`.
-    any(loom, miri) => { pub(crate) use generic::{IrqFlags, irq_restore, irq_save}; }
-    // Ring 0 may `cli` (a hosted build would fault, hence `none`).
-    all(target_arch = "x86_64", target_os = "none") => {
-        pub(crate) use x86_64::{IrqFlags, irq_restore, irq_save};
-    }
-    // EL1 may write `DAIF`.
-    all(target_arch = "aarch64", target_os = "none") => {
-        pub(crate) use aarch64::{IrqFlags, irq_restore, irq_save};
-    }
-    // S-mode (what OpenSBI enters) owns `sstatus.SIE`.
-    all(target_arch = "riscv64", target_os = "none") => {
-        pub(crate) use riscv64::{IrqFlags, irq_restore, irq_save};
-    }
-    // Single-core MCUs, hosted builds: `critical-section`.
-    _ => { pub(crate) use generic::{IrqFlags, irq_restore, irq_save}; }
-}
+// First match wins:
+// 1. loom models no interrupts; Miri runs no `asm!`: `critical-section`;
+// 2. x86_64: ring 0 may `cli` (a hosted build would fault, hence `none`);
+// 3. aarch64: EL1 may write `DAIF`;
+// 4. riscv64: S-mode (what OpenSBI enters) owns `sstatus.SIE`;
+// 5. single-core MCUs, hosted builds: `critical-section`.
+#[cfg(all(target_arch = "aarch64", target_os = "none", not(any(loom, miri))))]
+pub(crate) use aarch64::{IrqFlags, irq_restore, irq_save};
+#[cfg(any(
+    loom,
+    miri,
+    not(all(
+        target_os = "none",
+        any(
+            target_arch = "x86_64",
+            target_arch = "aarch64",
+            target_arch = "riscv64"
+        )
+    ))
+))]
+pub(crate) use generic::{IrqFlags, irq_restore, irq_save};
+#[cfg(all(target_arch = "riscv64", target_os = "none", not(any(loom, miri))))]
+pub(crate) use riscv64::{IrqFlags, irq_restore, irq_save};
+#[cfg(all(target_arch = "x86_64", target_os = "none", not(any(loom, miri))))]
+pub(crate) use x86_64::{IrqFlags, irq_restore, irq_save};
 
 /// What the kernel's `usize` interrupt hook needs to know of a backend's
 /// saved state: the native paths save a machine word (RFLAGS, DAIF,
@@ -155,18 +171,31 @@ pub(crate) use generic::hypervisor_present;
 
 // ---- per-CPU local add -----------------------------------------------------
 
-cfg_select! {
-    // loom and Miri run no `asm!`; loom sees the `fetch_add`'s interleavings.
-    any(loom, miri) => { pub(crate) use generic::local_add; }
-    // `--cfg ksync_generic`: the portable add everywhere, to torture it under SMP.
-    ksync_generic => { pub(crate) use generic::local_add; }
-    // x86_64: a plain `add` to memory, interrupt-atomic as one instruction.
-    target_arch = "x86_64" => { pub(crate) use x86_64::local_add; }
-    // aarch64 with LSE: `stadd`, one instruction.
-    all(target_arch = "aarch64", target_feature = "lse") => { pub(crate) use aarch64::local_add; }
-    // Everything else: a Relaxed `fetch_add` (an atomic RMW, so interrupt-atomic).
-    _ => { pub(crate) use generic::local_add; }
-}
+// First match wins:
+// 1. loom and Miri run no `asm!`; loom sees the `fetch_add`'s
+//    interleavings;
+// 2. `--cfg ksync_generic`: the portable add everywhere, to torture it
+//    under SMP;
+// 3. x86_64: a plain `add` to memory, interrupt-atomic as one instruction;
+// 4. aarch64 with LSE: `stadd`, one instruction;
+// 5. everything else: a Relaxed `fetch_add` (an atomic RMW, so
+//    interrupt-atomic).
+#[cfg(all(
+    target_arch = "aarch64",
+    target_feature = "lse",
+    not(any(loom, miri, ksync_generic))
+))]
+pub(crate) use aarch64::local_add;
+#[cfg(not(all(
+    not(any(loom, miri, ksync_generic)),
+    any(
+        target_arch = "x86_64",
+        all(target_arch = "aarch64", target_feature = "lse")
+    )
+)))]
+pub(crate) use generic::local_add;
+#[cfg(all(target_arch = "x86_64", not(any(loom, miri, ksync_generic))))]
+pub(crate) use x86_64::local_add;
 
 /// Keeps the signature of every backend's step identical (checked at
 /// compile time on every target that has one).

@@ -236,6 +236,15 @@ impl<T> DerefMut for LocalGuard<'_, T> {
     }
 }
 
+impl<T: fmt::Debug> fmt::Debug for LocalGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("LocalGuard")
+            .field("cpu", &self.cpu)
+            .field("data", &**self)
+            .finish()
+    }
+}
+
 impl<T> Drop for LocalGuard<'_, T> {
     fn drop(&mut self) {
         // SAFETY: the guard holds the slot's lock.
@@ -276,6 +285,14 @@ impl<T> GlobalGuard<'_, T> {
             .slots
             .iter()
             .map(|slot| slot.data.with_mut(|data| unsafe { &mut *data }))
+    }
+}
+
+/// Shows no data: reading every CPU's slot needs `&mut` (see
+/// [`GlobalGuard::iter_mut`]).
+impl<T> fmt::Debug for GlobalGuard<'_, T> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("GlobalGuard").finish_non_exhaustive()
     }
 }
 

@@ -46,7 +46,14 @@
 //!
 //! # Features
 //!
-//! * `defmt`: `defmt::Format` for the public types.
+//! * `defmt`: `defmt::Format` for the types a firmware logs: [`LockRef`],
+//!   [`LockRefGuard`], [`lockref::Stats`], the raw spinlocks
+//!   ([`spinlock::RawTicketLock`], [`spinlock::RawTtasLock`],
+//!   [`spinlock::RawQueuedLock`]), the grace-period cookies
+//!   ([`rcu::Cookie`], [`rcu::srcu::SrcuCookie`]),
+//!   [`kernel::StallReport`] and lockdep's [`lockdep::Report`] and
+//!   [`lockdep::ReportKind`]; not the guards, lock wrappers or per-CPU
+//!   types.
 //! * `alloc`: `rcu::defer_free` (Linux's `kfree_rcu`), which allocates.
 //! * `lockdep`: lock-order checking for every ksync lock ([`lockdep`]); a
 //!   debug aid, off by default (off, the locks are unchanged).
@@ -75,6 +82,7 @@ mod sync;
 
 pub mod brlock;
 #[cfg(feature = "test-hooks")]
+#[cfg_attr(docsrs, doc(cfg(feature = "test-hooks")))]
 pub mod host;
 pub mod kernel;
 pub mod lockdep;

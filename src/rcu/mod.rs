@@ -90,6 +90,7 @@ mod stall;
 mod sync;
 
 #[cfg(feature = "alloc")]
+#[cfg_attr(docsrs, doc(cfg(feature = "alloc")))]
 pub use self::callback::defer_free;
 pub use self::callback::{
     CALLBACK_BATCH, Callback, RcuHead, barrier, call_rcu, has_callbacks, pending_callbacks,

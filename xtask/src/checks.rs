@@ -2,12 +2,14 @@
 //! needs, tallied into one closing line `N passed, N failed` (tests and
 //! checks counted together).
 
+use std::fs;
 use std::process::{Command, ExitCode, Stdio};
 use std::time::Instant;
 
 use crate::qemu;
 use crate::tools::{
-    CROSS_PACKAGES, cargo, ensure_apt_files, ensure_toolchain, root, runs, toolchain_targets,
+    CROSS_PACKAGES, cargo, ensure_apt_files, ensure_rust_targets, ensure_toolchain, root, runs,
+    rustup_toolchain, toolchain_targets,
 };
 
 /// What `cargo xtask test` was asked for.
@@ -23,7 +25,7 @@ pub struct Options {
 const TORTURE_MINUTES: f64 = 1.0;
 
 #[derive(Default)]
-struct Tally {
+pub struct Tally {
     passed: usize,
     failed: usize,
     failures: Vec<String>,
@@ -227,7 +229,14 @@ pub fn test(options: &Options) -> ExitCode {
             let mut args = vec!["build", "--lib", "--target", &target];
             args.extend_from_slice(features);
             let name = format!("build {target} {}", features.join(" "));
-            let (ok, _) = run_logged(&name, &mut cargo(&args));
+            let mut cmd = cargo(&args);
+            if !has_cas(&target) {
+                // A library build takes one of the two choices a binary
+                // makes (see `portable_atomic_choices`).
+                cmd.env("RUSTFLAGS", ASSUME_SINGLE_CORE)
+                    .env("CARGO_TARGET_DIR", root().join("target/single-core"));
+            }
+            let (ok, _) = run_logged(&name, &mut cmd);
             t.check(name.trim_end(), ok);
         }
     }
@@ -236,6 +245,12 @@ pub fn test(options: &Options) -> ExitCode {
         .env("CARGO_TARGET_DIR", root().join("target/lse"));
     let (ok, _) = run_logged("build aarch64-unknown-none +lse", &mut lse);
     t.check("build aarch64-unknown-none +lse", ok);
+
+    // The published crate, the toolchains it promises, its public API and
+    // the portable-atomic choices it leaves to binaries.
+    for check in PUBLISH_CHECKS {
+        (check.run)(&mut t);
+    }
 
     // Host tests (unit, integration, doc), debug and release.
     for (name, args) in [
@@ -423,5 +438,324 @@ pub fn test(options: &Options) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+// ---- the published crate -------------------------------------------------------
+
+/// portable-atomic's choice for a single-core binary without CAS, as
+/// `RUSTFLAGS` (the other choice is its `critical-section` feature).
+const ASSUME_SINGLE_CORE: &str = "--cfg portable_atomic_unsafe_assume_single_core";
+
+/// Targets without compare-and-swap, where portable-atomic needs the
+/// binary's choice.
+fn has_cas(target: &str) -> bool {
+    !target.starts_with("thumbv6m") && !target.starts_with("riscv32i-")
+}
+
+/// One check of the published crate, runnable alone with `cargo xtask
+/// check NAME`.
+pub struct PublishCheck {
+    pub name: &'static str,
+    pub about: &'static str,
+    pub run: fn(&mut Tally),
+}
+
+/// The checks `cargo xtask test` runs on the published crate (and `cargo
+/// xtask check` runs one by one).
+pub const PUBLISH_CHECKS: &[PublishCheck] = &[
+    PublishCheck {
+        name: "package",
+        about: "cargo package; the unpacked .crate built alone for four bare-metal targets and its tests run",
+        run: package,
+    },
+    PublishCheck {
+        name: "msrv",
+        about: "cargo check at the rust-version of Cargo.toml (host and x86_64-unknown-none) and on nightly",
+        run: msrv,
+    },
+    PublishCheck {
+        name: "api",
+        about: "the public API against api/public-api.txt (`cargo xtask api --bless` rewrites it)",
+        run: api,
+    },
+    PublishCheck {
+        name: "portable-atomic",
+        about: "thumbv6m with each portable-atomic choice a binary may make",
+        run: portable_atomic_choices,
+    },
+];
+
+/// `cargo xtask check NAME...`: the named publish checks alone, tallied.
+pub fn run_named(names: &[String]) -> ExitCode {
+    let mut t = Tally::default();
+    let all: Vec<String> = PUBLISH_CHECKS.iter().map(|c| c.name.to_string()).collect();
+    for name in if names.is_empty() { &all } else { names } {
+        if name == "cortex-m" {
+            // The firmware boots (part of `test` without `--host-only`).
+            for (name, passed, detail) in crate::cortex_m::run_all() {
+                if !passed {
+                    println!("    {detail}");
+                }
+                t.check(&name, passed);
+            }
+            continue;
+        }
+        match PUBLISH_CHECKS.iter().find(|c| c.name == name) {
+            Some(check) => {
+                println!("\n#### {}: {}", check.name, check.about);
+                (check.run)(&mut t);
+            }
+            None => t.check(&format!("unknown check `{name}` (known: {all:?})"), false),
+        }
+    }
+    if !t.failures.is_empty() {
+        println!("failures:");
+        for f in &t.failures {
+            println!("    {f}");
+        }
+    }
+    println!("{} passed, {} failed", t.passed, t.failed);
+    if t.failed == 0 {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::FAILURE
+    }
+}
+
+/// `package.<key>` of the root Cargo.toml, as a string.
+fn manifest_value(key: &str) -> Option<String> {
+    let text = fs::read_to_string(root().join("Cargo.toml")).ok()?;
+    let table: toml::Table = text.parse().ok()?;
+    table.get("package")?.get(key)?.as_str().map(str::to_string)
+}
+
+/// What the package must hold, and nothing else (cargo's own
+/// `Cargo.toml.orig`, `Cargo.lock` and `.cargo_vcs_info.json` aside).
+fn package_file_allowed(file: &str) -> bool {
+    matches!(
+        file,
+        "Cargo.toml"
+            | "Cargo.toml.orig"
+            | "Cargo.lock"
+            | ".cargo_vcs_info.json"
+            | "README.md"
+            | "LICENSE-MIT"
+            | "LICENSE-APACHE"
+    ) || ((file.starts_with("src/") || file.starts_with("arch/")) && file.ends_with(".rs"))
+}
+
+/// `cargo package`, then the `.crate` unpacked into a temporary directory
+/// and built there alone (no workspace, no `.cargo/config.toml`, no
+/// `rust-toolchain.toml`): the library for four bare-metal targets, and its
+/// shipped tests (unit tests and doc tests, README examples included) on
+/// the host with the features they need.
+fn package(t: &mut Tally) {
+    let mut list = cargo(&["package", "--list", "-p", "ksync", "--allow-dirty"]);
+    let (ok, text) = run_logged("cargo package --list", &mut list);
+    let files: Vec<&str> = text
+        .lines()
+        .filter(|l| !l.is_empty() && !l.contains(' ') && !l.starts_with('|'))
+        .collect();
+    let stray: Vec<&&str> = files.iter().filter(|f| !package_file_allowed(f)).collect();
+    if !stray.is_empty() {
+        println!("    not meant to ship: {stray:?}");
+    }
+    let complete = [
+        "Cargo.toml",
+        "README.md",
+        "LICENSE-MIT",
+        "LICENSE-APACHE",
+        "src/lib.rs",
+        "arch/mod.rs",
+    ]
+    .iter()
+    .all(|f| files.contains(f));
+    t.check(
+        "package: ships src/, arch/, Cargo.toml, README and licences only",
+        ok && stray.is_empty() && complete,
+    );
+
+    // The checks below build it: `--no-verify` skips cargo's own build.
+    let (ok, _) = run_logged(
+        "cargo package",
+        &mut cargo(&[
+            "package",
+            "-p",
+            "ksync",
+            "--allow-dirty",
+            "--no-verify",
+            "--quiet",
+        ]),
+    );
+    t.check("package: cargo package", ok);
+    if !ok {
+        return;
+    }
+    let version = manifest_value("version").unwrap_or_default();
+    let krate = root().join(format!("target/package/ksync-{version}.crate"));
+    let dir = std::env::temp_dir().join("ksync-package-check");
+    let _ = fs::remove_dir_all(&dir);
+    let unpacked = fs::create_dir_all(&dir)
+        .ok()
+        .filter(|()| {
+            runs(
+                "tar",
+                &[
+                    "xzf",
+                    &krate.to_string_lossy(),
+                    "-C",
+                    &dir.to_string_lossy(),
+                ],
+            )
+        })
+        .map(|()| dir.join(format!("ksync-{version}")));
+    t.check("package: unpack the .crate", unpacked.is_some());
+    let Some(unpacked) = unpacked else {
+        return;
+    };
+    let in_package = |args: &[&str]| {
+        let mut cmd = cargo(args);
+        cmd.current_dir(&unpacked)
+            .env("CARGO_TARGET_DIR", root().join("target/package-check"));
+        cmd
+    };
+    for target in [
+        "x86_64-unknown-none",
+        "aarch64-unknown-none",
+        "riscv64gc-unknown-none-elf",
+        "thumbv6m-none-eabi",
+    ] {
+        let mut cmd = in_package(&["build", "--lib", "--target", target]);
+        let mut name = format!("package: unpacked crate builds for {target}");
+        if !has_cas(target) {
+            cmd.env("RUSTFLAGS", ASSUME_SINGLE_CORE).env(
+                "CARGO_TARGET_DIR",
+                root().join("target/package-check/single-core"),
+            );
+            name += &format!(" ({ASSUME_SINGLE_CORE})");
+        }
+        let (ok, _) = run_logged(&name, &mut cmd);
+        t.check(&name, ok);
+    }
+    // The path-only self dev-dependency that turns these features on in
+    // the repository is not in the package: the tests name them.
+    let name = "package: unpacked crate's tests (--features test-hooks,alloc)";
+    let (ok, text) = run_logged(
+        name,
+        &mut in_package(&["test", "--features", "test-hooks,alloc"]),
+    );
+    tally_tests(t, name, ok, &text);
+}
+
+/// `cargo +TOOLCHAIN check --lib`, installing the toolchain (minimal
+/// profile) and its targets when missing.
+fn check_with(t: &mut Tally, toolchain: &str, targets: &[&str]) {
+    let setup = rustup_toolchain(toolchain, targets);
+    if let Err(e) = &setup {
+        println!("    {e}");
+    }
+    t.check(&format!("rustup toolchain {toolchain}"), setup.is_ok());
+    if setup.is_err() {
+        return;
+    }
+    let toolchain_cargo = |args: &[&str]| {
+        let mut cmd = Command::new("rustup");
+        cmd.args(["run", toolchain, "cargo"])
+            .args(args)
+            .current_dir(root())
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .env_remove("RUSTC")
+            .env_remove("CARGO")
+            .env_remove("RUSTFLAGS")
+            .env_remove("CARGO_ENCODED_RUSTFLAGS")
+            .env(
+                "CARGO_TARGET_DIR",
+                root().join(format!("target/toolchain-{toolchain}")),
+            );
+        cmd
+    };
+    for target in [None].into_iter().chain(targets.iter().copied().map(Some)) {
+        for features in [None, Some("defmt,alloc,lockdep")] {
+            let mut args = vec!["check", "--lib", "-p", "ksync"];
+            if let Some(target) = target {
+                args.extend(["--target", target]);
+            }
+            if let Some(features) = features {
+                args.extend(["--features", features]);
+            }
+            let name = format!("cargo +{toolchain} {}", args.join(" "));
+            let (ok, _) = run_logged(&name, &mut toolchain_cargo(&args));
+            t.check(&name, ok);
+        }
+    }
+}
+
+/// The MSRV (`rust-version` in Cargo.toml, read from there) and nightly.
+fn msrv(t: &mut Tally) {
+    let Some(msrv) = manifest_value("rust-version") else {
+        t.check("msrv: rust-version in Cargo.toml", false);
+        return;
+    };
+    check_with(t, &msrv, &["x86_64-unknown-none"]);
+    check_with(t, "nightly", &["x86_64-unknown-none"]);
+}
+
+/// The public API list (see `api.rs`).
+fn api(t: &mut Tally) {
+    println!("\n==> public API (api/public-api.txt)");
+    let setup = rustup_toolchain("nightly", &[]);
+    let result = setup.and_then(|()| crate::api::check(false));
+    if let Err(e) = &result {
+        println!("    {e}");
+    }
+    t.check("public API matches api/public-api.txt", result == Ok(true));
+}
+
+/// thumbv6m, no CAS: portable-atomic's two choices a binary may make,
+/// neither made by ksync. The `critical-section` feature, enabled by a
+/// dependent crate (the Cortex-M firmware in `mcu/`, whose default
+/// feature does it), and `--cfg portable_atomic_unsafe_assume_single_core`
+/// (the firmware with `--no-default-features`, and the library alone). The
+/// firmware builds are booted under QEMU by the Cortex-M runs
+/// (`cortex-m0` and `cortex-m0-single-core`).
+fn portable_atomic_choices(t: &mut Tally) {
+    let target = "thumbv6m-none-eabi";
+    if let Err(e) = ensure_rust_targets(&[target]) {
+        println!("    {e}");
+    }
+    let mut lib = cargo(&["build", "--lib", "--target", target]);
+    lib.env("RUSTFLAGS", ASSUME_SINGLE_CORE)
+        .env("CARGO_TARGET_DIR", root().join("target/single-core"));
+    let name = format!("{target}: ksync alone with {ASSUME_SINGLE_CORE}");
+    let (ok, _) = run_logged(&name, &mut lib);
+    t.check(&name, ok);
+    // Without a choice the build must fail (ksync makes none); its errors
+    // are expected, so not echoed.
+    let mut none = cargo(&["build", "--lib", "--target", target]);
+    none.env("CARGO_TARGET_DIR", root().join("target/no-choice"))
+        .stdout(Stdio::null())
+        .stderr(Stdio::null());
+    let built = none.status().is_ok_and(|s| s.success());
+    t.check(
+        &format!(
+            "{target}: ksync alone, with no portable-atomic choice, does not build (it makes none)"
+        ),
+        !built,
+    );
+    for (board, what) in [
+        (
+            "cortex-m0",
+            "portable-atomic/critical-section from the firmware's Cargo.toml",
+        ),
+        ("cortex-m0-single-core", ASSUME_SINGLE_CORE),
+    ] {
+        let name = format!("{target}: the mcu/ firmware ({board}) builds with {what}");
+        println!("\n==> {name}");
+        let result = crate::cortex_m::build_board(board);
+        if let Err(e) = &result {
+            println!("    {e}");
+        }
+        t.check(&name, result.is_ok());
     }
 }

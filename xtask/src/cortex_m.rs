@@ -37,20 +37,36 @@ struct Board {
     target: &'static str,
     /// For `cargo xtask run`'s line.
     describe: &'static str,
+    /// Built with `--no-default-features` and `--cfg
+    /// portable_atomic_unsafe_assume_single_core` instead of the firmware's
+    /// default portable-atomic choice (`critical-section`), into its own
+    /// target directory.
+    assume_single_core: bool,
 }
 
-const BOARDS: [Board; 2] = [
+const BOARDS: [Board; 3] = [
     Board {
         name: "cortex-m4",
         machine: "mps2-an386",
         target: "thumbv7em-none-eabihf",
         describe: "Cortex-M4, mps2-an386, thumbv7em: no 64-bit CAS",
+        assume_single_core: false,
     },
     Board {
         name: "cortex-m0",
         machine: "microbit",
         target: "thumbv6m-none-eabi",
-        describe: "Cortex-M0, microbit, thumbv6m: no CAS at all",
+        describe: "Cortex-M0, microbit, thumbv6m: no CAS at all; portable-atomic through critical-section",
+        assume_single_core: false,
+    },
+    // The same firmware with the other portable-atomic choice a single-core
+    // binary may make.
+    Board {
+        name: "cortex-m0-single-core",
+        machine: "microbit",
+        target: "thumbv6m-none-eabi",
+        describe: "Cortex-M0, microbit, thumbv6m: portable-atomic with --cfg portable_atomic_unsafe_assume_single_core",
+        assume_single_core: true,
     },
 ];
 
@@ -170,7 +186,11 @@ fn mcu_dir() -> PathBuf {
 /// `DEFMT_LOG`); the caller's rustflags and target dirs are removed.
 fn build(board: Board) -> Result<PathBuf, String> {
     let cargo = std::env::var_os("CARGO").unwrap_or_else(|| "cargo".into());
-    let target_dir = mcu_dir().join("target");
+    let target_dir = if board.assume_single_core {
+        mcu_dir().join("target/single-core")
+    } else {
+        mcu_dir().join("target")
+    };
     let mut cmd = Command::new(cargo);
     cmd.current_dir(mcu_dir())
         .args([
@@ -192,6 +212,14 @@ fn build(board: Board) -> Result<PathBuf, String> {
         "DEFMT_LOG",
     ] {
         cmd.env_remove(var);
+    }
+    if board.assume_single_core {
+        // Joined with `mcu/.cargo/config.toml`'s `target.'cfg(..)'.rustflags`
+        // (the linker scripts), which `RUSTFLAGS` would replace.
+        cmd.arg("--no-default-features").env(
+            "CARGO_TARGET_THUMBV6M_NONE_EABI_RUSTFLAGS",
+            "--cfg portable_atomic_unsafe_assume_single_core",
+        );
     }
     let output = cmd.output().map_err(|e| format!("cannot run cargo: {e}"))?;
     if !output.status.success() {
@@ -453,7 +481,17 @@ fn run_board(board: Board) -> (Vec<Outcome>, Option<Boot>) {
     (out, checks)
 }
 
-/// Both boards: build, boot the checks and the controls, judge. For
+/// Builds the firmware for the board named `name` (no boot): the
+/// portable-atomic checks build both thumbv6m choices this way.
+pub fn build_board(name: &str) -> Result<PathBuf, String> {
+    let board = BOARDS
+        .into_iter()
+        .find(|b| b.name == name)
+        .ok_or_else(|| format!("no board `{name}`"))?;
+    build(board)
+}
+
+/// Every board: build, boot the checks and the controls, judge. For
 /// `cargo xtask test`.
 pub fn run_all() -> Vec<Outcome> {
     if let Err(e) = ensure_tools() {

@@ -16,6 +16,7 @@
 //! `tools` finds the workspace and installs what is missing; `checks` is the
 //! test command; `qemu` builds and boots the test kernels.
 
+mod api;
 mod checks;
 mod cortex_m;
 mod layers;
@@ -68,6 +69,23 @@ const COMMANDS: &[Sub] = &[
         },
     },
     Sub {
+        name: "check",
+        synopsis: "[NAME...]",
+        about: "run `test`'s checks of the published crate alone: package, msrv, api, portable-atomic (all when none is named); cortex-m boots the firmware",
+        flags: &[],
+        default: || Task::Check(Vec::new()),
+    },
+    Sub {
+        name: "api",
+        synopsis: "[--bless]",
+        about: "compare the public API with api/public-api.txt",
+        flags: &[(
+            "--bless",
+            "write the current list to api/public-api.txt (after an intended API change)",
+        )],
+        default: || Task::Api { bless: false },
+    },
+    Sub {
         name: "bench",
         synopsis: "[--quick] [--seeds]",
         about: "host benchmarks with peers",
@@ -108,6 +126,8 @@ const COMMANDS: &[Sub] = &[
 enum Task {
     Run,
     Test(checks::Options),
+    Check(Vec<String>),
+    Api { bless: bool },
     Bench { quick: bool, seeds: bool },
     Torture(qemu::TortureOptions),
 }
@@ -142,6 +162,12 @@ fn execute(task: Task) -> ExitCode {
     let result = match task {
         Task::Run => run(),
         Task::Test(options) => return checks::test(&options),
+        Task::Check(names) => return checks::run_named(&names),
+        Task::Api { bless } => match api::check(bless) {
+            Ok(true) => Ok(()),
+            Ok(false) => Err("the public API changed".into()),
+            Err(e) => Err(e),
+        },
         Task::Bench { quick, seeds } => bench(quick, seeds),
         Task::Torture(options) => torture(&options),
     };
@@ -199,6 +225,8 @@ fn parse_flags(sub: &'static Sub, parser: &mut lexopt::Parser) -> Result<Parsed,
             (_, Short('h') | Long("help")) => return Ok(Parsed::Help(Some(sub))),
             (Task::Test(options), Long("kvm")) => options.kvm = true,
             (Task::Test(options), Long("host-only")) => options.host_only = true,
+            (Task::Check(names), Value(name)) => names.push(name.string()?),
+            (Task::Api { bless }, Long("bless")) => *bless = true,
             (Task::Bench { quick, .. }, Long("quick")) => *quick = true,
             (Task::Bench { seeds, .. }, Long("seeds")) => *seeds = true,
             (Task::Torture(o), Long("minutes")) => o.minutes = number(parser)?,

@@ -218,6 +218,65 @@ pub fn wait_with_timeout(child: &mut Child, timeout: Duration) -> Option<i32> {
     }
 }
 
+/// Installs rustup `toolchain` (minimal profile) if it is missing, and its
+/// `targets` (for the MSRV and nightly checks, whose toolchains are not the
+/// workspace's).
+pub fn rustup_toolchain(toolchain: &str, targets: &[&str]) -> Result<(), String> {
+    let installed = Command::new("rustup")
+        .args(["run", toolchain, "rustc", "--version"])
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .status()
+        .is_ok_and(|s| s.success());
+    if !installed {
+        println!("xtask: rustup toolchain install {toolchain} --profile minimal");
+        if !status_ok(
+            Command::new("rustup")
+                .args(["toolchain", "install", toolchain, "--profile", "minimal"])
+                .env_remove("RUSTUP_TOOLCHAIN"),
+        ) {
+            return Err(format!(
+                "`rustup toolchain install {toolchain} --profile minimal` failed"
+            ));
+        }
+    }
+    if targets.is_empty() {
+        return Ok(());
+    }
+    let listed = Command::new("rustup")
+        .args(["target", "list", "--installed", "--toolchain", toolchain])
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .output()
+        .map_err(|e| format!("rustup: {e}"))?;
+    let have = String::from_utf8_lossy(&listed.stdout).into_owned();
+    let missing: Vec<&str> = targets
+        .iter()
+        .copied()
+        .filter(|t| !have.lines().any(|line| line.trim() == *t))
+        .collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    println!(
+        "xtask: rustup target add --toolchain {toolchain} {}",
+        missing.join(" ")
+    );
+    if status_ok(
+        Command::new("rustup")
+            .args(["target", "add", "--toolchain", toolchain])
+            .args(&missing)
+            .env_remove("RUSTUP_TOOLCHAIN"),
+    ) {
+        Ok(())
+    } else {
+        Err(format!(
+            "`rustup target add --toolchain {toolchain} {}` failed",
+            missing.join(" ")
+        ))
+    }
+}
+
 #[cfg(test)]
 mod tests {
     #[test]
