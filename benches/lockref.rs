@@ -293,7 +293,7 @@ fn uncontended(rep: usize, dur: Duration) -> (f64, f64) {
             let _ = black_box(w.compare_exchange(v, v + (1 << 32), Relaxed, Relaxed));
         })
     };
-    if rep.is_multiple_of(2) {
+    if rep % 2 == 0 {
         let g = get();
         (g, cas())
     } else {

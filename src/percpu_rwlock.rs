@@ -428,7 +428,7 @@ impl<F, R> fmt::Debug for RawPercpuRwLock<F, R> {
 // writers exclude each other) and after seeing no readers (A/D: readers
 // arriving later see `block` and back out); `read` returns only after
 // seeing `block` clear after its increment. Acquire/Release as in the
-// module docs. Guards carry no state (forgetting one leaves the lock held).
+// module docs. Forgetting a guard leaves the lock held, which is safe.
 // Not under loom: `INIT` is a constant, which loom's atomics cannot be.
 #[cfg(not(loom))]
 unsafe impl<F: Flavour, R: RelaxStrategy> lock_api::RawRwLock for RawPercpuRwLock<F, R> {
@@ -436,46 +436,43 @@ unsafe impl<F: Flavour, R: RelaxStrategy> lock_api::RawRwLock for RawPercpuRwLoc
     // (`RwLock::new`) is its own class.
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: Self = Self::with_map(Map::per_instance());
-    type SharedGuard = lock_api::GuardNoSend;
-    type ExclusiveGuard = lock_api::GuardNoSend;
+    type GuardMarker = lock_api::GuardNoSend;
 
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    fn lock_shared(&self) -> Self::SharedGuard {
+    fn lock_shared(&self) {
         self.read();
-        lock_api::GuardNoSend::default()
     }
 
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    fn try_lock_shared(&self) -> Option<Self::SharedGuard> {
-        self.try_read().then(lock_api::GuardNoSend::default)
+    fn try_lock_shared(&self) -> bool {
+        self.try_read()
     }
 
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    unsafe fn unlock_shared(&self, _: Self::SharedGuard) {
-        // SAFETY: the guard proves a read lock is held.
+    unsafe fn unlock_shared(&self) {
+        // SAFETY: forwarded caller contract (a read lock is held).
         unsafe { self.unlock_read() }
     }
 
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    fn lock_exclusive(&self) -> Self::ExclusiveGuard {
+    fn lock_exclusive(&self) {
         self.write();
-        lock_api::GuardNoSend::default()
     }
 
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    fn try_lock_exclusive(&self) -> Option<Self::ExclusiveGuard> {
-        self.try_write().then(lock_api::GuardNoSend::default)
+    fn try_lock_exclusive(&self) -> bool {
+        self.try_write()
     }
 
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    unsafe fn unlock_exclusive(&self, _: Self::ExclusiveGuard) {
-        // SAFETY: the guard proves the write lock is held.
+    unsafe fn unlock_exclusive(&self) {
+        // SAFETY: forwarded caller contract (the write lock is held).
         unsafe { self.unlock_write() }
     }
 

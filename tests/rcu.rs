@@ -130,7 +130,7 @@ fn pipeline(wait: fn(), rounds: u64, until_error: bool) -> Pipe {
                     }
                     rcu::quiescent_state();
                     n += 1;
-                    if n.is_multiple_of(256) {
+                    if n % 256 == 0 {
                         rcu::process_callbacks();
                     }
                 }

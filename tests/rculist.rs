@@ -447,7 +447,7 @@ fn reader(world: &World, seed: u64) {
         world.reads.fetch_add(1, SeqCst);
         rcu::quiescent_state();
         n += 1;
-        if n.is_multiple_of(32) {
+        if n % 32 == 0 {
             rcu::process_callbacks();
         }
     }

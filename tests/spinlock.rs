@@ -108,10 +108,10 @@ fn raw_locks_in_statics() {
         TTAS.unlock();
     }
     assert!(!TICKET.is_locked() && !TTAS.is_locked());
-    let guard = RawMutex::lock(&IRQ);
+    RawMutex::lock(&IRQ);
     assert!(RawMutex::is_locked(&IRQ));
-    // SAFETY: `guard` is the state of the acquisition just made.
-    unsafe { RawMutex::unlock(&IRQ, guard) };
+    // SAFETY: locked just above by this thread.
+    unsafe { RawMutex::unlock(&IRQ) };
     assert!(!RawMutex::is_locked(&IRQ));
 }
 
@@ -179,26 +179,24 @@ fn irq_try_lock_fails_while_held_and_keeps_interrupts_off() {
 }
 
 /// A failed `try_lock` from outside any critical section restores the
-/// interrupt state it saved. (The lock is held by another thread that has
-/// already restored its own interrupts, which the raw API allows.)
+/// interrupt state it saved. (The inner lock is held without masking, as
+/// by a holder that has restored its own interrupts, which the raw API
+/// allows.)
 #[test]
 fn irq_try_lock_failure_restores_interrupts() {
-    fn check<L: RawMutex<Guard = lock_api::GuardSend> + Sync>() {
+    fn check<L: RawMutex + Sync>() {
         let m = lock_api::Mutex::<RawIrqSave<L>, u32>::new(0);
-        // SAFETY: the raw lock is locked and unlocked only below, with the
-        // guard state of that acquisition; no `MutexGuard` exists meanwhile.
-        let raw = unsafe { m.raw() };
-        let (inner, irq) = RawMutex::lock(raw);
-        // Interrupts back on, lock still held.
-        drop(irq);
+        // SAFETY: the inner lock is locked and unlocked only below; no
+        // `MutexGuard` exists meanwhile.
+        let inner = unsafe { m.raw() }.inner();
+        inner.lock();
         IrqProbe::start().assert_gets_through();
         thread::scope(|s| {
             s.spawn(|| assert!(m.try_lock().is_none())).join().unwrap();
         });
         IrqProbe::start().assert_gets_through();
-        // SAFETY: `inner` is the state of the acquisition above, and the
-        // saved interrupt state is a fresh one of this thread.
-        unsafe { RawMutex::unlock(raw, (inner, IrqState::save())) };
+        // SAFETY: locked above by this thread.
+        unsafe { inner.unlock() };
         assert!(!m.is_locked());
         IrqProbe::start().assert_gets_through();
         assert!(m.try_lock().is_some());

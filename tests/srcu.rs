@@ -71,7 +71,7 @@ mod host {
                         thread::yield_now();
                         check(slot);
                         i += 1;
-                        if (i + r).is_multiple_of(4) {
+                        if (i + r) % 4 == 0 {
                             // Migrate: the section ends on another thread.
                             tx.send((guard, slot)).unwrap();
                         } else {

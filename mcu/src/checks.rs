@@ -126,15 +126,15 @@ pub struct NoExclusion;
 unsafe impl RawMutex for NoExclusion {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: Self = NoExclusion;
-    type Guard = ();
+    type GuardMarker = ksync::lock_api::GuardSend;
 
     fn lock(&self) {}
 
-    fn try_lock(&self) -> Option<()> {
-        Some(())
+    fn try_lock(&self) -> bool {
+        true
     }
 
-    unsafe fn unlock(&self, _guard: ()) {}
+    unsafe fn unlock(&self) {}
 
     fn is_locked(&self) -> bool {
         false

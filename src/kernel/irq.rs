@@ -158,6 +158,36 @@ impl<I: IrqControl> IrqState<I> {
     }
 }
 
+impl<I: IrqControl> IrqState<I> {
+    /// The saved state, without restoring it: the caller now owes the
+    /// restore ([`from_flags`](Self::from_flags), or `I::restore`), on
+    /// this CPU, in nesting order. For a state handed to another context
+    /// (a lock released by the next task after a context switch).
+    #[inline]
+    #[must_use = "the state must be restored: pass it to `IrqState::from_flags`"]
+    pub fn into_flags(self) -> I::Flags {
+        let flags = self.flags;
+        core::mem::forget(self);
+        flags
+    }
+
+    /// Takes over a state saved by [`save_with`](Self::save_with) and
+    /// given up by [`into_flags`](Self::into_flags): dropping it restores
+    /// the state.
+    ///
+    /// # Safety
+    /// `flags` came from `into_flags` of a state saved on this CPU, not
+    /// restored since, and this is its only owner; the nesting order of
+    /// restores is kept.
+    #[inline]
+    pub unsafe fn from_flags(flags: I::Flags) -> Self {
+        Self {
+            flags,
+            not_send: PhantomData,
+        }
+    }
+}
+
 impl<I: IrqControl> Drop for IrqState<I> {
     #[doc(alias = "local_irq_restore")]
     #[inline]

@@ -242,10 +242,10 @@ fn kick_if_halting() {
     // `Waiter::advertise`: if this read misses the waiter's increment, the
     // waiter's re-check after its fence sees our store.
     fence(SeqCst);
-    if HALTING.load(Relaxed) != 0
-        && let Some(kick) = policy().kick
-    {
-        kick();
+    if HALTING.load(Relaxed) != 0 {
+        if let Some(kick) = policy().kick {
+            kick();
+        }
     }
 }
 

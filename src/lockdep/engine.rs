@@ -249,7 +249,12 @@ fn check(
     // 1. Recursion: this class already held (in any context: a handler
     // spinning on a lock its interrupted code holds is a deadlock too).
     let mut recursion = false;
-    if !try_lock && let Some(prev) = held.iter().rev().find(|h| h.class == class) {
+    let prev = if try_lock {
+        None
+    } else {
+        held.iter().rev().find(|h| h.class == class)
+    };
+    if let Some(prev) = prev {
         recursion = true;
         let same = prev.map == entry.map;
         if same || graph::usage(class) & RECURSION_REPORTED == 0 {

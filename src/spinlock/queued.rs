@@ -595,18 +595,18 @@ super::impl_raw_mutex!(RawQueuedLock);
 unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawQueuedLock<R> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    unsafe fn unlock_fair(&self, guard: Self::Guard) {
+    unsafe fn unlock_fair(&self) {
         // SAFETY: forwarded caller contract.
-        unsafe { lock_api::RawMutex::unlock(self, guard) }
+        unsafe { RawQueuedLock::unlock(self) }
     }
 
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    unsafe fn bump(&self, guard: &mut Self::Guard) {
+    unsafe fn bump(&self) {
         if self.is_contended() {
             // SAFETY: forwarded caller contract; re-locked before return.
             unsafe { RawQueuedLock::unlock(self) };
-            *guard = lock_api::RawMutex::lock(self);
+            RawQueuedLock::lock(self);
         }
     }
 }

@@ -36,9 +36,7 @@ impl Budget {
 
     pub(crate) fn next(&mut self) -> bool {
         if self.done >= self.max
-            || (self.done >= MIN_OPS
-                && self.done.is_multiple_of(8)
-                && Instant::now() >= self.deadline)
+            || (self.done >= MIN_OPS && self.done % 8 == 0 && Instant::now() >= self.deadline)
         {
             return false;
         }

@@ -136,25 +136,24 @@ unsafe impl RawRwLock for NoBlockRwLock {
         readers: PerCpu::new(),
         block: AtomicBool::new(false),
     };
-    type SharedGuard = GuardNoSend;
-    type ExclusiveGuard = GuardNoSend;
+    type GuardMarker = GuardNoSend;
 
-    fn lock_shared(&self) -> GuardNoSend {
+    fn lock_shared(&self) {
         // The bug: the gated fast path, gate or no gate. No fence, no look
         // at `block`.
         self.readers.get().fetch_add(1, Ordering::Relaxed);
-        GuardNoSend::default()
     }
 
-    fn try_lock_shared(&self) -> Option<GuardNoSend> {
-        Some(self.lock_shared())
+    fn try_lock_shared(&self) -> bool {
+        self.lock_shared();
+        true
     }
 
-    unsafe fn unlock_shared(&self, _guard: GuardNoSend) {
+    unsafe fn unlock_shared(&self) {
         self.readers.get().fetch_sub(1, Ordering::Release);
     }
 
-    fn lock_exclusive(&self) -> GuardNoSend {
+    fn lock_exclusive(&self) {
         // The real writer: exclude writers, fence, wait for the readers.
         while self
             .block
@@ -168,23 +167,26 @@ unsafe impl RawRwLock for NoBlockRwLock {
             core::hint::spin_loop();
         }
         fence(Ordering::Acquire);
-        GuardNoSend::default()
     }
 
-    fn try_lock_exclusive(&self) -> Option<GuardNoSend> {
-        self.block
+    fn try_lock_exclusive(&self) -> bool {
+        if self
+            .block
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
-            .ok()?;
+            .is_err()
+        {
+            return false;
+        }
         fence(Ordering::SeqCst);
         if self.readers_active() {
             self.block.store(false, Ordering::Release);
-            return None;
+            return false;
         }
         fence(Ordering::Acquire);
-        Some(GuardNoSend::default())
+        true
     }
 
-    unsafe fn unlock_exclusive(&self, _guard: GuardNoSend) {
+    unsafe fn unlock_exclusive(&self) {
         self.block.store(false, Ordering::Release);
     }
 

@@ -57,10 +57,9 @@ unsafe impl RawRwLock for ReadPrefLock {
         readers: AtomicUsize::new(0),
         writer: AtomicBool::new(false),
     };
-    type SharedGuard = GuardNoSend;
-    type ExclusiveGuard = GuardNoSend;
+    type GuardMarker = GuardNoSend;
 
-    fn lock_shared(&self) -> GuardNoSend {
+    fn lock_shared(&self) {
         loop {
             // Acquire pairs with the writer's Release unlock.
             while self.writer.load(Ordering::Acquire) {
@@ -68,21 +67,22 @@ unsafe impl RawRwLock for ReadPrefLock {
             }
             self.readers.fetch_add(1, Ordering::SeqCst);
             if !self.writer.load(Ordering::SeqCst) {
-                return GuardNoSend::default();
+                return;
             }
             self.readers.fetch_sub(1, Ordering::Release);
         }
     }
 
-    fn try_lock_shared(&self) -> Option<GuardNoSend> {
-        Some(self.lock_shared())
+    fn try_lock_shared(&self) -> bool {
+        self.lock_shared();
+        true
     }
 
-    unsafe fn unlock_shared(&self, _guard: GuardNoSend) {
+    unsafe fn unlock_shared(&self) {
         self.readers.fetch_sub(1, Ordering::Release);
     }
 
-    fn lock_exclusive(&self) -> GuardNoSend {
+    fn lock_exclusive(&self) {
         let give_up = time::now() + time::ms_to_ticks(BREAK_IN_MS);
         self.writer.store(true, Ordering::SeqCst);
         // Reader preference: readers already counted keep coming back, and
@@ -91,14 +91,14 @@ unsafe impl RawRwLock for ReadPrefLock {
         while self.readers.load(Ordering::SeqCst) != 0 && time::now() < give_up {
             core::hint::spin_loop();
         }
-        GuardNoSend::default()
     }
 
-    fn try_lock_exclusive(&self) -> Option<GuardNoSend> {
-        Some(self.lock_exclusive())
+    fn try_lock_exclusive(&self) -> bool {
+        self.lock_exclusive();
+        true
     }
 
-    unsafe fn unlock_exclusive(&self, _guard: GuardNoSend) {
+    unsafe fn unlock_exclusive(&self) {
         self.writer.store(false, Ordering::Release);
     }
 
@@ -167,7 +167,7 @@ impl<R: RawRwLock> WriterFlood<R> {
         while !ctx.should_stop() {
             let _irq = IrqState::save();
             let start = time::now();
-            let guard = self.lock.lock_exclusive();
+            self.lock.lock_exclusive();
             let waited = time::now() - start;
             self.write_wait_max.fetch_max(waited, Ordering::Relaxed);
             if Self::over_bound(waited) {
@@ -183,16 +183,16 @@ impl<R: RawRwLock> WriterFlood<R> {
             self.version.store(v + 1, Ordering::Relaxed);
             self.writer_inside.store(false, Ordering::Relaxed);
             // SAFETY: taken above by this context.
-            unsafe { self.lock.unlock_exclusive(guard) };
+            unsafe { self.lock.unlock_exclusive() };
             writes += 1;
         }
         self.writes.store(writes, Ordering::Relaxed);
     }
 
     /// One read section, after taking the lock (timed).
-    fn read_section(&self, ctx: &Ctx, work: u32) -> R::SharedGuard {
+    fn read_section(&self, ctx: &Ctx, work: u32) {
         let start = time::now();
-        let guard = self.lock.lock_shared();
+        self.lock.lock_shared();
         let waited = time::now() - start;
         self.read_wait_max.fetch_max(waited, Ordering::Relaxed);
         if Self::over_bound(waited) {
@@ -204,7 +204,6 @@ impl<R: RawRwLock> WriterFlood<R> {
         }
         busy_work(work);
         self.readers_inside.fetch_sub(1, Ordering::Relaxed);
-        guard
     }
 }
 
@@ -241,24 +240,25 @@ impl<R: RawRwLock + Sync> Suite for WriterFlood<R> {
         }
         let mut rng = Rng::for_ctx(ctx, 61);
         let mut reads = 0;
-        let mut held = None;
+        // Whether a read lock from the previous round is still held.
+        let mut held = false;
         while !ctx.should_stop() {
-            let guard = self.read_section(ctx, rng.below(64) as u32);
+            self.read_section(ctx, rng.below(64) as u32);
             if self.overlap {
-                if let Some(last) = held.replace(guard) {
+                if core::mem::replace(&mut held, true) {
                     // SAFETY: taken by this context in the previous round.
-                    unsafe { self.lock.unlock_shared(last) };
+                    unsafe { self.lock.unlock_shared() };
                 }
             } else {
                 // SAFETY: taken just above by this context.
-                unsafe { self.lock.unlock_shared(guard) };
+                unsafe { self.lock.unlock_shared() };
             }
             reads += 1;
             busy_work(rng.below(16) as u32);
         }
-        if let Some(last) = held {
+        if held {
             // SAFETY: taken by this context.
-            unsafe { self.lock.unlock_shared(last) };
+            unsafe { self.lock.unlock_shared() };
         }
         self.reads.add(ctx.cpu, reads);
     }

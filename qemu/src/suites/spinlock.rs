@@ -67,17 +67,15 @@ pub struct NoExclusion;
 unsafe impl RawMutex for NoExclusion {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: Self = NoExclusion;
-    type Guard = GuardSend;
+    type GuardMarker = GuardSend;
 
-    fn lock(&self) -> GuardSend {
-        GuardSend::default()
+    fn lock(&self) {}
+
+    fn try_lock(&self) -> bool {
+        true
     }
 
-    fn try_lock(&self) -> Option<GuardSend> {
-        Some(GuardSend::default())
-    }
-
-    unsafe fn unlock(&self, _guard: GuardSend) {}
+    unsafe fn unlock(&self) {}
 
     fn is_locked(&self) -> bool {
         false

@@ -103,7 +103,7 @@ impl<T: Linked<Tag>, const N: usize, Tag> RcuHashTable<T, N, Tag> {
         let state = link_of(node).state.load(Ordering::Relaxed);
         let offset = state.wrapping_sub(self.buckets.as_ptr() as usize);
         let size = size_of::<Hlist<T, Tag>>();
-        let index = if offset.is_multiple_of(size) && offset / size < N {
+        let index = if offset % size == 0 && offset / size < N {
             offset / size
         } else {
             0 // Not in this table: the bucket's check panics.
