@@ -480,6 +480,11 @@ pub const PUBLISH_CHECKS: &[PublishCheck] = &[
         run: api,
     },
     PublishCheck {
+        name: "loom-dependent",
+        about: "a dependent crate that loom-tests its own code (`--cfg loom`) builds ksync and passes its tests",
+        run: loom_dependent,
+    },
+    PublishCheck {
         name: "portable-atomic",
         about: "thumbv6m with each portable-atomic choice a binary may make",
         run: portable_atomic_choices,
@@ -699,6 +704,21 @@ fn msrv(t: &mut Tally) {
     };
     check_with(t, &msrv, &["x86_64-unknown-none"]);
     check_with(t, "nightly", &["x86_64-unknown-none"]);
+}
+
+/// A dependent's loom build (xtask/fixtures/loom-dependent): with
+/// `RUSTFLAGS="--cfg loom"`, as loom's docs tell users, ksync must build as
+/// usual (its own models use `ksync_loom`), its `const` constructors and
+/// `lock_api` impls intact, and the dependent's own model must run.
+fn loom_dependent(t: &mut Tally) {
+    let dir = root().join("xtask/fixtures/loom-dependent");
+    let mut cmd = cargo(&["test", "--release"]);
+    cmd.current_dir(&dir)
+        .env("RUSTFLAGS", "--cfg loom")
+        .env("LOOM_MAX_PREEMPTIONS", "2")
+        .env("CARGO_TARGET_DIR", root().join("target/loom-dependent"));
+    let (ok, text) = run_logged("dependent crate built with --cfg loom", &mut cmd);
+    tally_tests(t, "loom-dependent: tests", ok, &text);
 }
 
 /// The public API list (see `api.rs`).
