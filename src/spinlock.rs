@@ -279,9 +279,15 @@ impl<R: RelaxStrategy> RawTicketLock<R> {
         if vcpu_preemptible() {
             return self.lock_preemptible_untracked();
         }
-        // Relaxed: taking a ticket orders nothing; the Acquire load that
-        // sees our ticket served does.
-        let ticket = next_of(self.word.fetch_add(NEXT_ONE, Ordering::Relaxed));
+        // Acquire pairs with the Release RMW in `unlock`: when the word we
+        // replaced already serves our ticket (the lock was free), the
+        // previous critical section happens-before ours without a second
+        // load.
+        let old = self.word.fetch_add(NEXT_ONE, Ordering::Acquire);
+        let ticket = next_of(old);
+        if owner_of(old) == ticket {
+            return;
+        }
         // Acquire pairs with the Release RMW in `unlock`.
         while owner_of(self.word.load(Ordering::Acquire)) != ticket {
             relax::<R>();
