@@ -1,7 +1,9 @@
 //! loom models of the queued spinlock (`RawQueuedLock`): uncontended
 //! `try_lock`, the pending path, the MCS queue hand-off, an
 //! "interrupt-level" acquisition of a second lock while queued on the
-//! first, and the test-and-set mode for preemptible CPUs.
+//! first, the test-and-set mode for preemptible CPUs, and FIFO waiters
+//! that really halt until kicked (`park`/`unpark`: a lost wake-up is a
+//! deadlock loom reports).
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 KSYNC_MAX_CPUS=4 cargo test --release --test loom_qspinlock`
@@ -312,5 +314,77 @@ fn test_and_set_mode() {
         assert_eq!(l.value(), done);
         assert!(!l.lock.is_locked());
         set_vcpu_preemptible(false);
+    });
+}
+
+/// The CPUs of the current halting model: every modelled thread that may
+/// halt registers itself, and a kick unparks them all.
+static HALTABLE: Mutex<Vec<thread::Thread>> = Mutex::new(Vec::new());
+
+/// `SpinWait::wait` that really halts: loom's `park`, whose unpark token
+/// is latched exactly like the `WFE` event register (an unpark that comes
+/// before the park makes it return at once). A model in which every
+/// thread is parked is reported by loom as a deadlock: a lost wake-up.
+fn halt() {
+    thread::park();
+}
+
+/// `SpinWait::kick`: unparks every registered CPU (loom's unpark orders
+/// the kicker's earlier accesses before the woken thread's later ones).
+fn kick_all() {
+    let all = HALTABLE.lock().unwrap().clone();
+    for t in all {
+        t.unpark();
+    }
+}
+
+static HALTING: SpinWait = SpinWait {
+    wait: halt,
+    kick: Some(kick_all),
+};
+
+/// Back to a policy that never sleeps (the other models assume one).
+static YIELD: SpinWait = SpinWait {
+    wait: thread::yield_now,
+    kick: None,
+};
+
+/// FIFO mode, every waiter halts until kicked: the main thread holds the
+/// lock while three CPUs arrive (a pending CPU, a queue head and its
+/// successor), then unlocks. The head takes the lock while its successor
+/// is between its tail exchange and its link store, waits for the link
+/// and halts; before the link store kicked, nobody woke it (loom reports
+/// the deadlock: every thread parked). Also covers the unlock's kicks in
+/// FIFO mode and the pending CPU's wait.
+#[test]
+fn halting_waiters_fifo() {
+    let _serial = serial();
+    // Halted waiters do not spin, so the model stays small enough for the
+    // driver's preemption bound (2).
+    loom::model::Builder::new().check(|| {
+        set_vcpu_preemptible(false);
+        kernel::set_spin_wait(&HALTING);
+        // Not the main thread: it never waits for the lock, and an unpark
+        // would wake it from its `join` (loom's unpark wakes any block).
+        HALTABLE.lock().unwrap().clear();
+        let l = Locked::new();
+        l.lock.lock();
+        let cpus: Vec<_> = (0..3)
+            .map(|_| {
+                let l = Arc::clone(&l);
+                thread::spawn(move || {
+                    HALTABLE.lock().unwrap().push(thread::current());
+                    l.bump();
+                })
+            })
+            .collect();
+        // SAFETY: locked above on this thread.
+        unsafe { l.lock.unlock() };
+        for t in cpus {
+            t.join().unwrap();
+        }
+        assert_eq!(l.value(), 3);
+        assert!(!l.lock.is_locked());
+        kernel::set_spin_wait(&YIELD);
     });
 }

@@ -7,7 +7,13 @@
 //!   `init_platform()` (boot CPU), `init_local_interrupts()` (every CPU),
 //!   `start_secondaries(possible)`, `timer_start()`;
 //! * `cpu_index()`, `counter()`, `counter_hz()`, `irq_enable()`,
-//!   `irq_disable()`;
+//!   `irq_disable()`, `irq_enabled()`;
+//! * a halting lock wait (`kernel::spin`): `halt_until_event()` (called
+//!   and returning with interrupts off: sleeps until an interrupt or a
+//!   kick that came after the caller's last check; x86_64 `sti; hlt`,
+//!   aarch64 `wfe` with IRQs open, riscv64 `wfi`) and `kick_others()`
+//!   (wakes every other CPU, ordered after this CPU's stores: x86_64 an
+//!   IPI, aarch64 `dsb ish; sev`, riscv64 an SBI IPI);
 //! * `fw_cfg_select(key)`, `fw_cfg_read_u8()`; `boot_args(buf)`, the
 //!   kernel command line where the runner cannot use fw_cfg files
 //!   (riscv64; `None` on the others, defined here);

@@ -33,6 +33,7 @@ pub mod rwlock;
 pub mod rwlock_flood;
 pub mod seeds;
 pub mod spinlock;
+pub mod spinlock_halt;
 
 use core::sync::atomic::{AtomicU64, Ordering};
 
@@ -43,6 +44,7 @@ use crate::harness::{Ctx, Registry};
 pub static REGISTRY: Registry = Registry::new(&[
     lockref::SUITES,
     spinlock::SUITES,
+    spinlock_halt::SUITES,
     percpu_counter::SUITES,
     rwlock::SUITES,
     rwlock_flood::SUITES,

@@ -294,6 +294,8 @@ pub const LOCK_SUITES: &[&str] = &[
     "spinlock-queued",
     "spinlock-noexcl",
     "spinlock-queued-split",
+    "spinlock-halt",
+    "spinlock-halt-nokick",
 ];
 
 /// An image booted with more vCPUs than a small host has cores, for the

@@ -99,6 +99,40 @@ pub fn irq_disable() {
     unsafe { core::arch::asm!("msr daifset, #2", options(nostack, preserves_flags)) };
 }
 
+/// Whether IRQs are unmasked on this CPU (`DAIF.I` clear).
+pub fn irq_enabled() -> bool {
+    use aarch64_cpu::registers::DAIF;
+    !DAIF.is_set(DAIF::I)
+}
+
+/// Waits for an event (`wfe`) with IRQs unmasked around it, so a timer
+/// tick wakes it too. Called with IRQs masked and returns with them
+/// masked. A kick ([`kick_others`], `sev`) sent after the caller's last
+/// check sets this CPU's event register, latched: `wfe` then returns at
+/// once. (Under TCG `wfe` does not sleep; the caller's loop still returns
+/// only when kicked.)
+pub fn halt_until_event() {
+    // SAFETY: only this CPU's IRQ mask and event register change; the mask
+    // is put back as the caller had it. Not `nomem`: handlers change
+    // memory while we wait.
+    unsafe {
+        core::arch::asm!(
+            "msr daifclr, #2",
+            "wfe",
+            "msr daifset, #2",
+            options(nostack)
+        )
+    };
+}
+
+/// The kick of a halting wait: `dsb ish` (this CPU's earlier stores are
+/// visible to the other CPUs first), then `sev` (every CPU's event
+/// register).
+pub fn kick_others() {
+    // SAFETY: a barrier and an event: no memory or register changes.
+    unsafe { core::arch::asm!("dsb ish", "sev", options(nostack, preserves_flags)) };
+}
+
 /// Selects fw_cfg item `key` (the selector register is big-endian).
 pub fn fw_cfg_select(key: u16) {
     // SAFETY: the virt board's fw_cfg selector register, device memory.

@@ -108,12 +108,39 @@ pub struct Frame {
 
 /// `scause` of the supervisor timer interrupt (interrupt bit clear here).
 const SUPERVISOR_TIMER: usize = 5;
+/// `scause` of the supervisor software interrupt: a kick (`kick_others`).
+const SUPERVISOR_SOFT: usize = 1;
+
+/// Sends a supervisor software interrupt to every other running hart.
+pub fn kick_others() {
+    let me = cpu_index();
+    let mut mask = 0usize;
+    for cpu in 0..MAX_CPUS {
+        if let Some(hart) = hotplug::hart_id(cpu)
+            && cpu != me
+            && hart < usize::BITS as usize
+        {
+            mask |= 1 << hart;
+        }
+    }
+    // The hart's earlier stores before the IPI that announces them.
+    core::sync::atomic::fence(core::sync::atomic::Ordering::SeqCst);
+    // A hart that is stopped (hotplug) or not started refuses nothing
+    // that matters here: the kick is only a wake-up.
+    let _ = sbi_rt::send_ipi(sbi_rt::HartMask::from_mask_base(mask, 0));
+}
 
 /// Called by `trap_entry` for every trap, interrupts off.
 extern "C" fn trap_handler(frame: &mut Frame) {
     let cause = scause::read();
     if cause.is_interrupt() && cause.code() == SUPERVISOR_TIMER {
         timer::handle_irq(frame.sepc);
+        return;
+    }
+    if cause.is_interrupt() && cause.code() == SUPERVISOR_SOFT {
+        // A kick: waking the hart was the point.
+        // SAFETY: clears this hart's own pending software interrupt.
+        unsafe { riscv::register::sip::clear_ssoft() };
         return;
     }
     upcalls::fatal(format_args!(

@@ -47,6 +47,14 @@ pub fn set_hart_id(cpu: usize, hart: usize) {
     HART_IDS[cpu].store(hart, Ordering::Relaxed);
 }
 
+/// The hart id of CPU `cpu`, if it was started.
+pub fn hart_id(cpu: usize) -> Option<usize> {
+    // Relaxed: see `set_hart_id`; a kick that misses a hart that is just
+    // starting wakes nobody who waits.
+    let hart = HART_IDS[cpu].load(Ordering::Relaxed);
+    (hart != usize::MAX).then_some(hart)
+}
+
 core::arch::global_asm!(
     r#"
     .option push

@@ -120,6 +120,31 @@ pub fn irq_disable() {
     unsafe { sstatus::clear_sie() };
 }
 
+/// Whether supervisor interrupts are enabled on this hart (`sstatus.SIE`).
+pub fn irq_enabled() -> bool {
+    sstatus::read().sie()
+}
+
+/// Halts this hart (`wfi`) until an interrupt it has enabled in `sie` is
+/// pending: a timer tick, or a kick's supervisor software interrupt. Called
+/// with `sstatus.SIE` clear and returns with it clear; `wfi` wakes on a
+/// pending enabled interrupt whatever `SIE` says, so a kick sent after the
+/// caller's last check (it sets `sip.SSIP`) makes it return at once. Then
+/// `SIE` is opened for an instant to take the interrupt (the handler
+/// clears `SSIP`, or re-arms the timer).
+pub fn halt_until_event() {
+    riscv::asm::wfi();
+    irq_enable();
+    irq_disable();
+}
+
+/// The kick of a halting wait: a supervisor software interrupt (SBI IPI
+/// extension, `send_ipi`) to every other running hart, after a `fence rw,
+/// rw` so that they see this hart's earlier stores.
+pub fn kick_others() {
+    boot::kick_others();
+}
+
 /// Selects fw_cfg item `key` (the selector register is big-endian).
 pub fn fw_cfg_select(key: u16) {
     // SAFETY: the virt board's fw_cfg selector register.

@@ -60,6 +60,10 @@ pub fn init_local() {
     // SAFETY: enables this hart's supervisor timer interrupt, which
     // `trap_handler` handles; `sstatus.SIE` is still clear.
     unsafe { sie::set_stimer() };
+    // SAFETY: enables this hart's supervisor software interrupt (a halting
+    // lock wait's kick, `kick_others`), which `trap_handler` handles by
+    // clearing it; `sstatus.SIE` is still clear.
+    unsafe { sie::set_ssoft() };
 }
 
 /// Starts this CPU's periodic timer.

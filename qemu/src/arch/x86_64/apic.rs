@@ -17,6 +17,9 @@ use crate::arch::{CpuLocal, MAX_CPUS};
 pub const TIMER_VECTOR: u8 = 0x40;
 /// Local APIC error interrupt vector.
 pub const ERROR_VECTOR: u8 = 0x41;
+/// The kick of a halting lock wait (`kick_others`): wakes a halted CPU,
+/// does nothing else.
+pub const KICK_VECTOR: u8 = 0x42;
 /// Local APIC spurious interrupt vector.
 pub const SPURIOUS_VECTOR: u8 = 0xFF;
 /// Where the legacy PICs' vectors go (0x20..0x30), away from exceptions,
@@ -147,6 +150,22 @@ pub fn restart(cpu: usize, vector: u8) {
         apic.send_sipi(vector, id);
         apic.send_sipi(vector, id);
     });
+}
+
+/// Sends [`KICK_VECTOR`] to every other CPU (with interrupts off: a
+/// handler on this CPU may use the APIC too, and `CpuLocal` refuses
+/// re-entry).
+pub fn send_kick_all_others() {
+    let state = ksync::spinlock::IrqState::save();
+    // SAFETY: a fixed-delivery IPI of a vector the IDT routes to a handler
+    // that only acknowledges it.
+    with_apic(|apic| unsafe {
+        apic.send_ipi_all(
+            KICK_VECTOR,
+            x2apic::lapic::IpiAllShorthand::AllExcludingSelf,
+        );
+    });
+    drop(state);
 }
 
 /// Broadcasts INIT to every other CPU.

@@ -131,6 +131,32 @@ pub fn irq_disable() {
     interrupts::disable();
 }
 
+/// Whether interrupts are enabled on this CPU (`RFLAGS.IF`).
+pub fn irq_enabled() -> bool {
+    interrupts::are_enabled()
+}
+
+/// Halts this CPU until an interrupt (a timer tick, or a kick's IPI).
+/// Called with interrupts off and returns with them off: `sti; hlt` takes
+/// an interrupt that became pending while they were off at the `hlt`
+/// (`sti` delays interrupts by one instruction), so a kick sent after the
+/// caller's last check wakes it. The handlers run in between.
+pub fn halt_until_event() {
+    // SAFETY: `sti; hlt; cli` only changes this CPU's interrupt flag, and
+    // puts it back as the caller had it (off); the IDT handles every
+    // vector that can arrive. Not `nomem`: a compiler barrier, since
+    // handlers change memory while we sleep.
+    unsafe { core::arch::asm!("sti", "hlt", "cli", options(nostack)) };
+}
+
+/// The kick of a halting wait: an IPI ([`apic::KICK_VECTOR`]) to every
+/// other CPU, which wakes one halted in [`halt_until_event`]. The ICR
+/// write is a store to uncached MMIO, ordered after this CPU's earlier
+/// stores (x86 keeps stores in order), so a woken CPU sees them.
+pub fn kick_others() {
+    apic::send_kick_all_others();
+}
+
 /// Selects fw_cfg item `key`.
 pub fn fw_cfg_select(key: u16) {
     // SAFETY: QEMU's fw_cfg selector port; selecting an item has no other

@@ -10,7 +10,7 @@ use ::x86_64::registers::control::Cr2;
 use ::x86_64::structures::idt::InterruptDescriptorTable;
 use spin::Once;
 
-use super::apic::{self, ERROR_VECTOR, PIC_VECTORS, SPURIOUS_VECTOR, TIMER_VECTOR};
+use super::apic::{self, ERROR_VECTOR, KICK_VECTOR, PIC_VECTORS, SPURIOUS_VECTOR, TIMER_VECTOR};
 use super::cpu_index;
 use crate::arch::upcalls;
 
@@ -110,6 +110,8 @@ pub extern "C" fn trap_handler(frame: &mut TrapFrame) {
             upcalls::timer_tick(frame.rip);
             apic::eoi();
         }
+        // A halting lock wait's kick: waking the CPU was the point.
+        KICK_VECTOR => apic::eoi(),
         // Spurious interrupts need no EOI; the PICs are masked, but their
         // spurious IRQ 7 and 15 can still arrive.
         SPURIOUS_VECTOR => {}
