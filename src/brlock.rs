@@ -34,17 +34,17 @@ use core::ops::{Deref, DerefMut};
 use crate::kernel::{self, PreemptGuard};
 use crate::lockdep::{Acquired, LockClassKey, Map};
 use crate::percpu::{ConstInit, PerCpu};
-use crate::spinlock::{IrqState, RawTicketLock};
+use crate::spinlock::{IrqState, TicketLock};
 use crate::sync::{UnsafeCell, const_fn, init};
 
 struct Slot<T> {
-    lock: RawTicketLock,
+    lock: TicketLock,
     data: UnsafeCell<T>,
 }
 
 crate::sync::const_init! {
     impl[T: ConstInit] for Slot<T> = Slot {
-        lock: RawTicketLock::new(),
+        lock: TicketLock::new(),
         data: UnsafeCell::new(init::<T>()),
     };
 }
@@ -87,7 +87,7 @@ impl<T> BrLock<T> {
     pub fn from_fn(mut init: impl FnMut(usize) -> T) -> Self {
         Self {
             slots: PerCpu::from_fn(|i| Slot {
-                lock: RawTicketLock::new(),
+                lock: TicketLock::new(),
                 data: UnsafeCell::new(init(i)),
             }),
             dep_map: Map::new(),
@@ -144,7 +144,7 @@ impl<T> BrLock<T> {
         let slot = self.slots.cpu(cpu);
         // Recorded once `cpu` is known to be valid, before spinning.
         let dep = self.dep_map.acquire_guard(0, false, irq.is_some());
-        slot.lock.lock_untracked();
+        slot.lock.lock();
         LocalGuard {
             slot,
             cpu,
@@ -176,7 +176,7 @@ impl<T> BrLock<T> {
         // order, which cannot deadlock with another global locker).
         let dep = self.dep_map.acquire_guard(0, false, irq.is_some());
         for slot in self.slots.iter() {
-            slot.lock.lock_untracked();
+            slot.lock.lock();
         }
         GlobalGuard {
             lock: self,
@@ -248,7 +248,7 @@ impl<T: fmt::Debug> fmt::Debug for LocalGuard<'_, T> {
 impl<T> Drop for LocalGuard<'_, T> {
     fn drop(&mut self) {
         // SAFETY: the guard holds the slot's lock.
-        unsafe { self.slot.lock.unlock_untracked() }
+        unsafe { self.slot.lock.unlock() }
     }
 }
 
@@ -300,7 +300,7 @@ impl<T> Drop for GlobalGuard<'_, T> {
     fn drop(&mut self) {
         for slot in self.lock.slots.iter() {
             // SAFETY: `lock_all` took every one of these locks.
-            unsafe { slot.lock.unlock_untracked() }
+            unsafe { slot.lock.unlock() }
         }
     }
 }

@@ -39,7 +39,7 @@ fn raw_ticket_lock_inherent_api() {
     let lock: RawTicketLock = RawTicketLock::new();
     assert!(!lock.is_locked());
     assert!(!lock.is_contended());
-    assert_eq!(format!("{lock:?}"), "RawTicketLock { owner: 0, next: 0 }");
+    assert_eq!(format!("{lock:?}"), "TicketLock { owner: 0, next: 0 }");
 
     lock.lock();
     assert!(lock.is_locked());
@@ -71,10 +71,10 @@ fn raw_ticket_lock_inherent_api() {
 fn raw_ttas_lock_inherent_api() {
     let lock: RawTtasLock = RawTtasLock::new();
     assert!(!lock.is_locked());
-    assert_eq!(format!("{lock:?}"), "RawTtasLock { locked: false }");
+    assert_eq!(format!("{lock:?}"), "TtasLock { locked: false }");
     lock.lock();
     assert!(lock.is_locked());
-    assert_eq!(format!("{lock:?}"), "RawTtasLock { locked: true }");
+    assert_eq!(format!("{lock:?}"), "TtasLock { locked: true }");
     assert!(!lock.try_lock());
     // SAFETY: locked above by this thread.
     unsafe { lock.unlock() };

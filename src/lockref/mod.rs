@@ -137,7 +137,7 @@ use crate::{
 };
 
 #[cfg(not(target_has_atomic = "64"))]
-use crate::{spinlock::RawTicketLock, sync::AtomicI32};
+use crate::{spinlock::TicketLock, sync::AtomicI32};
 
 mod stats;
 pub(crate) mod word;
@@ -165,7 +165,7 @@ pub struct LockRef {
     #[cfg(target_has_atomic = "64")]
     word: AtomicU64,
     #[cfg(not(target_has_atomic = "64"))]
-    lock: RawTicketLock,
+    lock: TicketLock,
     #[cfg(not(target_has_atomic = "64"))]
     count: AtomicI32,
     /// The lock's lockdep class (zero-sized without `lockdep`).
@@ -376,7 +376,7 @@ impl LockRef {
         #[doc(alias = "lockref_init")]
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new(count: i32) -> Self {
-            Self { lock: RawTicketLock::new(), count: AtomicI32::new(count), dep_map: Map::new() }
+            Self { lock: TicketLock::new(), count: AtomicI32::new(count), dep_map: Map::new() }
         }
     }
 
@@ -388,7 +388,7 @@ impl LockRef {
     }
 
     fn raw_lock(&self) -> u16 {
-        self.lock.lock_untracked();
+        self.lock.lock();
         0
     }
 
@@ -396,7 +396,7 @@ impl LockRef {
     /// The caller holds the lock.
     unsafe fn raw_unlock(&self, _ticket: u16) {
         // SAFETY: forwarded caller contract.
-        unsafe { self.lock.unlock_untracked() }
+        unsafe { self.lock.unlock() }
     }
 
     #[inline]

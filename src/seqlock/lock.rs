@@ -9,7 +9,7 @@ use core::ops::{Deref, DerefMut};
 use super::storage::{Padded, Storage, value_of};
 use super::{SeqCount, SeqData};
 use crate::lockdep::{Acquired, LockClassKey, Map};
-use crate::spinlock::{IrqState, RawTicketLock};
+use crate::spinlock::{IrqState, TicketLock};
 use crate::sync::const_fn;
 
 /// Data of type `T`, a sequence counter and a writers' lock (Linux's
@@ -37,7 +37,7 @@ use crate::sync::const_fn;
 pub struct SeqLock<T> {
     seq: SeqCount,
     /// Serialises writers (the `SeqCount` contract).
-    lock: RawTicketLock,
+    lock: TicketLock,
     data: Storage<T>,
     /// The writers' lock's lockdep class (zero-sized without `lockdep`).
     dep_map: Map,
@@ -68,7 +68,7 @@ impl<T: SeqData> SeqLock<T> {
         pub fn new(value: T) -> Self {
             Self {
                 seq: SeqCount::new(),
-                lock: RawTicketLock::new(),
+                lock: TicketLock::new(),
                 data: Storage::new(value),
                 dep_map: Map::new(),
             }
@@ -266,7 +266,7 @@ impl<T: SeqData> SeqLock<T> {
     pub fn write(&self) -> SeqLockWriteGuard<'_, T> {
         // Recorded before spinning, so a deadlock is reported first.
         let dep = self.dep_map.acquire_guard(0, false, false);
-        self.lock.lock_untracked();
+        self.lock.lock();
         // SAFETY: locked just above; the guard unlocks.
         unsafe { self.guard(None, dep) }
     }
@@ -291,7 +291,7 @@ impl<T: SeqData> SeqLock<T> {
         // interrupted.
         let irq = IrqState::save();
         let dep = self.dep_map.acquire_guard(0, false, true);
-        self.lock.lock_untracked();
+        self.lock.lock();
         // SAFETY: locked just above; the guard unlocks.
         unsafe { self.guard(Some(irq), dep) }
     }
@@ -310,7 +310,7 @@ impl<T: SeqData> SeqLock<T> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_write(&self) -> Option<SeqLockWriteGuard<'_, T>> {
-        if !self.lock.try_lock_untracked() {
+        if !self.lock.try_lock() {
             return None;
         }
         let dep = self.dep_map.acquire_guard(0, true, false);
@@ -332,11 +332,11 @@ impl<T: SeqData> SeqLock<T> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn store(&self, value: T) {
         let dep = self.dep_map.acquire_guard(0, false, false);
-        self.lock.lock_untracked();
+        self.lock.lock();
         // SAFETY: the lock is held (locked just above).
         unsafe {
             self.publish_locked(&Padded::new(value));
-            self.lock.unlock_untracked();
+            self.lock.unlock();
         }
         drop(dep);
     }
@@ -486,7 +486,7 @@ impl<T: SeqData> Drop for SeqLockWriteGuard<'_, T> {
         // contract); it is released here, once.
         unsafe {
             self.lock.publish_locked(&self.value);
-            self.lock.lock.unlock_untracked();
+            self.lock.lock.unlock();
         }
     }
 }

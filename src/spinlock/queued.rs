@@ -1,15 +1,14 @@
 //! The queued spinlock (Linux's `qspinlock`). The design, with the lock
-//! word's layout, is [`RawQueuedLock`]'s documentation, so that rustdoc
-//! shows it (this module is private; its items are re-exported by
-//! `spinlock`).
+//! word's layout, is [`QueuedLock`]'s documentation, so that rustdoc shows
+//! it (this module is private; its items are re-exported by `spinlock`).
 
 use core::fmt;
 use core::marker::PhantomData;
 use core::sync::atomic::{Ordering::SeqCst, compiler_fence};
 
+use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
 use super::{RawIrqSave, RelaxStrategy, Spin};
 use crate::kernel::{self, Backoff, MAX_CPUS, Waiter, kick_waiters, vcpu_preemptible};
-use crate::lockdep::Map;
 use crate::percpu::{CachePadded, PerCpu};
 use crate::sync::{AtomicU32, Ordering, const_fn};
 use Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -21,7 +20,7 @@ pub type QueuedMutex<T> = lock_api::Mutex<RawQueuedLock, T>;
 /// (through the kernel's hooks, see [`RawIrqSave`]).
 pub type IrqQueuedMutex<T> = lock_api::Mutex<RawIrqSave<RawQueuedLock>, T>;
 
-// ---- the word (the layout table is in `RawQueuedLock`'s docs) ----------------
+// ---- the word (the layout table is in `QueuedLock`'s docs) -------------------
 
 /// The locked byte.
 const LOCKED_MASK: u32 = 0xff;
@@ -273,9 +272,8 @@ impl Drop for Nesting {
 ///
 /// # Lock-order checking
 ///
-/// With [`lockdep`](crate::lockdep), as
-/// [`RawTicketLock`](super::RawTicketLock): the class is the place the lock
-/// was built, and `lock`, `try_lock` and `unlock` record themselves.
+/// This is the algorithm alone: it tells [`lockdep`](crate::lockdep)
+/// nothing. [`RawQueuedLock`] is the same lock with its class.
 ///
 /// # Invariants
 /// The locked byte is 0 or 1 and only its holder clears it; the pending
@@ -283,31 +281,40 @@ impl Drop for Nesting {
 /// for an instant and clear it again when they see it was theirs to clear);
 /// a non-zero tail names a node whose CPU is queued on this lock.
 #[doc(alias("qspinlock", "arch_spinlock_t", "queued_spin_lock"))]
-#[cfg_attr(not(feature = "lockdep"), repr(transparent))]
-pub struct RawQueuedLock<R = Spin> {
+#[repr(transparent)]
+pub struct QueuedLock<R = Spin> {
     val: AtomicU32,
     relax: PhantomData<R>,
-    /// The lock's lockdep class (zero-sized without `lockdep`).
-    dep_map: Map,
 }
 
-impl<R> RawQueuedLock<R> {
+impl QueuedLock {
+    const_fn! {
+        /// A new, unlocked queued lock that spins with [`Spin`].
+        pub fn new() -> Self {
+            Self::with_relax()
+        }
+    }
+}
+
+impl<R> QueuedLock<R> {
     /// Fails the build if a tail cannot name every CPU.
     const CPUS_FIT: () = assert!(
         MAX_CPUS < 1 << (32 - TAIL_CPU_SHIFT),
-        "RawQueuedLock names CPUs in 14 bits: KSYNC_MAX_CPUS must be below 16384"
+        "QueuedLock names CPUs in 14 bits: KSYNC_MAX_CPUS must be below 16384"
     );
 
     const_fn! {
-        fn with_map(dep_map: Map) -> Self {
-            Self { val: AtomicU32::new(0), relax: PhantomData, dep_map }
+        /// A new, unlocked queued lock with the relax strategy `R`.
+        pub fn with_relax() -> Self {
+            Self { val: AtomicU32::new(0), relax: PhantomData }
         }
     }
 
-    /// [`try_lock`](Self::try_lock) without telling lockdep (the slow
-    /// paths' attempts: the acquisition was recorded before they began).
+    /// Tries to take the lock without waiting: succeeds only when nobody
+    /// holds it, is about to, or is queued for it.
+    #[doc(alias = "queued_spin_trylock")]
     #[inline]
-    fn try_lock_untracked(&self) -> bool {
+    pub fn try_lock(&self) -> bool {
         // Read first: a failed compare-exchange would still take the line
         // exclusively. Acquire pairs with the Release `fetch_sub` in
         // `unlock` (directly, or through the read-modify-writes after it).
@@ -337,12 +344,13 @@ impl<R> RawQueuedLock<R> {
         self.val.load(Relaxed) & !LOCKED_MASK != 0
     }
 
-    /// [`unlock`](Self::unlock) without telling lockdep.
+    /// Releases the lock.
     ///
     /// # Safety
-    /// As for [`unlock`](Self::unlock).
+    /// The lock must be held by the caller's context.
+    #[doc(alias = "queued_spin_unlock")]
     #[inline]
-    unsafe fn unlock_untracked(&self) {
+    pub unsafe fn unlock(&self) {
         // Release pairs with the Acquire in `lock`, `try_lock` and the
         // waiters' loads of the word. Subtracting clears the locked byte
         // without touching pending or the tail, which others may be
@@ -359,10 +367,13 @@ impl<R> RawQueuedLock<R> {
     }
 }
 
-impl<R: RelaxStrategy> RawQueuedLock<R> {
-    /// [`lock`](Self::lock) without telling lockdep.
+impl<R: RelaxStrategy> QueuedLock<R> {
+    /// Spins until the lock is taken: FIFO through the pending bit and the
+    /// queue, or by test-and-set when CPUs may be descheduled while they
+    /// spin ([`vcpu_preemptible`]; see the module docs).
+    #[doc(alias = "queued_spin_lock")]
     #[inline]
-    fn lock_untracked(&self) {
+    pub fn lock(&self) {
         // Acquire pairs with the Release `fetch_sub` in `unlock`.
         if let Err(val) = self.val.compare_exchange(0, LOCKED, Acquire, Relaxed) {
             self.lock_slow(val);
@@ -384,7 +395,7 @@ impl<R: RelaxStrategy> RawQueuedLock<R> {
     #[doc(alias = "virt_spin_lock")]
     fn lock_word(&self) {
         let mut backoff = Backoff::new();
-        while !self.try_lock_untracked() {
+        while !self.try_lock() {
             backoff.backoff::<R>();
         }
     }
@@ -451,7 +462,7 @@ impl<R: RelaxStrategy> RawQueuedLock<R> {
         node.next.store(0, Relaxed);
 
         // The node's line may have been cold; the lock may be free by now.
-        if self.try_lock_untracked() {
+        if self.try_lock() {
             return;
         }
 
@@ -533,11 +544,17 @@ impl<R: RelaxStrategy> RawQueuedLock<R> {
     }
 }
 
-impl<R> fmt::Debug for RawQueuedLock<R> {
+impl<R> Default for QueuedLock<R> {
+    fn default() -> Self {
+        Self::with_relax()
+    }
+}
+
+impl<R> fmt::Debug for QueuedLock<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         let val = self.val.load(Relaxed);
         let tail = (val & TAIL_MASK != 0).then(|| decode_tail(val));
-        f.debug_struct("RawQueuedLock")
+        f.debug_struct("QueuedLock")
             .field("locked", &(val & LOCKED_MASK != 0))
             .field("pending", &(val & PENDING != 0))
             .field("tail", &tail)
@@ -546,12 +563,12 @@ impl<R> fmt::Debug for RawQueuedLock<R> {
 }
 
 #[cfg(feature = "defmt")]
-impl<R> defmt::Format for RawQueuedLock<R> {
+impl<R> defmt::Format for QueuedLock<R> {
     fn format(&self, f: defmt::Formatter<'_>) {
         let val = self.val.load(Relaxed);
         defmt::write!(
             f,
-            "RawQueuedLock {{ locked: {}, pending: {}, tail: {:#x} }}",
+            "QueuedLock {{ locked: {}, pending: {}, tail: {:#x} }}",
             val & LOCKED_MASK != 0,
             val & PENDING != 0,
             val >> TAIL_IDX_SHIFT
@@ -559,54 +576,56 @@ impl<R> defmt::Format for RawQueuedLock<R> {
     }
 }
 
-// ---- lock_api -----------------------------------------------------------------
+// ---- the tracked lock ---------------------------------------------------------
 
-// Why it excludes: `lock` and `try_lock` return only once this context set the
+tracked_constructors!(QueuedLock, RawQueuedLock, "queued lock");
+
+/// The queued lock with its [lockdep](crate::lockdep) class (the place the
+/// lock was built): what kernels use (through [`QueuedMutex`] or by hand).
+/// The algorithm and the word's layout are [`QueuedLock`]'s documentation.
+#[doc(alias("qspinlock", "queued_spin_lock"))]
+pub type RawQueuedLock<R = Spin> = RawSpinlock<QueuedLock<R>>;
+
+// SAFETY: `lock` and `try_lock` return only once this context set the
 // locked byte from 0 (by compare-exchange from a free word, by the pending
 // owner's add, or by the queue head after both owner and pending left),
-// and only the holder clears it: one holder at a time. Acquire/Release as
-// documented on the methods. No node is in use once `lock` returns, so a
-// guard may be sent to and unlocked on another CPU, or forgotten (the lock
-// stays held, which is safe).
-super::impl_lock_entry_points!(
-    RawQueuedLock, "queued lock",
-    lock: {
-        /// Spins until the lock is taken: FIFO through the pending bit and the
-        /// queue, or by test-and-set when CPUs may be descheduled while they
-        /// spin ([`vcpu_preemptible`]; see the module docs).
-        #[doc(alias = "queued_spin_lock")]
-    },
-    try_lock: {
-        /// Tries to take the lock without waiting: succeeds only when nobody
-        /// holds it, is about to, or is queued for it.
-        #[doc(alias = "queued_spin_trylock")]
-    },
-    unlock: {
-        #[doc(alias = "queued_spin_unlock")]
-    },
-);
+// and only the holder clears it: one holder at a time. Acquire on taking,
+// Release on unlock, as documented on the methods. No node is in use once
+// `lock` returns, so a held lock may be unlocked on another CPU, or never
+// (it stays held, which is safe).
+unsafe impl<R: RelaxStrategy> ArchSpinlock for QueuedLock<R> {
+    #[cfg(not(loom))]
+    #[allow(clippy::declare_interior_mutable_const)]
+    const UNLOCKED: Self = Self::with_relax();
 
-super::impl_raw_mutex!(RawQueuedLock);
-
-#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
-// SAFETY: in FIFO mode the plain unlock already hands the lock to the
-// pending CPU or the queue head in arrival order; in test-and-set mode
-// there is no order to keep. `bump` re-locks before it returns.
-unsafe impl<R: RelaxStrategy> lock_api::RawMutexFair for RawQueuedLock<R> {
     #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    unsafe fn unlock_fair(&self) {
-        // SAFETY: forwarded caller contract.
-        unsafe { RawQueuedLock::unlock(self) }
+    fn lock(&self) {
+        QueuedLock::lock(self)
     }
 
     #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
-    unsafe fn bump(&self) {
-        if self.is_contended() {
-            // SAFETY: forwarded caller contract; re-locked before return.
-            unsafe { RawQueuedLock::unlock(self) };
-            RawQueuedLock::lock(self);
-        }
+    fn try_lock(&self) -> bool {
+        QueuedLock::try_lock(self)
+    }
+
+    #[inline]
+    unsafe fn unlock(&self) {
+        // SAFETY: forwarded caller contract.
+        unsafe { QueuedLock::unlock(self) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        QueuedLock::is_locked(self)
+    }
+}
+
+// SAFETY: in FIFO mode the plain unlock hands the lock to the pending CPU
+// or the queue head in arrival order; in test-and-set mode there is no
+// order to keep. `is_contended` sees pending and queued CPUs.
+unsafe impl<R: RelaxStrategy> FairArchSpinlock for QueuedLock<R> {
+    #[inline]
+    fn is_contended(&self) -> bool {
+        QueuedLock::is_contended(self)
     }
 }

@@ -1,38 +1,46 @@
-//! The test-and-test-and-set lock (its items are re-exported by
-//! `spinlock`).
+//! The test-and-test-and-set lock: the algorithm ([`TtasLock`]) and its
+//! tracked form (its items are re-exported by `spinlock`).
 
 use core::fmt;
 use core::marker::PhantomData;
 
+use super::tracked::{ArchSpinlock, RawSpinlock, tracked_constructors};
 use super::{RelaxStrategy, Spin};
 use crate::kernel::{Waiter, kick_waiters, vcpu_preemptible};
-use crate::lockdep::Map;
 use crate::sync::{AtomicBool, Ordering, const_fn};
 
 /// A test-and-test-and-set spinlock: waiters read the flag until it looks
 /// free and only then try to take it, so they do not steal the cache line
 /// from the holder while it works. Not fair.
 ///
-/// With [`lockdep`](crate::lockdep), as [`RawTicketLock`](super::RawTicketLock): its class is
-/// the place it was built, and its methods record themselves.
-#[cfg_attr(not(feature = "lockdep"), repr(transparent))]
-pub struct RawTtasLock<R = Spin> {
+/// The algorithm alone: it tells [`lockdep`](crate::lockdep) nothing;
+/// [`RawTtasLock`] is the same lock with its lockdep class.
+#[repr(transparent)]
+pub struct TtasLock<R = Spin> {
     locked: AtomicBool,
     relax: PhantomData<R>,
-    /// The lock's lockdep class (zero-sized without `lockdep`).
-    dep_map: Map,
 }
 
-impl<R> RawTtasLock<R> {
+impl TtasLock {
     const_fn! {
-        fn with_map(dep_map: Map) -> Self {
-            Self { locked: AtomicBool::new(false), relax: PhantomData, dep_map }
+        /// A new, unlocked TTAS lock that spins with [`Spin`].
+        pub fn new() -> Self {
+            Self::with_relax()
+        }
+    }
+}
+
+impl<R> TtasLock<R> {
+    const_fn! {
+        /// A new, unlocked TTAS lock with the relax strategy `R`.
+        pub fn with_relax() -> Self {
+            Self { locked: AtomicBool::new(false), relax: PhantomData }
         }
     }
 
-    /// [`try_lock`](Self::try_lock) without telling lockdep.
+    /// Tries to take the lock once.
     #[inline]
-    pub(crate) fn try_lock_untracked(&self) -> bool {
+    pub fn try_lock(&self) -> bool {
         // Acquire pairs with the Release store in `unlock`.
         !self.locked.load(Ordering::Relaxed)
             && self
@@ -47,12 +55,12 @@ impl<R> RawTtasLock<R> {
         self.locked.load(Ordering::Relaxed)
     }
 
-    /// [`unlock`](Self::unlock) without telling lockdep.
+    /// Releases the lock.
     ///
     /// # Safety
-    /// As for [`unlock`](Self::unlock).
+    /// The lock must be held by the caller's context.
     #[inline]
-    pub(crate) unsafe fn unlock_untracked(&self) {
+    pub unsafe fn unlock(&self) {
         debug_assert!(self.is_locked(), "unlock of a TTAS lock that is not held");
         // Release pairs with the Acquire exchange in `lock`/`try_lock`.
         self.locked.store(false, Ordering::Release);
@@ -62,10 +70,15 @@ impl<R> RawTtasLock<R> {
     }
 }
 
-impl<R: RelaxStrategy> RawTtasLock<R> {
-    /// [`lock`](Self::lock) without telling lockdep.
+impl<R: RelaxStrategy> TtasLock<R> {
+    /// Spins until the lock is taken.
+    ///
+    /// When CPUs may be descheduled while spinning ([`vcpu_preemptible`]),
+    /// a waiter gives the CPU away now and then (the kernel's
+    /// [`SpinWait`](crate::kernel::SpinWait)) so a descheduled holder can
+    /// run.
     #[inline]
-    pub(crate) fn lock_untracked(&self) {
+    pub fn lock(&self) {
         // Acquire pairs with the Release store in `unlock`.
         if self
             .locked
@@ -99,40 +112,60 @@ impl<R: RelaxStrategy> RawTtasLock<R> {
     }
 }
 
-impl<R> fmt::Debug for RawTtasLock<R> {
+impl<R> Default for TtasLock<R> {
+    fn default() -> Self {
+        Self::with_relax()
+    }
+}
+
+impl<R> fmt::Debug for TtasLock<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RawTtasLock")
+        f.debug_struct("TtasLock")
             .field("locked", &self.is_locked())
             .finish()
     }
 }
 
-// ---- lock_api ---------------------------------------------------------------
+tracked_constructors!(TtasLock, RawTtasLock, "TTAS lock");
 
-// Why it excludes: the compare-exchange from `false` to `true` succeeds for one CPU
-// at a time and only the holder stores `false`. Acquire/Release as
-// documented on the methods.
-super::impl_lock_entry_points!(
-    RawTtasLock, "TTAS lock",
-    lock: {
-        /// Spins until the lock is taken.
-        ///
-        /// When CPUs may be descheduled while spinning ([`vcpu_preemptible`]),
-        /// a waiter gives the CPU away now and then (the kernel's
-        /// [`SpinWait`](crate::kernel::SpinWait)) so a descheduled holder can
-        /// run.
-    },
-    try_lock: {
-        /// Tries to take the lock once.
-    },
-    unlock: {},
-);
+/// The TTAS lock with its [lockdep](crate::lockdep) class (its class is the
+/// place it was built): what kernels use (through
+/// [`TtasMutex`](super::TtasMutex) or by hand).
+pub type RawTtasLock<R = Spin> = RawSpinlock<TtasLock<R>>;
 
-super::impl_raw_mutex!(RawTtasLock);
+// SAFETY: the compare-exchange from `false` to `true` succeeds for one CPU
+// at a time and only the holder stores `false`. Acquire on taking, Release
+// on unlock, as documented on the methods.
+unsafe impl<R: RelaxStrategy> ArchSpinlock for TtasLock<R> {
+    #[cfg(not(loom))]
+    #[allow(clippy::declare_interior_mutable_const)]
+    const UNLOCKED: Self = Self::with_relax();
+
+    #[inline]
+    fn lock(&self) {
+        TtasLock::lock(self)
+    }
+
+    #[inline]
+    fn try_lock(&self) -> bool {
+        TtasLock::try_lock(self)
+    }
+
+    #[inline]
+    unsafe fn unlock(&self) {
+        // SAFETY: forwarded caller contract.
+        unsafe { TtasLock::unlock(self) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        TtasLock::is_locked(self)
+    }
+}
 
 #[cfg(feature = "defmt")]
-impl<R> defmt::Format for RawTtasLock<R> {
+impl<R> defmt::Format for TtasLock<R> {
     fn format(&self, f: defmt::Formatter<'_>) {
-        defmt::write!(f, "RawTtasLock {{ locked: {} }}", self.is_locked())
+        defmt::write!(f, "TtasLock {{ locked: {} }}", self.is_locked())
     }
 }

@@ -1,0 +1,309 @@
+//! The ticket lock: the algorithm ([`TicketLock`], Linux's
+//! `arch_spinlock_t`) and its tracked form's extra entry point (its items
+//! are re-exported by `spinlock`).
+
+use core::fmt;
+use core::marker::PhantomData;
+
+use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
+use super::{RelaxStrategy, Spin};
+use crate::kernel::{Backoff, kick_waiters, vcpu_preemptible};
+use crate::sync::{AtomicU32, Ordering, const_fn, relax};
+
+/// Width of each ticket: 16 bits, or 2 under loom, so that a model can wrap
+/// the tickets in four acquisitions (`ticket_try_lock_across_a_wrap`).
+const TICKET_BITS: u32 = if cfg!(loom) { 2 } else { u16::BITS };
+/// One ticket's mask, at bit 0.
+const TICKET_MASK: u32 = (1 << TICKET_BITS) - 1;
+/// Adding this hands out the next ticket (`next + 1`). `next` is the top
+/// field of the word, so its carry leaves the word (16-bit tickets) or
+/// lands in bits no field reads (loom's 2-bit tickets): it never reaches
+/// `owner`.
+const NEXT_ONE: u32 = 1 << TICKET_BITS;
+
+/// How many distinct tickets there are: this many acquisitions bring the
+/// word's fields back to the values they started from. Models of the
+/// wrap (loom only) need it.
+#[cfg(loom)]
+#[doc(hidden)]
+pub const TICKETS: u32 = 1 << TICKET_BITS;
+
+/// The ticket being served.
+#[inline(always)]
+const fn owner_of(word: u32) -> u32 {
+    word & TICKET_MASK
+}
+
+/// The next ticket to hand out.
+#[inline(always)]
+const fn next_of(word: u32) -> u32 {
+    (word >> TICKET_BITS) & TICKET_MASK
+}
+
+/// A fair (FIFO) ticket spinlock in 32 bits.
+///
+/// One 32-bit word: `owner` (the ticket being served) in the low half,
+/// `next` (the ticket the next arrival takes) in the high half; the lock
+/// is free when they are equal. Locking takes a ticket with one
+/// `fetch_add` on the word (the carry out of `next` leaves the word) and
+/// spins until `owner` reaches it; unlocking adds one to `owner` (only the
+/// holder writes it; at `u16::MAX` it subtracts `u16::MAX` instead, so it
+/// never carries into `next`). Up to 65 535 CPUs may wait at once
+/// ([`MAX_CPUS`](crate::kernel::MAX_CPUS) is bounded below that).
+///
+/// `try_lock` compares the whole word, as Linux's ticket trylock does: a
+/// compare of `next` alone succeeds again once 65 536 acquisitions have
+/// wrapped it while the lock is held, and two CPUs would then hold it.
+///
+/// This is the algorithm alone (Linux's `arch_spinlock_t`): it tells
+/// [`lockdep`](crate::lockdep) nothing. [`RawTicketLock`](super::RawTicketLock)
+/// is the same lock with its lockdep class, the one to use.
+///
+/// # Invariants
+/// `owner` only changes by the holder's unlock, by +1 (mod 2^16), and
+/// `next - owner` (mod 2^16) is the number of holders plus waiters.
+#[doc(alias = "arch_spinlock_t")]
+#[repr(C, align(4))]
+pub struct TicketLock<R = Spin> {
+    /// `owner | next << 16`.
+    word: AtomicU32,
+    relax: PhantomData<R>,
+}
+
+impl TicketLock {
+    const_fn! {
+        /// A new, unlocked ticket lock that spins with [`Spin`].
+        pub fn new() -> Self {
+            Self::with_relax()
+        }
+    }
+}
+
+impl<R> TicketLock<R> {
+    const_fn! {
+        /// A new, unlocked ticket lock with the relax strategy `R`.
+        pub fn with_relax() -> Self {
+            Self { word: AtomicU32::new(0), relax: PhantomData }
+        }
+    }
+
+    /// `(owner, next)` now (a snapshot).
+    #[inline]
+    fn tickets(&self) -> (u32, u32) {
+        let word = self.word.load(Ordering::Relaxed);
+        (owner_of(word), next_of(word))
+    }
+
+    /// Tries to take the lock without spinning: succeeds only when nobody
+    /// holds it or waits for it.
+    #[doc(alias = "arch_spin_trylock")]
+    #[inline]
+    pub fn try_lock(&self) -> bool {
+        // Read first, so that a held lock costs no exclusive access to its
+        // line (the exchange below would fail anyway). Relaxed: only the
+        // exchange's outcome counts.
+        let word = self.word.load(Ordering::Relaxed);
+        if owner_of(word) != next_of(word) {
+            return false;
+        }
+        // One compare-exchange over the whole word: it succeeds only if
+        // the lock is free at that instant, with the same (owner, next)
+        // as read. (A compare of `next` alone would succeed after a ticket
+        // wrap with the lock held.) Acquire pairs with the Release RMW in
+        // `unlock`: the previous critical section happens-before ours.
+        self.word
+            .compare_exchange(
+                word,
+                word.wrapping_add(NEXT_ONE),
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            )
+            .is_ok()
+    }
+
+    /// Whether the lock is held. A snapshot, stale the moment it returns: do
+    /// not use it for synchronization.
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        let (owner, next) = self.tickets();
+        owner != next
+    }
+
+    /// Whether other CPUs wait for the lock (a snapshot, like
+    /// [`is_locked`](Self::is_locked)).
+    #[doc(alias = "arch_spin_is_contended")]
+    #[inline]
+    pub fn is_contended(&self) -> bool {
+        let (owner, next) = self.tickets();
+        (next.wrapping_sub(owner) & TICKET_MASK) > 1
+    }
+
+    /// Releases the lock.
+    ///
+    /// # Safety
+    /// The lock must be held by the caller's context.
+    #[doc(alias = "arch_spin_unlock")]
+    #[inline]
+    pub unsafe fn unlock(&self) {
+        // Relaxed: only the holder (this CPU) writes `owner`.
+        let word = self.word.load(Ordering::Relaxed);
+        let owner = owner_of(word);
+        debug_assert!(
+            owner != next_of(word),
+            "unlock of a ticket lock that is not held"
+        );
+        // Serve the next ticket with one RMW that cannot carry into `next`
+        // (a plain store of the word would lose a concurrent `fetch_add`).
+        // Release pairs with the Acquire loads in `lock` and the Acquire
+        // compare-exchange in `try_lock`.
+        if owner == TICKET_MASK {
+            self.word.fetch_sub(TICKET_MASK, Ordering::Release);
+        } else {
+            self.word.fetch_add(1, Ordering::Release);
+        }
+        // In every mode: a test-and-set waiter from before a mode switch
+        // may be halted (the `SpinWait` contract).
+        kick_waiters();
+    }
+}
+
+impl<R: RelaxStrategy> TicketLock<R> {
+    /// Takes a ticket and spins until it is served; when CPUs may be
+    /// descheduled while spinning ([`vcpu_preemptible`]), takes the lock
+    /// by test-and-set instead (see [`lock_preemptible`](Self::lock_preemptible)).
+    #[doc(alias = "arch_spin_lock")]
+    #[inline]
+    pub fn lock(&self) {
+        if vcpu_preemptible() {
+            return self.lock_preemptible();
+        }
+        // Acquire pairs with the Release RMW in `unlock`: when the word we
+        // replaced already serves our ticket (the lock was free), the
+        // previous critical section happens-before ours without a second
+        // load.
+        let old = self.word.fetch_add(NEXT_ONE, Ordering::Acquire);
+        let ticket = next_of(old);
+        if owner_of(old) == ticket {
+            return;
+        }
+        // Acquire pairs with the Release RMW in `unlock`.
+        while owner_of(self.word.load(Ordering::Acquire)) != ticket {
+            relax::<R>();
+        }
+    }
+
+    /// Takes the lock without a ticket: waits (read-only, with bounded
+    /// exponential backoff, giving the CPU away now and then through the
+    /// kernel's [`SpinWait`](crate::kernel::SpinWait)) until it looks free,
+    /// then tries [`try_lock`](Self::try_lock). A waiter that is
+    /// descheduled holds no place in a queue, so the lock never waits for
+    /// it: fairness is traded for progress, as Linux's `virt_spin_lock`
+    /// does in guests. Used by [`lock`](Self::lock) when
+    /// [`vcpu_preemptible`] is set; a lock may be taken both ways at once
+    /// (a test-and-set taker only succeeds when no ticket is outstanding).
+    ///
+    /// The uncontended case is inline, waiting out of line.
+    #[doc(alias = "virt_spin_lock")]
+    #[inline]
+    pub fn lock_preemptible(&self) {
+        if !self.try_lock() {
+            self.lock_preemptible_slow();
+        }
+    }
+
+    #[inline(never)]
+    fn lock_preemptible_slow(&self) {
+        let mut backoff = Backoff::new();
+        // `try_lock` reads before it writes: waiting is read-only.
+        while !self.try_lock() {
+            backoff.backoff::<R>();
+        }
+    }
+}
+
+impl<R> Default for TicketLock<R> {
+    fn default() -> Self {
+        Self::with_relax()
+    }
+}
+
+impl<R> fmt::Debug for TicketLock<R> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let (owner, next) = self.tickets();
+        f.debug_struct("TicketLock")
+            .field("owner", &owner)
+            .field("next", &next)
+            .finish()
+    }
+}
+
+#[cfg(feature = "defmt")]
+impl<R> defmt::Format for TicketLock<R> {
+    fn format(&self, f: defmt::Formatter<'_>) {
+        defmt::write!(
+            f,
+            "TicketLock {{ owner: {}, next: {} }}",
+            self.tickets().0,
+            self.tickets().1
+        )
+    }
+}
+
+tracked_constructors!(TicketLock, RawTicketLock, "ticket lock");
+
+/// The ticket lock with its [lockdep](crate::lockdep) class: what kernels
+/// use (through [`TicketMutex`](super::TicketMutex) or by hand).
+#[doc(alias = "arch_spinlock_t")]
+pub type RawTicketLock<R = Spin> = RawSpinlock<TicketLock<R>>;
+
+impl<R: RelaxStrategy> RawTicketLock<R> {
+    /// [`TicketLock::lock_preemptible`], recorded by lockdep as `lock` is.
+    #[doc(alias = "virt_spin_lock")]
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    pub fn lock_preemptible(&self) {
+        self.dep_map().acquire(0, false, false);
+        self.arch().lock_preemptible();
+    }
+}
+
+// SAFETY: `lock` returns only once this CPU's ticket is served (or its
+// test-and-set took a free lock with no ticket outstanding), and `owner`
+// moves on only by the holder's unlock: one holder at a time. Acquire on
+// taking, Release on unlock, as documented on the methods. Forgetting to
+// unlock leaves the lock held.
+unsafe impl<R: RelaxStrategy> ArchSpinlock for TicketLock<R> {
+    #[cfg(not(loom))]
+    #[allow(clippy::declare_interior_mutable_const)]
+    const UNLOCKED: Self = Self::with_relax();
+
+    #[inline]
+    fn lock(&self) {
+        TicketLock::lock(self)
+    }
+
+    #[inline]
+    fn try_lock(&self) -> bool {
+        TicketLock::try_lock(self)
+    }
+
+    #[inline]
+    unsafe fn unlock(&self) {
+        // SAFETY: forwarded caller contract.
+        unsafe { TicketLock::unlock(self) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        TicketLock::is_locked(self)
+    }
+}
+
+// SAFETY: a ticket unlock serves the next ticket, the longest waiter in
+// FIFO mode; `is_contended` counts outstanding tickets.
+unsafe impl<R: RelaxStrategy> FairArchSpinlock for TicketLock<R> {
+    #[inline]
+    fn is_contended(&self) -> bool {
+        TicketLock::is_contended(self)
+    }
+}
