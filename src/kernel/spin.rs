@@ -169,7 +169,8 @@ pub const SPIN_LIMIT: u32 = if cfg!(loom) { 2 } else { 1 << 10 };
 static WAIT: AtomicPtr<SpinWait> = AtomicPtr::new(core::ptr::null_mut());
 
 /// Whether the registered policy has a kick: the one flag an unlock tests
-/// when nobody halts.
+/// when no policy can halt (the common case: the default, or a `wait`
+/// that yields or spins).
 static HAS_KICK: AtomicBool = AtomicBool::new(false);
 
 /// How many waiters may be halted in a `wait` that needs a kick (the
@@ -195,18 +196,21 @@ fn default_wait() {
 }
 
 /// Registers what waiters do after a bounded spin (see the module docs and
-/// [`SpinWait`]'s contract). Set it at boot; a policy whose `wait` halts
-/// may replace one that does not at any time, but a halting policy must
-/// not be replaced while a CPU may be waiting in it (its kick would no
-/// longer be sent).
+/// [`SpinWait`]'s contract). Set it at boot, before other CPUs contend for
+/// locks (then every CPU's first wait and first unlock are ordered after
+/// it). Installed later, while locks are contended, a halting policy can
+/// miss a kick for a waiter that halts before the unlocking CPU sees the
+/// new policy (the waiter then sleeps until the next kick); and a halting
+/// policy must never be replaced while a CPU may be waiting in it (its
+/// kick would no longer be sent).
 pub fn set_spin_wait(wait: &'static SpinWait) {
-    // Release pairs with the Acquire load in `policy`: a waiter that sees
-    // the pointer sees the struct it points to.
-    WAIT.store(core::ptr::from_ref(wait).cast_mut(), Ordering::Release);
-    // Relaxed: a waiter advertises itself only after it read this policy
-    // (Acquire above) and saw its kick; an unlocker reads the flag after
-    // the waiter's fence (the Dekker pair), so it sees `true` then.
+    // The flag first, then the pointer: a CPU that sees the new policy
+    // (Acquire in `policy`) sees the flag too. Relaxed: ordered by the
+    // Release store below.
     HAS_KICK.store(wait.kick.is_some(), Relaxed);
+    // Release pairs with the Acquire load in `policy`: a waiter that sees
+    // the pointer sees the struct it points to, and the flag.
+    WAIT.store(core::ptr::from_ref(wait).cast_mut(), Ordering::Release);
 }
 
 #[inline]

@@ -267,7 +267,11 @@ impl LockRef {
     /// steps and FIFO lockers see the lock exactly as before; a CPU in
     /// either mode excludes a CPU in the other. Waiting is read-only, with
     /// bounded exponential backoff, giving the CPU away now and then (the
-    /// kernel's [`SpinWait`](crate::kernel::SpinWait)).
+    /// kernel's [`SpinWait`](crate::kernel::SpinWait)). A `wait` that halts
+    /// cannot miss the unlock: the waiter advertises itself and re-reads the
+    /// word before it first halts, the unlock (in either mode) kicks while
+    /// anyone has advertised, and a kick that lands between the waiter's
+    /// last look and its halt is latched (the `SpinWait` contract).
     #[inline]
     fn raw_lock_preemptible(&self) -> u16 {
         // The uncontended case inline, waiting out of line.
