@@ -119,7 +119,7 @@ fn detect() -> bool {
 ///   `dsb` before `sev`; an IPI is sent after the stores it announces).
 ///
 /// The locks keep one rule: every store that can make some waiter's
-/// condition true is followed by [`kick_waiters`] (the unlocks, the queued
+/// condition true is followed by `kick_waiters` (the unlocks, the queued
 /// lock's link, hand-off and pending-bit undo). That holds in both modes
 /// of [`set_vcpu_preemptible`] and across a switch between them: a waiter
 /// that started waiting in one mode is kicked by an unlocker in the other.
