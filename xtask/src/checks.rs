@@ -139,6 +139,19 @@ pub fn test(options: &Options) -> ExitCode {
         "layer rule: no module imports one above it",
         layers.is_ok_and(|v| v.is_empty()),
     );
+    let boot = crate::layers::check_qemu_boot(&root());
+    if let Ok(lines) = &boot {
+        for (file, line, text) in lines {
+            println!(
+                "  {}:{line}: boot code names hotplug: {text}",
+                file.display()
+            );
+        }
+    }
+    t.check(
+        "layer rule: the QEMU boot code names no hotplug code",
+        boot.is_ok_and(|v| v.is_empty()),
+    );
 
     // Formatting and lints.
     let (ok, _) = run_logged(

@@ -101,6 +101,34 @@ fn allowed_leaf(module: &str, path: &str) -> bool {
         .any(|(from, leaf, _)| *from == module && path.starts_with(leaf))
 }
 
+/// The QEMU kernel's rule inside each architecture (qemu/src/arch/mod.rs):
+/// `boot.rs` and `boot.s` never name the hotplug code, which may use them.
+/// Returns each offending (file, line number, line).
+pub fn check_qemu_boot(root: &Path) -> Result<Vec<(PathBuf, usize, String)>, String> {
+    let arch = root.join("qemu/src/arch");
+    let mut out = Vec::new();
+    let dirs = fs::read_dir(&arch).map_err(|e| format!("{}: {e}", arch.display()))?;
+    let mut dirs: Vec<_> = dirs.filter_map(Result::ok).map(|e| e.path()).collect();
+    dirs.sort();
+    for dir in dirs.into_iter().filter(|d| d.is_dir()) {
+        for name in ["boot.rs", "boot.s"] {
+            let file = dir.join(name);
+            let Ok(text) = fs::read_to_string(&file) else {
+                continue;
+            };
+            for (n, line) in text.lines().enumerate() {
+                let code = line.trim_start();
+                let comment =
+                    code.starts_with("//") || code.starts_with("/*") || code.starts_with('*');
+                if !comment && (line.contains("hotplug::") || line.contains("hotplug_")) {
+                    out.push((file.clone(), n + 1, line.trim().to_string()));
+                }
+            }
+        }
+    }
+    Ok(out)
+}
+
 /// `src/foo.rs`, `src/foo/...` -> `foo`; `arch/...` -> `arch`; `src/lib.rs`
 /// (the root, which declares every module) -> none.
 fn module_of(root: &Path, file: &Path) -> Option<String> {
@@ -186,6 +214,12 @@ mod tests {
         assert_eq!(modules, ["lockdep", "kernel", "percpu"]);
         let found = crate_paths("$crate::sync::const_fn! {");
         assert_eq!(found[0].0, "sync");
+    }
+
+    #[test]
+    fn the_qemu_boot_code_names_no_hotplug() {
+        let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        assert_eq!(super::check_qemu_boot(&root).unwrap(), Vec::new());
     }
 
     #[test]

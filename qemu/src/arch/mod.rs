@@ -28,6 +28,10 @@
 //!   riscv64 SBI HSM `hart_stop`/`hart_start`. A new architecture without
 //!   them sets `HOTPLUG = false` (its `cpu_off` is then never called) and
 //!   the kernel runs every suite without churn.
+//!   Within an architecture, `hotplug.rs` keeps saving and restoring a CPU
+//!   together and may use `boot.rs`; `boot.rs` never names `hotplug` (on
+//!   x86_64 the trampoline jumps to a restart entry that the hotplug code
+//!   registers at run time). `cargo xtask test` checks it.
 //!
 //! and, common to all: [`MAX_CPUS`], [`CpuLocal`] for per-CPU hardware
 //! handles, and the [`Upcalls`] through which the arch code reaches the

@@ -8,7 +8,7 @@ use core::sync::atomic::{AtomicUsize, Ordering};
 use riscv::register::{scause, stval};
 use sbi_rt::SbiRet;
 
-use super::{cpu_index, hotplug, timer};
+use super::{cpu_index, timer};
 use crate::arch::{MAX_CPUS, upcalls};
 
 /// Stack bytes per CPU.
@@ -69,7 +69,7 @@ const SBI_ERR_INVALID_PARAM: usize = -3isize as usize;
 pub fn start_secondaries(possible: usize) -> usize {
     // Relaxed: written by `_start` before the first Rust instruction.
     let me = BOOT_HART.load(Ordering::Relaxed);
-    hotplug::set_hart_id(0, me);
+    set_hart_id(0, me);
     let mut cpus = 1;
     for hart in 0..MAX_HART_ID {
         if cpus >= possible {
@@ -80,7 +80,7 @@ pub fn start_secondaries(possible: usize) -> usize {
         }
         let entry = secondary_entry as *const () as usize;
         // Before it runs: nothing can take it offline earlier.
-        hotplug::set_hart_id(cpus, hart);
+        set_hart_id(cpus, hart);
         let ret: SbiRet = sbi_rt::hart_start(hart, entry, cpus);
         match ret.error {
             0 => cpus += 1,
@@ -116,7 +116,7 @@ pub fn kick_others() {
     let me = cpu_index();
     let mut mask = 0usize;
     for cpu in 0..MAX_CPUS {
-        if let Some(hart) = hotplug::hart_id(cpu)
+        if let Some(hart) = hart_id(cpu)
             && cpu != me
             && hart < usize::BITS as usize
         {
@@ -162,4 +162,24 @@ extern "C" fn trap_handler(frame: &mut Frame) {
         frame.x[10],
         frame.x[7],
     ))
+}
+
+/// The hart id of each CPU index, recorded by [`start_secondaries`]
+/// (and for the boot CPU by [`set_hart_id`] before it).
+static HART_IDS: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(usize::MAX) }; MAX_CPUS];
+
+/// Records that CPU `cpu` is hart `hart` (boot code, before the CPU can be
+/// taken offline).
+pub fn set_hart_id(cpu: usize, hart: usize) {
+    // Relaxed: read by the boot CPU's churn controller, which started the
+    // other CPUs (and so wrote these) itself.
+    HART_IDS[cpu].store(hart, Ordering::Relaxed);
+}
+
+/// The hart id of CPU `cpu`, if it was started.
+pub fn hart_id(cpu: usize) -> Option<usize> {
+    // Relaxed: see `set_hart_id`; a kick that misses a hart that is just
+    // starting wakes nobody who waits.
+    let hart = HART_IDS[cpu].load(Ordering::Relaxed);
+    (hart != usize::MAX).then_some(hart)
 }

@@ -14,9 +14,7 @@
 //! `hotplug_suspend` as if from an ordinary call. This kernel runs with the
 //! MMU off, so there is no page table to restore.
 
-use core::sync::atomic::{AtomicUsize, Ordering};
-
-use super::timer;
+use super::{boot, timer};
 use crate::arch::MAX_CPUS;
 use crate::arch::hotplug::{Contexts, OnSaved, PowerDown};
 
@@ -34,26 +32,6 @@ const CONTEXT_SIZE: usize = core::mem::size_of::<Context>();
 
 static CONTEXTS: Contexts<Context> =
     Contexts::new([const { Context([0; CONTEXT_WORDS]) }; MAX_CPUS]);
-
-/// The hart id of each CPU index, recorded by `boot::start_secondaries`
-/// (and for the boot CPU by [`set_hart_id`] before it).
-static HART_IDS: [AtomicUsize; MAX_CPUS] = [const { AtomicUsize::new(usize::MAX) }; MAX_CPUS];
-
-/// Records that CPU `cpu` is hart `hart` (boot code, before the CPU can be
-/// taken offline).
-pub fn set_hart_id(cpu: usize, hart: usize) {
-    // Relaxed: read by the boot CPU's churn controller, which started the
-    // other CPUs (and so wrote these) itself.
-    HART_IDS[cpu].store(hart, Ordering::Relaxed);
-}
-
-/// The hart id of CPU `cpu`, if it was started.
-pub fn hart_id(cpu: usize) -> Option<usize> {
-    // Relaxed: see `set_hart_id`; a kick that misses a hart that is just
-    // starting wakes nobody who waits.
-    let hart = HART_IDS[cpu].load(Ordering::Relaxed);
-    (hart != usize::MAX).then_some(hart)
-}
 
 core::arch::global_asm!(
     r#"
@@ -200,8 +178,12 @@ const NOT_STOPPED_YET: [isize; 3] = [-6, -7, -3];
 /// `on_saved`. Returns `false` if SBI says the hart has not stopped yet (it
 /// has not reached `hart_stop`): try again later.
 pub fn cpu_restart(cpu: usize) -> bool {
-    // Relaxed: written before this CPU was started (see `set_hart_id`).
-    let hart = HART_IDS[cpu].load(Ordering::Relaxed);
+    // Recorded before this CPU was first started.
+    let Some(hart) = boot::hart_id(cpu) else {
+        crate::arch::upcalls::fatal(format_args!(
+            "KSYNC-FAULT restart of CPU {cpu}, which was never started"
+        ))
+    };
     let entry = hotplug_resume as *const () as usize;
     let ret = sbi_rt::hart_start(hart, entry, cpu);
     match ret.error as isize {

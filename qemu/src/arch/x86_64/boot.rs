@@ -16,7 +16,7 @@
 //! the boot CPU and given to [`start_secondaries`].
 
 use core::cell::UnsafeCell;
-use core::sync::atomic::AtomicU32;
+use core::sync::atomic::{AtomicU32, AtomicUsize};
 
 use super::{apic, counter, counter_hz};
 use crate::arch::MAX_CPUS;
@@ -39,6 +39,20 @@ unsafe impl Sync for Stacks {}
 
 static STACKS: Stacks = Stacks(UnsafeCell::new([[0; STACK_SIZE]; MAX_CPUS]));
 
+/// Nobody is being restarted (see [`RESTARTING`]).
+pub const NOBODY: u32 = u32::MAX;
+
+/// The CPU index an INIT-SIPI-SIPI in flight restarts, or [`NOBODY`]:
+/// `ap_start64` in `boot.s` takes it (swapping in `NOBODY`) to tell a
+/// restart from a first boot. Set by whoever restarts a CPU (hotplug), one
+/// restart at a time.
+pub static RESTARTING: AtomicU32 = AtomicU32::new(NOBODY);
+
+/// Where a restarted CPU goes instead of `kernel_entry`, with its index in
+/// `%eax`: registered by the code that restarts CPUs (hotplug.rs), so that
+/// the boot path names nothing above it. Set before [`RESTARTING`].
+pub static RESTART_ENTRY: AtomicUsize = AtomicUsize::new(0);
+
 /// The next CPU index for an arriving AP (the boot CPU is 0).
 static NEXT_CPU: AtomicU32 = AtomicU32::new(1);
 
@@ -50,10 +64,8 @@ core::arch::global_asm!(
     next_cpu = sym NEXT_CPU,
     kernel_entry = sym crate::kernel_entry,
     trap_handler = sym super::trap::trap_handler,
-    resuming = sym super::hotplug::RESUMING,
-    contexts = sym super::hotplug::CONTEXTS,
-    context_size = const super::hotplug::CONTEXT_SIZE,
-    resume_cpu = sym super::hotplug::resume_cpu,
+    restarting = sym RESTARTING,
+    restart_entry = sym RESTART_ENTRY,
     options(att_syntax)
 );
 

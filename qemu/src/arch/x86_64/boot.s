@@ -16,8 +16,8 @@
  *
  * Operands from Rust, substituted by global_asm! where their names appear
  * in braces: stacks, stack_size, max_cpus, next_cpu, kernel_entry,
- * trap_handler, and for CPUs restarted after hotplug resuming, contexts,
- * context_size, resume_cpu (see boot.rs and hotplug.rs).
+ * trap_handler, and for CPUs restarted after hotplug restarting and
+ * restart_entry (see boot.rs; the restart path itself is hotplug.rs's).
  */
 
 /* ---- 1. PVH note: XEN_ELFNOTE_PHYS32_ENTRY ------------------------------- */
@@ -91,12 +91,12 @@ ap_start64:
     xor %eax, %eax
     mov %ax, %fs
     mov %ax, %gs
-    /* A CPU restarted after hotplug (hotplug.rs) finds its index in
-       {resuming}; a first boot finds -1 there. */
+    /* A restarted CPU finds its index in {restarting}; a first boot
+       finds -1 there. */
     mov $-1, %eax
-    xchg %eax, {resuming}(%rip)
+    xchg %eax, {restarting}(%rip)
     cmp $-1, %eax
-    jne hotplug_resumed
+    jne 3f
     /* Take the next CPU index; APs beyond the kernel's capacity park. */
     mov $1, %eax
     lock xadd %eax, {next_cpu}(%rip)
@@ -113,27 +113,9 @@ ap_start64:
     hlt
     jmp 2b
 
-    /* A restarted CPU, index in %eax: back onto the stack it parked on
-       (its context's rsp points at hotplug_suspend's return address),
-       set the CPU up again (resume_cpu, with the SysV alignment), then
-       restore the callee-saved registers and return from
-       hotplug_suspend. */
-hotplug_resumed:
-    mov %eax, %edi
-    imul ${context_size}, %rdi, %rbx
-    lea {contexts}(%rip), %rax
-    add %rax, %rbx
-    mov 48(%rbx), %rsp
-    sub $8, %rsp
-    call {resume_cpu}
-    mov 8(%rbx), %rbp
-    mov 16(%rbx), %r12
-    mov 24(%rbx), %r13
-    mov 32(%rbx), %r14
-    mov 40(%rbx), %r15
-    mov 48(%rbx), %rsp
-    mov 0(%rbx), %rbx
-    ret
+    /* A restarted CPU, index in %eax: on to the entry its restarter
+       registered in {restart_entry} (hotplug.rs), index still in %eax. */
+3:  jmp *{restart_entry}(%rip)
 
 /* ---- 3. AP trampoline (copied to AP_TRAMPOLINE_ADDR by boot.rs) ---------- */
 

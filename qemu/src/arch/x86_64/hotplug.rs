@@ -17,40 +17,35 @@
 //! r12-r15 and rsp; the kernel is soft-float, so no vector state) it saves
 //! in its [`Context`] before it parks. The trampoline's 64-bit code
 //! (`boot.s`, `ap_start64`) tells a restart from a first boot by
-//! [`RESUMING`], the index of the CPU being restarted, which the restarter
-//! sets before its IPIs (one restart at a time); a restarted CPU takes its
-//! saved stack pointer, calls [`resume_cpu`] (GS base, IDT, local APIC,
-//! timer) and returns from `hotplug_suspend` as from a plain call.
+//! `boot::RESTARTING`, the index of the CPU being restarted, which the
+//! restarter sets before its IPIs (one restart at a time), and jumps to the
+//! entry the restarter registered (`boot::RESTART_ENTRY`: `hotplug_resumed`
+//! here, so the boot code names nothing of hotplug's); a restarted CPU
+//! takes its saved stack pointer, calls [`resume_cpu`] (GS base, IDT,
+//! local APIC, timer) and returns from `hotplug_suspend` as from a plain
+//! call.
 
-use core::sync::atomic::{AtomicU32, Ordering};
+use core::sync::atomic::Ordering;
 
 use ::x86_64::instructions::{hlt, interrupts};
 
-use super::apic;
+use super::{apic, boot};
 use crate::arch::MAX_CPUS;
 use crate::arch::hotplug::{Contexts, OnSaved, PowerDown};
 
 /// Whether this architecture can take CPUs offline and back.
 pub const HOTPLUG: bool = true;
 
-/// Nobody is being restarted (see [`RESUMING`]).
-const NOBODY: u32 = u32::MAX;
-
-/// The CPU index an INIT-SIPI-SIPI in flight restarts, or [`NOBODY`]:
-/// `ap_start64` in `boot.s` takes it (swapping in `NOBODY`) to tell a
-/// restart from a first boot.
-pub static RESUMING: AtomicU32 = AtomicU32::new(NOBODY);
-
 /// What a CPU keeps across its restart: rbx, rbp, r12-r15, rsp.
 #[repr(C)]
 pub struct Context([u64; CONTEXT_WORDS]);
 
 const CONTEXT_WORDS: usize = 8;
-/// Bytes per [`Context`] (`boot.s` indexes the array with it).
-pub const CONTEXT_SIZE: usize = CONTEXT_WORDS * 8;
+/// Bytes per [`Context`] (`hotplug_resumed` indexes the array with it).
+const CONTEXT_SIZE: usize = CONTEXT_WORDS * 8;
 
-/// The contexts (`boot.s` reads a restarted CPU's).
-pub static CONTEXTS: Contexts<Context> =
+/// The contexts (`hotplug_resumed` reads a restarted CPU's).
+static CONTEXTS: Contexts<Context> =
     Contexts::new([const { Context([0; CONTEXT_WORDS]) }; MAX_CPUS]);
 
 core::arch::global_asm!(
@@ -61,7 +56,7 @@ core::arch::global_asm!(
        saves the callee-saved registers and rsp (pointing at our return
        address) in the context, then tail-calls down(cpu, on_saved), which
        never returns (rsp is as at our entry: the SysV alignment holds).
-       A restarted CPU comes back through hotplug_resumed in boot.s, which
+       A restarted CPU comes back through hotplug_resumed (below), which
        restores them and returns from here. */
     .global hotplug_suspend
 hotplug_suspend:
@@ -75,12 +70,40 @@ hotplug_suspend:
     mov %rsi, %rdi
     mov %rcx, %rsi
     jmp *%rdx
+
+    /* hotplug_resumed: where the trampoline's ap_start64 (boot.s) sends a
+       restarted CPU (registered in boot::RESTART_ENTRY), index in %eax:
+       back onto the stack it parked on (its context's rsp points at
+       hotplug_suspend's return address), set the CPU up again
+       (resume_cpu, with the SysV alignment), then restore the
+       callee-saved registers and return from hotplug_suspend. */
+    .global hotplug_resumed
+hotplug_resumed:
+    mov %eax, %edi
+    imul ${context_size}, %rdi, %rbx
+    lea {contexts}(%rip), %rax
+    add %rax, %rbx
+    mov 48(%rbx), %rsp
+    sub $8, %rsp
+    call {resume_cpu}
+    mov 8(%rbx), %rbp
+    mov 16(%rbx), %r12
+    mov 24(%rbx), %r13
+    mov 32(%rbx), %r14
+    mov 40(%rbx), %r15
+    mov 48(%rbx), %rsp
+    mov 0(%rbx), %rbx
+    ret
 "#,
+    contexts = sym CONTEXTS,
+    context_size = const CONTEXT_SIZE,
+    resume_cpu = sym resume_cpu,
     options(att_syntax)
 );
 
 unsafe extern "C" {
     fn hotplug_suspend(context: *mut Context, cpu: usize, down: PowerDown, on_saved: OnSaved);
+    fn hotplug_resumed();
 }
 
 /// Takes this CPU (`cpu`, not the boot CPU) offline, interrupts off: masks
@@ -107,9 +130,9 @@ extern "C" fn park(cpu: usize, on_saved: OnSaved) -> ! {
     }
 }
 
-/// From a restarted CPU, on its saved stack (`boot.s`): sets it up again
-/// as `kernel_entry` does at boot.
-pub extern "C" fn resume_cpu(cpu: usize) {
+/// From a restarted CPU, on its saved stack (`hotplug_resumed`): sets it
+/// up again as `kernel_entry` does at boot.
+extern "C" fn resume_cpu(cpu: usize) {
     super::init_cpu(cpu);
     super::init_local_interrupts();
     super::timer_start();
@@ -119,15 +142,23 @@ pub extern "C" fn resume_cpu(cpu: usize) {
 /// with INIT, STARTUP, STARTUP to its local APIC. Returns `false` if
 /// another restart is still in flight (try again later).
 pub fn cpu_restart(cpu: usize) -> bool {
+    // The entry before the index: a CPU that finds the index finds the
+    // entry (Relaxed: the Release exchange below publishes it).
+    boot::RESTART_ENTRY.store(hotplug_resumed as *const () as usize, Ordering::Relaxed);
     // Release pairs with the `xchg` in `ap_start64`: the restarted CPU sees
     // what was written before it was asked back (its context included,
     // which it wrote itself before `on_saved`).
-    if RESUMING
-        .compare_exchange(NOBODY, cpu as u32, Ordering::AcqRel, Ordering::Relaxed)
+    if boot::RESTARTING
+        .compare_exchange(
+            boot::NOBODY,
+            cpu as u32,
+            Ordering::AcqRel,
+            Ordering::Relaxed,
+        )
         .is_err()
     {
         return false;
     }
-    apic::restart(cpu, super::boot::trampoline_vector());
+    apic::restart(cpu, boot::trampoline_vector());
     true
 }
