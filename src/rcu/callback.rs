@@ -562,7 +562,8 @@ fn process_cpu(cpu: &Cpu, limit: usize, orphans_only: bool) -> usize {
 /// itself).
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section or a callback.
+/// Inside a read-side critical section (every build), or from a callback
+/// (debug builds).
 #[doc(alias = "rcu_barrier")]
 #[track_caller]
 pub fn barrier() {
@@ -574,7 +575,7 @@ pub fn barrier() {
         if let Some(locked) = try_lock(&cbs.barrier_lock) {
             break locked;
         }
-        waiting_quiescent_state();
+        waiting_quiescent_state("rcu::barrier()");
         spin_loop();
     };
     // One for the queuing itself, so that early callbacks cannot reach 0.
@@ -604,7 +605,7 @@ pub fn barrier() {
             ran += process_cpu(cpu, usize::MAX, false);
         }
         if ran == 0 {
-            waiting_quiescent_state();
+            waiting_quiescent_state("rcu::barrier()");
             spin_loop();
         }
     }
