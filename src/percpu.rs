@@ -176,11 +176,18 @@ pub struct PerCpuRef<'a, T> {
     _preempt: PreemptGuard,
 }
 
-impl<T> PerCpuRef<'_, T> {
+impl<'a, T> PerCpuRef<'a, T> {
     /// The CPU whose slot this is (the current CPU).
     #[inline]
     pub fn cpu(&self) -> usize {
         self.cpu
+    }
+
+    /// The slot and the guard that keeps preemption disabled (for guards
+    /// that keep fewer words than this one).
+    #[inline]
+    pub(crate) fn into_parts(self) -> (&'a T, PreemptGuard) {
+        (self.slot, self._preempt)
     }
 }
 

@@ -23,9 +23,9 @@ pub(super) fn lockdep_read() -> &'static Map {
     &RCU_READ
 }
 
+use super::CpuState;
 #[cfg(debug_assertions)]
 use super::engine;
-use super::{CpuState, READER};
 #[cfg(debug_assertions)]
 use crate::kernel;
 use crate::percpu::PerCpuRef;
@@ -37,8 +37,7 @@ use crate::sync::Ordering;
 #[inline]
 #[track_caller]
 pub(super) fn check_not_reading(cpu: &PerCpuRef<'static, CpuState>, what: &str) {
-    // Relaxed: this CPU's own count.
-    if cpu.state.load(Ordering::Relaxed) >= READER {
+    if cpu.nesting() != 0 {
         in_read_section(cpu.cpu(), what);
     }
 }

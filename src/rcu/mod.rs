@@ -170,17 +170,20 @@ const WORDS: usize = MAX_CPUS.div_ceil(BITS);
 
 /// In [`CpuState::state`]: the CPU is online and not idle (RCU watches it).
 const WATCHED: usize = 1;
-/// In [`CpuState::state`]: one level of read-section nesting.
+/// In [`CpuState::state`] and [`CpuState::unlocks`]: one read section.
 const READER: usize = 2;
 
-/// Per-CPU RCU state.
+/// Per-CPU RCU state. Written only by this CPU (its tasks and interrupt
+/// handlers), read by grace-period starts on any CPU.
 struct CpuState {
-    /// [`WATCHED`], plus [`READER`] per read section open on this CPU.
-    /// Zero: an extended quiescent state (offline, idle, never started)
-    /// with no reader, which grace periods do not wait for. Written only
-    /// by this CPU (its tasks and interrupt handlers), read by grace-period
-    /// starts on any CPU.
+    /// [`WATCHED`], plus [`READER`] per read section begun on this CPU
+    /// (wrapping).
     state: AtomicUsize,
+    /// [`READER`] per read section ended on this CPU (wrapping). Two
+    /// counters, not one nesting count: back-to-back sections then form two
+    /// independent chains of one add each (a section's start does not wait
+    /// for the previous section's end to reach memory).
+    unlocks: AtomicUsize,
     /// `call_rcu` callbacks running on this CPU (debug builds only).
     #[cfg_attr(not(debug_assertions), allow(dead_code))]
     in_callback: AtomicUsize,
@@ -189,8 +192,36 @@ struct CpuState {
 crate::sync::const_init! {
     impl for CpuState = CpuState {
         state: AtomicUsize::new(0),
+        unlocks: AtomicUsize::new(0),
         in_callback: AtomicUsize::new(0),
     };
+}
+
+impl CpuState {
+    /// Read sections open on this CPU, for the CPU itself (Relaxed: its
+    /// own counters).
+    #[inline]
+    fn nesting(&self) -> usize {
+        (self.state.load(Ordering::Relaxed) & !WATCHED)
+            .wrapping_sub(self.unlocks.load(Ordering::Relaxed))
+    }
+
+    /// Whether the CPU is in an extended quiescent state with no reader,
+    /// for a grace period's scan on any CPU (after G1).
+    #[inline]
+    fn quiescent(&self) -> bool {
+        // `unlocks` first, both Acquire: a section end seen here (paired
+        // with the full fence Q1 before it) makes its start visible to the
+        // load of `state` below, so the difference never undercounts;
+        // Acquire also orders the ended sections' accesses before the end
+        // of the grace period. A start this scan does not see is ordered by
+        // E2/G1 (store buffering) after the grace period's start; one it
+        // sees without its end reports when it ends (its end's report and
+        // this scan are store buffering too).
+        let unlocks = self.unlocks.load(Ordering::Acquire);
+        let state = self.state.load(Ordering::Acquire);
+        state & WATCHED == 0 && state.wrapping_sub(unlocks) == 0
+    }
 }
 
 /// The grace-period engine (one per kernel, like Linux's `rcu_state`).
@@ -272,13 +303,13 @@ impl Engine {
         let mut cleared = 0;
         let mut mask = 0;
         for (cpu, state) in self.cpus.iter().enumerate() {
-            // Acquire pairs with the full fence (Q1) before the CPU's store
-            // that made its state zero (its entry into the extended
-            // quiescent state, or the end of a reader's section on an
-            // unwatched CPU): its read sections before it happen-before
-            // the end of this grace period. Non-zero: watched, or a reader
-            // inside (E2), which reports when it leaves.
-            if state.state.load(Ordering::Acquire) == 0 {
+            // Acquire (in `quiescent`) pairs with the full fence (Q1)
+            // before the CPU's entry into the extended quiescent state, or
+            // before the end of a reader's section on an unwatched CPU:
+            // its read sections before it happen-before the end of this
+            // grace period. Not quiescent: watched, or a reader inside
+            // (E2), which reports when it leaves.
+            if state.quiescent() {
                 mask |= 1 << (cpu % BITS);
             }
             if cpu % BITS == BITS - 1 || cpu + 1 == nr {
@@ -450,8 +481,7 @@ pub fn cpu_offline() {
 /// If a read section is still open on `cpu` (a leaked guard).
 pub(crate) fn offline_cpu(cpu: usize) {
     let state = engine().cpus.cpu(cpu);
-    // Relaxed: this CPU's own state.
-    if state.state.load(Ordering::Relaxed) >= READER {
+    if state.nesting() != 0 {
         debug::in_read_section(cpu, "a CPU going offline");
     }
     eqs_enter_cpu(cpu);
@@ -508,13 +538,15 @@ fn eqs_enter_cpu(cpu: usize) {
 // ---- readers ----------------------------------------------------------------
 
 /// A read section without lockdep's tracking: preemption disabled and this
-/// CPU's nesting count raised until it drops (the gated rw lock's readers
+/// CPU's section count raised until it drops (the gated rw lock's readers
 /// use it inside their own lockdep tracking).
 pub(crate) struct ReadSection {
-    cpu: PerCpuRef<'static, CpuState>,
+    /// This CPU's state (the CPU cannot change: preemption is off).
+    cpu: &'static CpuState,
     /// RCU watched the CPU when the section began (the common case: the
-    /// end is one subtraction).
+    /// end is one add).
     watched: bool,
+    _preempt: crate::kernel::PreemptGuard,
 }
 
 impl ReadSection {
@@ -522,22 +554,25 @@ impl ReadSection {
     pub(crate) fn enter() -> Self {
         // Preemption off first: the section stays on this CPU (Linux's
         // non-preemptible `rcu_read_lock` is exactly `preempt_disable`).
-        let cpu = this_cpu();
-        let state = &cpu.state;
+        let (cpu, preempt) = this_cpu().into_parts();
         // A plain add on this CPU's own word: a load and a store, not a
-        // read-modify-write. Only this CPU writes it; an interrupt handler
-        // that runs between the two leaves its own read sections (and idle
-        // transitions, which panic inside a section) balanced by the time
-        // it returns. Relaxed: on a watched CPU the grace period does not
-        // read the count (it waits for the CPU's quiescent state, which
-        // `quiescent_state` refuses inside a section).
-        let old = state.load(Ordering::Relaxed);
-        state.store(old + READER, Ordering::Relaxed);
+        // read-modify-write instruction. Only this CPU writes it; an
+        // interrupt handler that runs between the two leaves its own read
+        // sections (and idle transitions, which panic inside a section)
+        // balanced by the time it returns. Relaxed: on a watched CPU no
+        // other CPU reads the counts (grace periods wait for the CPU's
+        // quiescent state, which is refused inside a section).
+        let old = cpu.state.load(Ordering::Relaxed);
+        cpu.state.store(old.wrapping_add(READER), Ordering::Relaxed);
         let watched = old & WATCHED != 0;
         if !watched {
             unwatched_enter();
         }
-        ReadSection { cpu, watched }
+        ReadSection {
+            cpu,
+            watched,
+            _preempt: preempt,
+        }
     }
 }
 
@@ -545,13 +580,16 @@ impl Drop for ReadSection {
     #[inline]
     fn drop(&mut self) {
         if self.watched {
-            let state = &self.cpu.state;
-            // Relaxed, a plain subtraction: as in `enter`.
-            state.store(state.load(Ordering::Relaxed) - READER, Ordering::Relaxed);
+            let unlocks = &self.cpu.unlocks;
+            // Relaxed, a plain add: as in `enter`.
+            unlocks.store(
+                unlocks.load(Ordering::Relaxed).wrapping_add(READER),
+                Ordering::Relaxed,
+            );
         } else {
-            unwatched_exit(&self.cpu);
+            unwatched_exit(self.cpu);
         }
-        // `cpu` drops next: preemption enabled again.
+        // `_preempt` drops next: preemption enabled again.
     }
 }
 
@@ -566,21 +604,24 @@ fn unwatched_enter() {
     fence(Ordering::SeqCst);
 }
 
-/// A read section that began on an unwatched CPU ends.
+/// A read section that began on an unwatched CPU ends (`cpu` is this
+/// CPU's state; preemption is still disabled).
 #[cold]
 #[inline(never)]
-fn unwatched_exit(cpu: &PerCpuRef<'static, CpuState>) {
-    let state = &cpu.state;
+fn unwatched_exit(cpu: &'static CpuState) {
     // Q1: the section's accesses happen-before a grace period whose scan
-    // reads the lowered count (Acquire in `scan_idle`).
+    // reads the raised end count (Acquire in `quiescent`).
     fence(Ordering::SeqCst);
-    let left = state.load(Ordering::Relaxed) - READER;
-    state.store(left, Ordering::Relaxed);
-    if left == 0 {
+    let unlocks = &cpu.unlocks;
+    unlocks.store(
+        unlocks.load(Ordering::Relaxed).wrapping_add(READER),
+        Ordering::Relaxed,
+    );
+    if cpu.nesting() == 0 {
         // Pairs with G1: a grace period whose scan saw this section (and
         // left the CPU pending) gets this report.
         fence(Ordering::SeqCst);
-        engine().report(cpu.cpu());
+        engine().report(kernel::cpu_id());
     }
 }
 
@@ -641,8 +682,7 @@ impl fmt::Debug for ReadGuard {
 /// Whether this CPU is inside a read-side critical section.
 #[doc(alias = "rcu_read_lock_held")]
 pub fn read_lock_held() -> bool {
-    // Relaxed: this CPU's own count.
-    this_cpu().state.load(Ordering::Relaxed) >= READER
+    this_cpu().nesting() != 0
 }
 
 // ---- writers ----------------------------------------------------------------
