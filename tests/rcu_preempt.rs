@@ -435,3 +435,90 @@ fn gated_try_write_does_not_wait() {
     .join()
     .unwrap();
 }
+
+/// `try_write` never waits, so it cannot end a grace period under a read
+/// section either: inside one it fails or succeeds at once, and a cookie
+/// taken in the section stays incomplete.
+#[test]
+fn gated_try_write_inside_a_read_section_reports_nothing() {
+    let _serial = serial();
+    thread::spawn(|| {
+        rcu::cpu_online();
+        let lock = GatedPercpuRwLock::new(0u32);
+        let guard = rcu::read_lock();
+        let cookie = rcu::start_poll();
+        assert!(lock.try_write().is_none(), "the gate is open");
+        assert!(
+            !rcu::poll(cookie),
+            "a grace period ended inside the section"
+        );
+        drop(guard);
+        rcu::cpu_offline();
+    })
+    .join()
+    .unwrap();
+}
+
+// ---- issue 23.5: RcuSync::exit, idle transitions in interrupt handlers --
+
+/// An `exit` without an `enter` panics in every build, and leaves the gate
+/// as it was (it used to wrap the writer count in release builds and
+/// reopen the gate under a writer).
+#[test]
+fn unpaired_rcu_sync_exit_panics() {
+    let _serial = serial();
+    thread::spawn(|| {
+        rcu::cpu_online();
+        let gate = rcu::RcuSync::new();
+        let msg = panic_message(|| gate.exit());
+        assert!(msg.contains("exit without enter"), "{msg}");
+        gate.enter();
+        gate.exit();
+        let msg = panic_message(|| gate.exit());
+        assert!(msg.contains("exit without enter"), "{msg}");
+        assert!(
+            !gate.is_idle(),
+            "the gate reopens only a grace period after the exit"
+        );
+        rcu::synchronize();
+        assert!(gate.is_idle());
+        rcu::cpu_offline();
+    })
+    .join()
+    .unwrap();
+}
+
+/// An interrupt handler that calls `idle_exit`/`idle_enter` on a CPU that
+/// was not idle, interrupting a reader: the `idle_enter` panics (the
+/// reader's section is still open) instead of putting the reader into an
+/// extended quiescent state. A handler needs neither call: its read
+/// sections watch the CPU themselves.
+#[test]
+fn idle_enter_in_a_handler_that_interrupted_a_reader_panics() {
+    let _serial = serial();
+    thread::spawn(|| {
+        rcu::cpu_online();
+        let guard = rcu::read_lock();
+        ksync::host::enter_interrupt();
+        rcu::idle_exit(); // the CPU was not idle: nothing to do
+        let msg = panic_message(rcu::idle_enter);
+        ksync::host::exit_interrupt();
+        assert!(msg.contains("rcu::idle_enter()"), "{msg}");
+        assert!(msg.contains("inside a read-side critical section"), "{msg}");
+        drop(guard);
+        // On an idle CPU, a handler's reader needs no idle_exit.
+        rcu::idle_enter();
+        ksync::host::enter_interrupt();
+        let guard = rcu::read_lock();
+        let cookie = rcu::start_poll();
+        assert!(
+            !rcu::poll(cookie),
+            "the handler's section holds the grace period up"
+        );
+        drop(guard);
+        ksync::host::exit_interrupt();
+        rcu::cpu_offline();
+    })
+    .join()
+    .unwrap();
+}
