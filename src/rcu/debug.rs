@@ -29,6 +29,7 @@ use super::engine;
 #[cfg(debug_assertions)]
 use crate::kernel;
 use crate::percpu::PerCpuRef;
+#[cfg(debug_assertions)]
 use crate::sync::Ordering;
 
 /// Panics if `cpu` (this CPU, preemption disabled) is inside a read
