@@ -156,11 +156,13 @@ impl Flavour for Fenced {
 /// (which also makes a CPU that RCU is not watching watched for it).
 ///
 /// [`try_write`](RawPercpuRwLock::try_write) never waits for the grace
-/// period that closing an open gate takes (Linux has no
-/// `percpu_down_write_trylock` for that reason): it fails while the gate is
-/// open, and succeeds without waiting while it is closed or still closed
-/// from a writer that left less than a grace period ago, when neither a
-/// writer nor a reader is inside.
+/// period that closing an open gate takes (Linux's `percpu_rw_semaphore`
+/// offers no write trylock at all; `lock_api` needs one): it fails while
+/// the gate is open, and succeeds without waiting while it is closed or
+/// still closed from a writer that left less than a grace period ago, when
+/// neither a writer nor a reader is inside. A caller that wants the lock
+/// soon after a failure calls [`write`](RawPercpuRwLock::write), which
+/// waits.
 #[derive(Debug)]
 pub struct Gated {
     gate: RcuSync,

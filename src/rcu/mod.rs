@@ -2,8 +2,8 @@
 //!
 //! Readers of RCU-protected data take no lock, write nothing shared and
 //! issue no fence: [`read_lock`] disables preemption (the kernel's hook)
-//! and adds one to this CPU's read-section count, a plain add on the CPU's
-//! own cache line. Writers publish a new version with a single pointer
+//! and counts the section in this CPU's own cache line (a plain add when
+//! it begins, another when it ends; nobody else writes the line). Writers publish a new version with a single pointer
 //! store and wait for a **grace period** — until every CPU has passed a
 //! *quiescent state*, a point where it is not inside a read-side critical
 //! section — before they free the old version. Any reader that could still
@@ -628,8 +628,13 @@ fn unwatched_exit(cpu: &'static CpuState) {
 /// A read-side critical section: RCU-protected data read under it stays
 /// valid until it drops. `!Send`. It keeps preemption disabled (the
 /// kernel's [`preempt_disable`](crate::kernel::Kernel::preempt_disable))
-/// and raises this CPU's read-section count (a plain add on the CPU's own
-/// slot), which the quiescent-state side checks.
+/// and is counted in this CPU's slot (a plain add on entry and one on
+/// exit), which the quiescent-state side checks.
+///
+/// A leaked guard (`mem::forget`) leaves its CPU inside a read section for
+/// ever: preemption stays disabled, the CPU's quiescent states panic and
+/// grace periods that need it never end (a stall, which
+/// [`check_stall`] reports). Nothing is freed under it.
 #[must_use = "the read section ends when the guard drops"]
 pub struct ReadGuard {
     _section: ReadSection,
