@@ -4,12 +4,11 @@
 //! `call_rcu` callback (debug builds; see the [module
 //! docs](super#misuse-that-panics)).
 //!
-//! With [`lockdep`](crate::lockdep), in every build, the waits also report
-//! held locks, and a read section is a lock to lockdep (the class
-//! `"rcu_read_lock"`, taken as a try-lock: read sections nest, and never
-//! wait), so a wait inside one is a report naming it. Where both the debug
-//! check and lockdep would catch a bug, the debug check runs first: a
-//! kernel sees one report for one bug.
+//! With [`lockdep`](crate::lockdep), the waits also report held locks, and
+//! a read section is a lock to lockdep (the class `"rcu_read_lock"`, taken
+//! as a try-lock: read sections nest, and never wait). A wait inside a read
+//! section is caught by RCU's own check first, which panics before lockdep
+//! would report it: a kernel sees one report for one bug.
 
 use crate::lockdep::Map;
 
