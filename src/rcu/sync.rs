@@ -89,7 +89,6 @@ impl RcuSync {
     /// ksync::rcu::synchronize();
     /// assert!(gate.is_idle());
     /// ```
-    ///
     #[doc(alias = "rcu_sync_is_idle")]
     #[inline]
     pub fn is_idle(&self) -> bool {
