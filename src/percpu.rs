@@ -127,6 +127,16 @@ impl<T> PerCpu<T> {
         }
     }
 
+    /// This CPU's slot, for a caller that keeps preemption disabled and
+    /// has `cpu` from [`kernel::cpu_id`] meanwhile (one preemption guard
+    /// for several per-CPU structures).
+    #[inline]
+    pub(crate) fn this_cpu(&self, cpu: usize) -> &T {
+        // `cpu_id` has checked `cpu < MAX_CPUS`; the index checks again
+        // (free once inlined after that check).
+        &self.slots[cpu]
+    }
+
     /// CPU `cpu`'s slot.
     ///
     /// # Panics

@@ -99,12 +99,13 @@ mod sealed {
 /// gated flavour). Sealed. A flavour's initial state is its
 /// [`ConstInit`] value.
 pub trait Flavour: sealed::Sealed + ConstInit {
-    /// Runs a reader's lock or unlock step `f`, telling it whether it may
-    /// skip the fence (the writer gate is open; `Fenced`: never). The gated
-    /// flavour runs it inside an RCU read section, so that the gate check
-    /// and the count update it covers do not straddle a quiescent state.
+    /// Runs a reader's lock or unlock step `f` with preemption disabled,
+    /// telling it whether it may skip the fence (the writer gate is open;
+    /// `Fenced`: never) and this CPU's id. The gated flavour runs it inside
+    /// an RCU read section, so that the gate check and the count update it
+    /// covers do not straddle a quiescent state.
     #[doc(hidden)]
-    fn reader_step<T>(&self, f: impl FnOnce(bool) -> T) -> T;
+    fn reader_step<T>(&self, f: impl FnOnce(bool, usize) -> T) -> T;
     /// Called by a writer before it sets `block`.
     #[doc(hidden)]
     fn writer_enter(&self);
@@ -133,8 +134,9 @@ crate::sync::const_init! {
 
 impl Flavour for Fenced {
     #[inline(always)]
-    fn reader_step<T>(&self, f: impl FnOnce(bool) -> T) -> T {
-        f(false)
+    fn reader_step<T>(&self, f: impl FnOnce(bool, usize) -> T) -> T {
+        let _preempt = crate::kernel::preempt_disable();
+        f(false, crate::kernel::cpu_id())
     }
     #[inline(always)]
     fn writer_enter(&self) {}
@@ -172,13 +174,14 @@ impl sealed::Sealed for Gated {}
 
 impl Flavour for Gated {
     #[inline(always)]
-    fn reader_step<T>(&self, f: impl FnOnce(bool) -> T) -> T {
+    fn reader_step<T>(&self, f: impl FnOnce(bool, usize) -> T) -> T {
         // The fast path is safe only if the writer's grace period waits
         // for this step: the gate check and the count update must not
         // straddle a quiescent state. A read section (untracked by lockdep:
-        // the lock itself is tracked) covers both.
+        // the lock itself is tracked), which also keeps preemption off,
+        // covers both.
         let _rcu = crate::rcu::ReadSection::enter();
-        f(self.gate.is_idle())
+        f(self.gate.is_idle(), crate::kernel::cpu_id())
     }
     #[inline]
     fn writer_enter(&self) {
@@ -292,13 +295,13 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     fn try_read_untracked(&self) -> bool {
         // No quiescent state between the gate check and the increment
         // (gated flavour: `reader_step`'s read section).
-        self.flavour.reader_step(|fast| {
-            let slot = self.readers.get();
+        self.flavour.reader_step(|fast, cpu| {
+            let slot = self.readers.this_cpu(cpu);
             if fast {
-                arch::local_add(&slot, 1);
+                arch::local_add(slot, 1);
                 return true;
             }
-            arch::local_add(&slot, 1);
+            arch::local_add(slot, 1);
             // A pairs with D (see the module docs).
             fence(Ordering::SeqCst);
             // Acquire pairs with the Release in `unlock_write`.
@@ -306,7 +309,7 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
                 self.flavour.reader_slow();
                 return true;
             }
-            arch::local_add(&slot, -1);
+            arch::local_add(slot, -1);
             false
         })
     }
@@ -337,14 +340,14 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock_read(&self) {
         self.dep_map.release();
-        self.flavour.reader_step(|fast| {
-            let slot = self.readers.get();
+        self.flavour.reader_step(|fast, cpu| {
+            let slot = self.readers.this_cpu(cpu);
             if !fast {
                 // B pairs with C: the read section happens-before a writer
                 // that sees this decrement.
                 fence(Ordering::Release);
             }
-            arch::local_add(&slot, -1);
+            arch::local_add(slot, -1);
         });
     }
 
