@@ -115,6 +115,16 @@ impl<T> PerCpu<T> {
         }
     }
 
+    /// This CPU's slot, for a caller that keeps preemption disabled and
+    /// has `cpu` from [`kernel::cpu_id`] meanwhile (one preemption guard
+    /// for several per-CPU structures).
+    #[inline]
+    pub(crate) fn this_cpu(&self, cpu: usize) -> &T {
+        // `cpu_id` has checked `cpu < MAX_CPUS`; the index checks again
+        // (free once inlined after that check).
+        &self.slots[cpu]
+    }
+
     /// CPU `cpu`'s slot.
     ///
     /// # Panics
@@ -164,11 +174,18 @@ pub struct PerCpuRef<'a, T> {
     _preempt: PreemptGuard,
 }
 
-impl<T> PerCpuRef<'_, T> {
+impl<'a, T> PerCpuRef<'a, T> {
     /// The CPU whose slot this is (the current CPU).
     #[inline]
     pub fn cpu(&self) -> usize {
         self.cpu
+    }
+
+    /// The slot and the guard that keeps preemption disabled (for guards
+    /// that keep fewer words than this one).
+    #[inline]
+    pub(crate) fn into_parts(self) -> (&'a T, PreemptGuard) {
+        (self.slot, self._preempt)
     }
 }
 

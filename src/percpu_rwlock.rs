@@ -99,13 +99,20 @@ mod sealed {
 /// gated flavour). Sealed. A flavour's initial state is its
 /// [`ConstInit`] value.
 pub trait Flavour: sealed::Sealed + ConstInit {
-    /// Whether the reader fast path may skip the fence now (the writer gate
-    /// is open). `Fenced`: never.
+    /// Runs a reader's lock or unlock step `f` with preemption disabled,
+    /// telling it whether it may skip the fence (the writer gate is open;
+    /// `Fenced`: never) and this CPU's id. The gated flavour runs it inside
+    /// an RCU read section, so that the gate check and the count update it
+    /// covers do not straddle a quiescent state.
     #[doc(hidden)]
-    fn reader_fast(&self) -> bool;
+    fn reader_step<T>(&self, f: impl FnOnce(bool, usize) -> T) -> T;
     /// Called by a writer before it sets `block`.
     #[doc(hidden)]
     fn writer_enter(&self);
+    /// Called by a `try_write` before it tries to set `block`: whether a
+    /// writer may go on without waiting (if so, `writer_exit` undoes it).
+    #[doc(hidden)]
+    fn try_writer_enter(&self) -> bool;
     /// Called by a writer after it cleared `block`.
     #[doc(hidden)]
     fn writer_exit(&self);
@@ -127,11 +134,16 @@ crate::sync::const_init! {
 
 impl Flavour for Fenced {
     #[inline(always)]
-    fn reader_fast(&self) -> bool {
-        false
+    fn reader_step<T>(&self, f: impl FnOnce(bool, usize) -> T) -> T {
+        let _preempt = crate::kernel::preempt_disable();
+        f(false, crate::kernel::cpu_id())
     }
     #[inline(always)]
     fn writer_enter(&self) {}
+    #[inline(always)]
+    fn try_writer_enter(&self) -> bool {
+        true
+    }
     #[inline(always)]
     fn writer_exit(&self) {}
 }
@@ -141,9 +153,18 @@ impl Flavour for Fenced {
 /// if writers follow each other while it is closed), and the gate reopens a
 /// grace period after the last writer leaves.
 ///
-/// Needs a kernel that reports RCU quiescent states ([`crate::rcu`]), and
-/// readers on CPUs that RCU watches (online, not idle): debug builds panic
-/// on a reader (locking or unlocking) on a CPU that RCU is not watching.
+/// Needs a kernel that reports RCU quiescent states ([`crate::rcu`]). A
+/// reader's gate check and count update run inside an RCU read section
+/// (which also makes a CPU that RCU is not watching watched for it).
+///
+/// [`try_write`](RawPercpuRwLock::try_write) never waits for the grace
+/// period that closing an open gate takes (Linux's `percpu_rw_semaphore`
+/// offers no write trylock at all; `lock_api` needs one): it fails while
+/// the gate is open, and succeeds without waiting while it is closed or
+/// still closed from a writer that left less than a grace period ago, when
+/// neither a writer nor a reader is inside. A caller that wants the lock
+/// soon after a failure calls [`write`](RawPercpuRwLock::write), which
+/// waits.
 #[derive(Debug)]
 pub struct Gated {
     gate: RcuSync,
@@ -153,18 +174,22 @@ impl sealed::Sealed for Gated {}
 
 impl Flavour for Gated {
     #[inline(always)]
-    #[track_caller]
-    fn reader_fast(&self) -> bool {
-        // Debug builds: the fast path is safe only if the writer's grace
-        // period waits for this CPU (the gate check and the count update
-        // must not straddle a quiescent state RCU cannot see).
-        #[cfg(debug_assertions)]
-        crate::rcu::check_watching(crate::kernel::cpu_id(), "a GatedPercpuRwLock reader");
-        self.gate.is_idle()
+    fn reader_step<T>(&self, f: impl FnOnce(bool, usize) -> T) -> T {
+        // The fast path is safe only if the writer's grace period waits
+        // for this step: the gate check and the count update must not
+        // straddle a quiescent state. A read section (untracked by lockdep:
+        // the lock itself is tracked), which also keeps preemption off,
+        // covers both.
+        let _rcu = crate::rcu::ReadSection::enter();
+        f(self.gate.is_idle(), crate::kernel::cpu_id())
     }
     #[inline]
     fn writer_enter(&self) {
         self.gate.enter();
+    }
+    #[inline]
+    fn try_writer_enter(&self) -> bool {
+        self.gate.try_enter()
     }
     #[inline]
     fn writer_exit(&self) {
@@ -268,23 +293,25 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     /// [`try_read`](Self::try_read) without telling lockdep.
     #[inline]
     fn try_read_untracked(&self) -> bool {
-        // Preemption off from the gate check to the increment: no
-        // quiescent state may separate them (gated flavour).
-        let slot = self.readers.get();
-        if self.flavour.reader_fast() {
-            arch::local_add(&slot, 1);
-            return true;
-        }
-        arch::local_add(&slot, 1);
-        // A pairs with D (see the module docs).
-        fence(Ordering::SeqCst);
-        // Acquire pairs with the Release in `unlock_write`.
-        if !self.block.load(Ordering::Acquire) {
-            self.flavour.reader_slow();
-            return true;
-        }
-        arch::local_add(&slot, -1);
-        false
+        // No quiescent state between the gate check and the increment
+        // (gated flavour: `reader_step`'s read section).
+        self.flavour.reader_step(|fast, cpu| {
+            let slot = self.readers.this_cpu(cpu);
+            if fast {
+                arch::local_add(slot, 1);
+                return true;
+            }
+            arch::local_add(slot, 1);
+            // A pairs with D (see the module docs).
+            fence(Ordering::SeqCst);
+            // Acquire pairs with the Release in `unlock_write`.
+            if !self.block.load(Ordering::Acquire) {
+                self.flavour.reader_slow();
+                return true;
+            }
+            arch::local_add(slot, -1);
+            false
+        })
     }
 
     /// Takes a read lock, spinning while a writer holds or waits for it.
@@ -313,13 +340,15 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock_read(&self) {
         self.dep_map.release();
-        let slot = self.readers.get();
-        if !self.flavour.reader_fast() {
-            // B pairs with C: the read section happens-before a writer that
-            // sees this decrement.
-            fence(Ordering::Release);
-        }
-        arch::local_add(&slot, -1);
+        self.flavour.reader_step(|fast, cpu| {
+            let slot = self.readers.this_cpu(cpu);
+            if !fast {
+                // B pairs with C: the read section happens-before a writer
+                // that sees this decrement.
+                fence(Ordering::Release);
+            }
+            arch::local_add(slot, -1);
+        });
     }
 
     /// Takes the write lock: closes the gate, excludes other writers, then
@@ -349,13 +378,17 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     }
 
     /// Tries to take the write lock without waiting: fails if another writer
-    /// holds it or any reader is inside.
+    /// holds it or any reader is inside, and (gated flavour) if the gate is
+    /// open, since closing it takes a grace period (see [`Gated`]).
+    #[doc(alias = "percpu_down_write_trylock")]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_write(&self) -> bool {
         if self.block.load(Ordering::Relaxed) {
             return false;
         }
-        self.flavour.writer_enter();
+        if !self.flavour.try_writer_enter() {
+            return false;
+        }
         if !self.try_block() {
             self.flavour.writer_exit();
             return false;

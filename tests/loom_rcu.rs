@@ -182,6 +182,29 @@ fn two_cpus(wait: Wait, writer_online: bool) {
     outcomes.assert_all_seen(2);
 }
 
+/// A reader on a CPU that RCU does not watch (it never comes online): its
+/// section makes the CPU watched until it ends (E2 pairs with G1; the end
+/// reports for a grace period whose scan saw the section), so the writer's
+/// `synchronize` waits for it too. Without E2, or without the end's
+/// report, loom finds the freed read or a grace period that never ends.
+#[test]
+fn synchronize_waits_for_reader_on_unwatched_cpu() {
+    let outcomes = Outcomes::new();
+    let seen = outcomes.clone();
+    model_with_bound(3, move || {
+        let w = World::new();
+        let reader = {
+            let w = w.clone();
+            thread::spawn(move || w.read_section())
+        };
+        rcu::cpu_online();
+        w.replace(Wait::Synchronize);
+        rcu::cpu_offline();
+        seen.record(reader.join().unwrap() / 2);
+    });
+    outcomes.assert_all_seen(2);
+}
+
 /// `synchronize` waits for a reader that may have seen the old element.
 #[test]
 fn synchronize_waits_for_reader() {

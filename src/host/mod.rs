@@ -4,8 +4,25 @@
 //! Each thread that asks for its CPU id gets the lowest free id and keeps it
 //! until it exits, when the id is freed for the next thread. Threads never
 //! share an id, so per-CPU data is as exclusive as on real CPUs with
-//! preemption off; preemption hooks do nothing (a thread cannot "migrate").
-//! More live threads than [`MAX_CPUS`] is a panic naming both numbers.
+//! preemption off. More live threads than [`MAX_CPUS`] is a panic naming
+//! both numbers.
+//!
+//! # Preemption and migration
+//!
+//! Each thread is a task with a preemption count
+//! ([`preempt_count`]; the hooks count, as a kernel's do). A test can play
+//! the scheduler of a preemptible kernel: [`preempt_at_next_point`] arms a
+//! preemption that runs at the task's next preemption point while its count
+//! is zero (never while it is not: the `Kernel` contract), and
+//! [`migrate_to`] moves the task to another CPU id. Tests of RCU use it to
+//! show that nothing holds on to a CPU id across a point where the task
+//! may have moved. Under loom the preemption hooks do nothing and threads
+//! never move.
+//!
+//! Built with the environment variable `KSYNC_HOST_NOOP_PREEMPT` set, the
+//! host kernel keeps the default (empty) preemption hooks instead, as a
+//! kernel that never preempts kernel code: the benchmarks' figure for such
+//! a kernel. The preemption model above then panics.
 //!
 //! [`nr_cpus`](crate::kernel::nr_cpus) is [`MAX_CPUS`] (set `KSYNC_MAX_CPUS` for
 //! small models).
@@ -34,6 +51,12 @@ mod backend; // OS threads: a process-wide id table
 mod backend; // loom model threads: coroutines on one OS thread
 
 pub use backend::{enter_interrupt, exit_interrupt, irqs_disabled};
+#[cfg(not(loom))]
+pub use backend::{migrate_to, preempt_at_next_point, preempt_count, preemption_point};
+
+/// Whether the host kernel's preemption hooks are the empty defaults
+/// (built with `KSYNC_HOST_NOOP_PREEMPT`).
+const NOOP_PREEMPT: bool = option_env!("KSYNC_HOST_NOOP_PREEMPT").is_some();
 
 /// Whether lockdep reports are recorded (`Some`) or panic (`None`).
 static LOCKDEP_REPORTS: Mutex<Option<Vec<String>>> = Mutex::new(None);
@@ -63,8 +86,10 @@ pub fn take_lockdep_reports() -> Vec<String> {
 #[derive(Debug)]
 pub struct HostKernel;
 
-// SAFETY: every live thread has its own id below MAX_CPUS (== nr_cpus) and
-// keeps it until it exits; a thread is its own CPU, so it never migrates.
+// SAFETY: every live thread has its own id below MAX_CPUS (== nr_cpus);
+// it changes only through `migrate_to` (which refuses ids in use and a
+// thread with preemption disabled) and is freed when the thread exits. A
+// thread is its own CPU, so no other thread context runs on its CPU.
 unsafe impl Kernel for HostKernel {
     #[inline]
     fn cpu_id() -> usize {
@@ -73,6 +98,20 @@ unsafe impl Kernel for HostKernel {
 
     fn nr_cpus() -> usize {
         MAX_CPUS
+    }
+
+    #[inline]
+    fn preempt_disable() {
+        if !NOOP_PREEMPT {
+            backend::preempt_disable()
+        }
+    }
+
+    #[inline]
+    fn preempt_enable() {
+        if !NOOP_PREEMPT {
+            backend::preempt_enable()
+        }
     }
 
     #[inline]

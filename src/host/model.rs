@@ -39,6 +39,11 @@ pub(super) fn cpu_id() -> usize {
     })
 }
 
+// Loom models neither preempt nor migrate their threads.
+pub(super) fn preempt_disable() {}
+
+pub(super) fn preempt_enable() {}
+
 pub(super) fn irq_save() -> usize {
     usize::from(IRQS_OFF.with(|off| off.replace(true)))
 }

@@ -1,6 +1,8 @@
 //! The host hooks on OS threads: ids from a process-wide table, freed when
-//! a thread exits.
+//! a thread exits; a preemption count per thread, and the migration model
+//! (see [`super`]).
 
+use std::boxed::Box;
 use std::cell::Cell;
 use std::sync::{Mutex, MutexGuard};
 use std::vec::Vec;
@@ -40,7 +42,17 @@ std::thread_local! {
     static IN_IRQ: Cell<(u32, bool)> = const { Cell::new((0, false)) };
     static CPU_ID: Cell<usize> = const { Cell::new(usize::MAX) };
     static THIS_CPU: ThreadCpu = const { ThreadCpu(Cell::new(None)) };
+    /// This thread's preemption count, plus [`ARMED`] while a preemption
+    /// is armed ([`preempt_at_next_point`]).
+    static PREEMPT: Cell<u32> = const { Cell::new(0) };
+    /// The armed preemption: what the "scheduler" does when it preempts
+    /// this thread.
+    static PREEMPTION: Cell<Option<Box<dyn FnOnce()>>> = const { Cell::new(None) };
 }
+
+/// In [`PREEMPT`]: a preemption is armed. One bit, so `preempt_enable`
+/// finds "count zero and armed" with one compare.
+const ARMED: u32 = 1 << 31;
 
 fn lock_in_use() -> MutexGuard<'static, Vec<bool>> {
     IN_USE.lock().unwrap_or_else(|e| e.into_inner())
@@ -68,13 +80,137 @@ pub(super) fn cpu_id() -> usize {
     if id != usize::MAX {
         return id;
     }
-    let id = THIS_CPU.with(|cpu| {
-        let id = claim();
-        cpu.0.set(Some(id));
-        id
+    cpu_id_slow()
+}
+
+/// The id of a thread that has none yet, or one with an armed preemption
+/// (whose fast-path id is cleared, so that every `cpu_id` comes here).
+#[cold]
+#[inline(never)]
+fn cpu_id_slow() -> usize {
+    let id = THIS_CPU.with(|cpu| match cpu.0.get() {
+        Some(id) => id,
+        None => {
+            let id = claim();
+            cpu.0.set(Some(id));
+            id
+        }
     });
-    CPU_ID.with(|c| c.set(id));
+    if PREEMPT.with(Cell::get) & ARMED == 0 {
+        CPU_ID.with(|c| c.set(id));
+    } else if PREEMPT.with(Cell::get) == ARMED {
+        // Preemption enabled: the id was read, and the task may be
+        // preempted (and migrate) before the caller uses it.
+        preempt_now();
+    }
     id
+}
+
+/// With preemption enabled, runs the armed preemption (the "scheduler"
+/// switching this task out and back in), if any.
+fn preempt_now() {
+    let Some(switch) = PREEMPTION.with(Cell::take) else {
+        return;
+    };
+    PREEMPT.with(|c| c.set(c.get() & !ARMED));
+    let id = THIS_CPU.with(|cpu| cpu.0.get());
+    CPU_ID.with(|c| c.set(id.unwrap_or(usize::MAX)));
+    switch();
+}
+
+#[inline]
+pub(super) fn preempt_disable() {
+    PREEMPT.with(|c| c.set(c.get() + 1));
+}
+
+#[inline]
+pub(super) fn preempt_enable() {
+    let count = PREEMPT.with(|c| {
+        let count = c.get().wrapping_sub(1);
+        c.set(count);
+        count
+    });
+    debug_assert!(
+        count & !ARMED != !ARMED,
+        "ksync test hooks: preempt_enable without preempt_disable"
+    );
+    if count == ARMED {
+        // The count dropped to zero: a preemption point.
+        preempt_now();
+    }
+}
+
+/// This thread's preemption count: the number of
+/// [`preempt_disable`](crate::kernel::Kernel::preempt_disable) calls not
+/// yet matched by a `preempt_enable`.
+pub fn preempt_count() -> u32 {
+    PREEMPT.with(Cell::get) & !ARMED
+}
+
+/// Arms a preemption of this thread: at its next *preemption point* with a
+/// preemption count of zero, the model runs `switch` on this thread, as
+/// the scheduler would run other tasks (and maybe move this one) before
+/// resuming it. The points are where a kernel may preempt a task whose
+/// count is zero: right after a `cpu_id` hook call returned the id (so the
+/// caller goes on with the id of a CPU it may have left), at the
+/// `preempt_enable` that brings the count to zero, and at
+/// [`preemption_point`] (a timer interrupt). `switch` typically reports the
+/// context switch to RCU ([`rcu::quiescent_state`](crate::rcu::quiescent_state)),
+/// calls [`migrate_to`] and waits for the test's other threads. It runs
+/// once; arming again replaces it.
+pub fn preempt_at_next_point(switch: impl FnOnce() + 'static) {
+    if super::NOOP_PREEMPT {
+        panic!("ksync test hooks: built with KSYNC_HOST_NOOP_PREEMPT, the hooks do not count");
+    }
+    PREEMPTION.with(|p| p.set(Some(Box::new(switch))));
+    PREEMPT.with(|c| c.set(c.get() | ARMED));
+    // Every `cpu_id` now takes the slow path, which checks for the point.
+    CPU_ID.with(|c| c.set(usize::MAX));
+}
+
+/// A preemption point (a timer interrupt arriving here): runs the armed
+/// preemption if this thread's preemption count is zero.
+pub fn preemption_point() {
+    if PREEMPT.with(Cell::get) == ARMED {
+        preempt_now();
+    }
+}
+
+/// Moves this thread to CPU `cpu`, as a scheduler migrates a task: from
+/// now on `cpu_id` returns `cpu`. RCU's per-CPU state stays with the CPUs
+/// (the CPU left keeps its state; the new one has its own).
+///
+/// # Panics
+/// With preemption disabled (the `Kernel` contract keeps the task on its
+/// CPU then), or if another live thread has the id `cpu`, or if `cpu` is
+/// at or past `MAX_CPUS`.
+pub fn migrate_to(cpu: usize) {
+    assert_eq!(
+        preempt_count(),
+        0,
+        "ksync test hooks: migrate_to with preemption disabled"
+    );
+    assert!(
+        cpu < MAX_CPUS,
+        "ksync test hooks: CPU {cpu} is past MAX_CPUS"
+    );
+    // Not through `cpu_id`, which may be a preemption point.
+    let old = THIS_CPU.with(|c| c.0.get()).unwrap_or_else(cpu_id);
+    if old == cpu {
+        return;
+    }
+    let mut used = lock_in_use();
+    assert!(
+        !used[cpu],
+        "ksync test hooks: migrate_to({cpu}): another thread runs on CPU {cpu}"
+    );
+    used[old] = false;
+    used[cpu] = true;
+    drop(used);
+    THIS_CPU.with(|c| c.0.set(Some(cpu)));
+    if PREEMPT.with(Cell::get) & ARMED == 0 {
+        CPU_ID.with(|c| c.set(cpu));
+    }
 }
 
 #[inline]

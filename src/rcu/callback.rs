@@ -59,13 +59,32 @@ pub type Callback = unsafe fn(*mut RcuHead);
 #[doc(alias("rcu_head", "callback_head"))]
 pub struct RcuHead {
     next: UnsafeCell<*mut RcuHead>,
-    func: UnsafeCell<Option<Callback>>,
+    /// The queued callback as a word ([`encode`]), 0 when not queued. An
+    /// atomic, so that `call_rcu`'s check for a double queuing never races
+    /// with the invocation's take, even in the misuse it is there to catch.
+    func: AtomicUsize,
 }
 
-// SAFETY: a head's fields are written by its owner before `call_rcu`, then
-// only under its list's lock while queued, then by the one context that
+/// `f` as a word: never 0 (function pointers are non-null).
+fn encode(f: Callback) -> usize {
+    f as usize
+}
+
+/// The callback that `word` encodes.
+///
+/// # Safety
+/// `word` came from [`encode`].
+unsafe fn decode(word: usize) -> Callback {
+    // SAFETY: the caller's contract: the bits of a `Callback`, which is a
+    // word-sized function pointer.
+    unsafe { core::mem::transmute::<usize, Callback>(word) }
+}
+
+// SAFETY: `next` is written by its owner before `call_rcu`, then only
+// under its list's lock while queued, then by the one context that
 // dequeued it for invocation; each hand-over goes through the list lock
-// (Acquire/Release), so the fields are never accessed concurrently.
+// (Acquire/Release), so it is never accessed concurrently. `func` is
+// atomic.
 unsafe impl Send for RcuHead {}
 // SAFETY: as above; `&RcuHead` gives no access to the fields.
 unsafe impl Sync for RcuHead {}
@@ -76,7 +95,7 @@ impl RcuHead {
         pub fn new() -> Self {
             Self {
                 next: UnsafeCell::new(ptr::null_mut()),
-                func: UnsafeCell::new(None),
+                func: AtomicUsize::new(0),
             }
         }
     }
@@ -84,12 +103,12 @@ impl RcuHead {
     /// Whether the head is queued and its callback has not started yet.
     ///
     /// # Safety
-    /// Only meaningful (and free of data races) when no other context can
-    /// be queuing or invoking this head: for example from the code that
-    /// owns the enclosing object.
+    /// None for memory safety any more (the word is atomic); the answer is
+    /// only meaningful when no other context can be queuing or invoking
+    /// this head: for example from the code that owns the enclosing object.
     pub unsafe fn is_queued(&self) -> bool {
-        // SAFETY: the caller excludes concurrent access.
-        self.func.with(|f| unsafe { (*f).is_some() })
+        // Relaxed: a snapshot (see above).
+        self.func.load(Ordering::Relaxed) != 0
     }
 }
 
@@ -444,15 +463,16 @@ pub const CALLBACK_BATCH: usize = 16;
 #[doc(alias("call_rcu_hurry", "kvfree_call_rcu"))]
 #[track_caller]
 pub unsafe fn call_rcu(head: *mut RcuHead, func: Callback) {
-    // SAFETY: the caller hands us a valid head that no one else is
-    // queuing or invoking (a head that is still queued is only read here,
-    // and refused with its callback unchanged).
-    let queued = unsafe { (*head).func.with_mut(|f| (*f).is_some()) };
-    if queued {
+    // SAFETY: the caller hands us a valid head. A head that is still
+    // queued is refused with its callback unchanged; the compare-exchange
+    // cannot race with an invocation taking the callback (both atomic).
+    // Relaxed: the list lock below hands the head over, with the callback.
+    let claimed = unsafe { &(*head).func }
+        .compare_exchange(0, encode(func), Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok();
+    if !claimed {
         already_queued();
     }
-    // SAFETY: as above.
-    unsafe { (*head).func.with_mut(|f| *f = Some(func)) };
     // The cookie's fence orders the caller's unpublishing before it.
     let cookie = get_state();
     let cpu = kernel::cpu_id();
@@ -535,11 +555,14 @@ fn process_cpu(cpu: &Cpu, limit: usize, orphans_only: bool) -> usize {
         let h = cur;
         // SAFETY: `h` was dequeued above and is ours until its callback
         // starts (the caller of `call_rcu` keeps it valid until then).
-        let func = unsafe {
+        let word = unsafe {
             cur = (*h).next.with(|p| *p);
-            (*h).func.with_mut(|f| (*f).take())
+            // Relaxed: the list lock handed the head over.
+            (*h).func.swap(0, Ordering::Relaxed)
         };
-        let func = func.expect("rcu: queued head without a callback");
+        assert_ne!(word, 0, "rcu: queued head without a callback");
+        // SAFETY: a non-zero word is one `call_rcu` (or `barrier`) encoded.
+        let func = unsafe { decode(word) };
         // SAFETY: `call_rcu`'s contract: safe to call now, after the grace
         // period.
         unsafe { func(h) };
@@ -562,7 +585,8 @@ fn process_cpu(cpu: &Cpu, limit: usize, orphans_only: bool) -> usize {
 /// itself).
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section or a callback.
+/// Inside a read-side critical section (every build), or from a callback
+/// (debug builds).
 #[doc(alias = "rcu_barrier")]
 #[track_caller]
 pub fn barrier() {
@@ -574,7 +598,7 @@ pub fn barrier() {
         if let Some(locked) = try_lock(&cbs.barrier_lock) {
             break locked;
         }
-        waiting_quiescent_state();
+        waiting_quiescent_state("rcu::barrier()");
         spin_loop();
     };
     // One for the queuing itself, so that early callbacks cannot reach 0.
@@ -588,7 +612,9 @@ pub fn barrier() {
                 // SAFETY: the barrier head is ours (under `barrier_lock`)
                 // and idle: the previous barrier waited for it to run.
                 unsafe {
-                    (*head).func.with_mut(|f| *f = Some(barrier_callback));
+                    (*head)
+                        .func
+                        .store(encode(barrier_callback), Ordering::Relaxed);
                     list.enqueue_last(head);
                 }
             }
@@ -604,7 +630,7 @@ pub fn barrier() {
             ran += process_cpu(cpu, usize::MAX, false);
         }
         if ran == 0 {
-            waiting_quiescent_state();
+            waiting_quiescent_state("rcu::barrier()");
             spin_loop();
         }
     }

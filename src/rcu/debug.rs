@@ -1,15 +1,14 @@
-//! The misuse checks of debug builds (Linux's `RCU_LOCKDEP_WARN`): a
-//! reader on a CPU that RCU is not watching, a quiescent state inside a read
-//! section, and a wait for a grace period inside a read section or a
-//! `call_rcu` callback (see the [module docs](super#misuse-that-debug-builds-catch)).
-//! Release builds compile them to nothing.
+//! The misuse checks (Linux's `RCU_LOCKDEP_WARN`): a quiescent state or a
+//! wait for a grace period inside a read section (every build: the check
+//! reads this CPU's read-section count on the rare side), and a wait from a
+//! `call_rcu` callback (debug builds; see the [module
+//! docs](super#misuse-that-panics)).
 //!
-//! With [`lockdep`](crate::lockdep), in every build, the waits also report
-//! held locks, and a read section is a lock to lockdep (the class
-//! `"rcu_read_lock"`, taken as a try-lock: read sections nest, and never
-//! wait), so a wait inside one is a report naming it. Where both the debug
-//! check and lockdep would catch a bug, the debug check runs first: a
-//! kernel sees one report for one bug.
+//! With [`lockdep`](crate::lockdep), the waits also report held locks, and
+//! a read section is a lock to lockdep (the class `"rcu_read_lock"`, taken
+//! as a try-lock: read sections nest, and never wait). A wait inside a read
+//! section is caught by RCU's own check first, which panics before lockdep
+//! would report it: a kernel sees one report for one bug.
 
 use crate::lockdep::Map;
 
@@ -23,73 +22,58 @@ pub(super) fn lockdep_read() -> &'static Map {
     &RCU_READ
 }
 
+use super::CpuState;
 #[cfg(debug_assertions)]
 use super::engine;
 #[cfg(debug_assertions)]
 use crate::kernel;
+use crate::percpu::PerCpuRef;
 #[cfg(debug_assertions)]
 use crate::sync::Ordering;
 
+/// Panics if `cpu` (this CPU, preemption disabled) is inside a read
+/// section: `what` reports a quiescent state. Every build: it is the rare
+/// side's check (the read side only counts).
 #[inline]
 #[track_caller]
-pub(super) fn check_not_reading(cpu: usize) {
-    #[cfg(debug_assertions)]
-    if engine().cpus.cpu(cpu).nesting.load(Ordering::Relaxed) != 0 {
-        panic!("rcu: quiescent state reported inside a read-side critical section (CPU {cpu})");
-    }
-    let _ = cpu;
-}
-
-/// Debug builds: panics unless RCU watches `cpu` (the calling CPU), for a
-/// reader named `what`.
-#[cfg(debug_assertions)]
-#[inline]
-#[track_caller]
-pub(crate) fn check_watching(cpu: usize, what: &str) {
-    // Relaxed: only this CPU changes its own `watching`.
-    if engine().cpus.cpu(cpu).watching.load(Ordering::Relaxed) & 1 == 0 {
-        not_watching(cpu, what);
+pub(super) fn check_not_reading(cpu: &PerCpuRef<'static, CpuState>, what: &str) {
+    if cpu.nesting() != 0 {
+        in_read_section(cpu.cpu(), what);
     }
 }
 
-#[cfg(debug_assertions)]
 #[cold]
 #[inline(never)]
 #[track_caller]
-fn not_watching(cpu: usize, what: &str) -> ! {
+pub(super) fn in_read_section(cpu: usize, what: &str) -> ! {
     panic!(
-        "rcu: {what} on CPU {cpu}, which RCU is not watching (never brought online, \
-         offline, or idle): call rcu::cpu_online() when the CPU comes up, and \
-         rcu::idle_exit() before reading on an idle CPU (e.g. in an interrupt handler)"
+        "rcu: {what} inside a read-side critical section (CPU {cpu}): it reports a \
+         quiescent state (or waits for a grace period, which the read section holds \
+         up), so the grace period would end under the reader; drop the guard first, \
+         or use rcu::call_rcu"
     )
 }
 
-/// Debug builds: panics if the calling CPU is inside a read section or a
-/// `call_rcu` callback, where `what` (a wait for a grace period or for
-/// callbacks) would wait for itself.
+/// Panics if the calling CPU is inside a read section (every build) or a
+/// `call_rcu` callback (debug builds), where `what` (a wait for a grace
+/// period or for callbacks) would wait for itself or end the grace period
+/// under the reader.
 #[inline]
 #[track_caller]
 pub(crate) fn check_may_wait(what: &'static str) {
-    #[cfg(debug_assertions)]
     {
-        let cpu = kernel::cpu_id();
-        let state = engine().cpus.cpu(cpu);
-        if state.nesting.load(Ordering::Relaxed) != 0 {
-            panic!(
-                "rcu: {what} inside a read-side critical section (CPU {cpu}): it waits \
-                 for a grace period, which the read section holds up; drop the guard \
-                 first, or use rcu::call_rcu"
-            );
-        }
-        if state.in_callback.load(Ordering::Relaxed) != 0 {
+        let cpu = super::this_cpu();
+        check_not_reading(&cpu, what);
+        #[cfg(debug_assertions)]
+        if cpu.in_callback.load(Ordering::Relaxed) != 0 {
+            let cpu = cpu.cpu();
             panic!(
                 "rcu: {what} from a call_rcu callback (CPU {cpu}): callbacks must not \
                  block or wait for grace periods; queue another callback instead"
             );
         }
     }
-    // A CPU waiting with a spinlock held (or in a read section, in builds
-    // without the check above) can wait forever.
+    // A CPU waiting with a spinlock held can wait forever.
     crate::lockdep::assert_no_locks_held(what);
 }
 

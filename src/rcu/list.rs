@@ -223,10 +223,14 @@ macro_rules! impl_linked {
 
 /// A lock guard that proves its holder serialises a list's writers.
 ///
+/// The list's writer calls take `&mut` the guard for their whole run, so
+/// the proof they need is about those borrows.
+///
 /// # Safety
-/// While `self` exists, its holder holds the lock that `lock_id` names,
-/// excluding every other holder of a guard with the same id; ids are
-/// non-zero, and two locks alive at once never share one.
+/// While a `&mut` of `self` is live, no `&mut` of another guard with the
+/// same `lock_id` is live, in any context: two writer calls with the same
+/// id never overlap. Ids are non-zero and do not change while the guard
+/// exists.
 pub unsafe trait HeldLock {
     /// The lock's identity (its address, for the `lock_api` guards).
     fn lock_id(&self) -> usize;
@@ -242,17 +246,35 @@ fn address_of<L>(lock: &L) -> usize {
     lock as *const L as usize
 }
 
-// SAFETY: the guard holds the mutex at that address exclusively; a
-// non-zero-sized object's address is unique among live objects (a mutex
-// cannot contain another at offset 0 unless its own raw lock is zero-sized,
-// and that one holds no lock state of its own).
+// SAFETY: a `MutexGuard` holds its mutex exclusively, so two guards of one
+// mutex never coexist. Could a guard of *another* lock have the same id?
+// Two live objects of non-zero size share an address only if one contains
+// the other (in safe code: overlapping storage is a field, transitively;
+// unions need unsafe code to read), and `lock_api::Mutex` is `repr(Rust)`,
+// so its data may well sit at offset 0: a `Mutex<R, Mutex<R2, T>>` and its
+// inner mutex can share an address. The argument is therefore not about
+// layout but about reachability. The inner lock lies in the outer lock's
+// data (safe code cannot reach one inside the raw lock `R`: `raw()` is
+// unsafe) and is reachable only through a guard of the outer lock (by its
+// holder, or by whoever it lent a shared borrow of the guard to), through
+// `&mut` of the outer lock (no guard of it can exist meanwhile), through
+// `MutexGuard::leak` (the outer lock then stays locked, with no guard, for
+// ever), or through unsafe code. So a guard of the inner lock borrows,
+// transitively, the outer lock's guard (shared) or the outer lock (`&mut`):
+// while it lives, no `&mut` of an outer guard can be live, and while a
+// `&mut` of the outer guard is live, no inner guard exists. Inner guards
+// among themselves exclude each other by the inner lock.
 unsafe impl<R: lock_api::RawMutex, T> HeldLock for lock_api::MutexGuard<'_, R, T> {
     fn lock_id(&self) -> usize {
         address_of(lock_api::MutexGuard::mutex(self))
     }
 }
 
-// SAFETY: as for `MutexGuard`: a write guard excludes every other guard.
+// SAFETY: as for `MutexGuard`: a write guard excludes every other guard of
+// its lock, and a lock at the same address is inside its data (or contains
+// it), reachable only through a borrow of a guard of the outer lock (read
+// guards, which exclude the write guard, or the write guard itself), of
+// `&mut` the outer lock, or through unsafe code.
 unsafe impl<R: lock_api::RawRwLock, T> HeldLock for lock_api::RwLockWriteGuard<'_, R, T> {
     fn lock_id(&self) -> usize {
         address_of(lock_api::RwLockWriteGuard::rwlock(self))

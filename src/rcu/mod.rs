@@ -1,49 +1,75 @@
 //! RCU: read-copy-update with quiescent-state-based grace periods (QSBR).
 //!
 //! Readers of RCU-protected data take no lock, write nothing shared and
-//! issue no fence: [`read_lock`] compiles to nothing in release builds.
-//! Writers publish a new version with a single pointer store and wait for a
-//! **grace period** — until every CPU has passed a *quiescent state*, a
-//! point where it is not inside a read-side critical section — before they
-//! free the old version. Any reader that could still see the old version
-//! started before the grace period, so it has finished by then.
+//! issue no fence: [`read_lock`] disables preemption (the kernel's hook)
+//! and counts the section in this CPU's own cache line (a plain add when
+//! it begins, another when it ends; nobody else writes the line). Writers publish a new version with a single pointer
+//! store and wait for a **grace period** — until every CPU has passed a
+//! *quiescent state*, a point where it is not inside a read-side critical
+//! section — before they free the old version. Any reader that could still
+//! see the old version started before the grace period, so it has finished
+//! by then.
 //!
 //! # What the kernel must do
 //!
 //! This is the QSBR flavour for non-preemptible read sections: read
-//! sections never block, sleep or get preempted, and the kernel tells RCU
-//! about quiescent states at its natural points:
+//! sections never block or sleep, and they run with preemption disabled
+//! (the guard holds a [`PreemptGuard`](crate::kernel::PreemptGuard), so a
+//! kernel that preempts and migrates tasks while their preemption count is
+//! zero, as the [`Kernel`](crate::kernel::Kernel) contract allows, never
+//! switches a reader out). The kernel tells RCU about quiescent states at
+//! its natural points:
 //!
 //! | kernel event | call |
 //! |---|---|
-//! | CPU comes up (on that CPU, before its first reader) | [`cpu_online`] |
+//! | CPU comes up (on that CPU) | [`cpu_online`] |
 //! | context switch, return to user mode, a long loop's iteration | [`quiescent_state`] |
 //! | idle loop entry / exit | [`idle_enter`] / [`idle_exit`] |
 //! | CPU goes down (on that CPU, after its last reader) | [`cpu_offline`] |
 //! | the tick, on every CPU | [`process_callbacks`] (runs ready [`call_rcu`] callbacks in a bounded batch), [`check_stall`] |
 //!
 //! CPUs start offline: a CPU that never called [`cpu_online`], an offline
-//! one and an idle one are in an *extended quiescent state* and never hold
-//! up a grace period.
+//! one and an idle one are in an *extended quiescent state* and hold up a
+//! grace period only while a read section runs on them: a read section on
+//! such a CPU (an interrupt handler in the idle loop, a CPU still booting)
+//! makes it watched until it ends, as Linux's `rcu_irq_enter` does, so an
+//! interrupt handler needs neither [`idle_exit`] nor [`idle_enter`].
 //!
-//! # Misuse that debug builds catch
+//! Each call that reads the CPU id and then acts for that CPU
+//! ([`quiescent_state`], [`cpu_online`], [`idle_enter`], [`idle_exit`],
+//! [`cpu_offline`], the waits' own quiescent states) keeps preemption
+//! disabled from the one to the other: a task preempted in between could
+//! report for a CPU it has left.
 //!
-//! Builds with debug assertions track read sections and callbacks per CPU
-//! and panic, naming the CPU, on (Linux's `RCU_LOCKDEP_WARN`):
+//! # Misuse that panics
 //!
-//! * a read section ([`read_lock`], or a
-//!   [`GatedPercpuRwLock`](crate::percpu_rwlock::GatedPercpuRwLock)
-//!   reader, whose fast path relies on RCU) on a CPU that RCU is not
-//!   watching: never brought online with [`cpu_online`], offline, or idle
-//!   after [`idle_enter`] (an interrupt handler on an idle CPU calls
-//!   [`idle_exit`] first). Its grace periods would not wait for it;
+//! In every build, naming the CPU (the check is on the rare side, the
+//! quiescent state, which reads this CPU's read-section count):
+//!
 //! * a quiescent state reported inside a read section ([`quiescent_state`],
-//!   [`idle_enter`], [`cpu_offline`]);
+//!   [`idle_enter`], [`cpu_offline`]): the grace period would end under
+//!   the reader;
 //! * a wait for a grace period or for callbacks ([`synchronize`],
-//!   [`cond_synchronize`], [`barrier`], [`RcuSync::enter`]) inside a read
-//!   section or from a [`call_rcu`] callback: it would wait for itself.
+//!   [`cond_synchronize`], [`barrier`], [`RcuSync::enter`], the
+//!   [`GatedPercpuRwLock`](crate::percpu_rwlock::GatedPercpuRwLock)'s
+//!   `write`) inside a read section: it reports this CPU's quiescent states
+//!   while it waits.
 //!
-//! Release builds check none of this: [`read_lock`] stays free.
+//! ```
+//! use ksync::rcu;
+//!
+//! rcu::cpu_online();
+//! let guard = rcu::read_lock();
+//! let caught = std::panic::catch_unwind(|| rcu::quiescent_state());
+//! assert!(caught.is_err(), "a quiescent state inside a read section panics");
+//! drop(guard);
+//! rcu::quiescent_state(); // fine outside
+//! # rcu::cpu_offline();
+//! ```
+//!
+//! Builds with debug assertions also panic on a wait from a [`call_rcu`]
+//! callback (it would wait for itself). With [`lockdep`](crate::lockdep),
+//! a read section is a lock to lockdep and waits report held locks.
 //!
 //! Writers wait with [`synchronize`], poll with cookies ([`get_state`],
 //! [`start_poll`], [`poll`], [`cond_synchronize`]), or hand the freeing to
@@ -73,6 +99,13 @@
 //!   either the grace period sees the CPU watching and waits for it, or the
 //!   CPU's readers see everything the updater did before the grace period
 //!   started.
+//! * A read section on a CPU in an extended quiescent state raises the
+//!   CPU's count and issues a full fence (**E2**) before it reads; it pairs
+//!   with G1 as E1 does (the scan reads the count: non-zero means wait).
+//!   Its end issues Q1, lowers the count, and after another full fence
+//!   reports the CPU's quiescent state, for a grace period that saw it.
+//!   On a watched CPU the count is not read by anyone but the CPU itself
+//!   (its quiescent states check it), so the read side has no fence.
 //! * A CPU reporting a quiescent state issues a full fence (**Q1**) before
 //!   clearing its bit: its earlier read sections happen-before the end of
 //!   the grace period. Entering an extended quiescent state does the same,
@@ -85,6 +118,7 @@ mod callback;
 mod debug;
 pub mod list;
 mod ptr;
+mod read;
 pub mod srcu;
 mod stall;
 mod sync;
@@ -98,20 +132,19 @@ pub use self::callback::{
 };
 pub use self::list::{HeldLock, Hlist, Link, Linked, RcuHashTable, RcuList};
 pub use self::ptr::RcuPtr;
+pub(crate) use self::read::ReadSection;
+pub use self::read::{ReadGuard, read_lock, read_lock_held};
 pub use self::srcu::{Srcu, SrcuGuard};
 pub use self::stall::{check_stall, set_stall_timeout, stall_count};
 pub use self::sync::RcuSync;
 pub use crate::kernel::{STALL_REPORT_CPUS, StallReport};
 
-#[cfg(debug_assertions)]
-pub(crate) use self::debug::check_watching;
-use self::debug::{InCallback, check_may_wait, check_not_reading, lockdep_read};
+use self::debug::{InCallback, check_may_wait, check_not_reading};
 
 use core::fmt;
-use core::marker::PhantomData;
 
 use crate::kernel::{self, MAX_CPUS};
-use crate::percpu::{CachePadded, PerCpu};
+use crate::percpu::{CachePadded, PerCpu, PerCpuRef};
 use crate::spinlock::{RawTicketLock, lock_irqsave};
 use crate::sync::{AtomicUsize, Ordering, array, fence, model_static, spin_loop};
 
@@ -139,13 +172,22 @@ impl fmt::Debug for Cookie {
 const STATE_MASK: usize = 3;
 const WORDS: usize = MAX_CPUS.div_ceil(BITS);
 
-/// Per-CPU RCU state.
+/// In [`CpuState::state`]: the CPU is online and not idle (RCU watches it).
+const WATCHED: usize = 1;
+/// In [`CpuState::state`] and [`CpuState::unlocks`]: one read section.
+const READER: usize = 2;
+
+/// Per-CPU RCU state. Written only by this CPU (its tasks and interrupt
+/// handlers), read by grace-period starts on any CPU.
 struct CpuState {
-    /// Odd: the CPU is online and not idle (RCU is watching it); even: an
-    /// extended quiescent state (offline, idle, never started).
-    watching: AtomicUsize,
-    /// Read-section nesting (maintained in debug builds only).
-    nesting: AtomicUsize,
+    /// [`WATCHED`], plus [`READER`] per read section begun on this CPU
+    /// (wrapping).
+    state: AtomicUsize,
+    /// [`READER`] per read section ended on this CPU (wrapping). Two
+    /// counters, not one nesting count: back-to-back sections then form two
+    /// independent chains of one add each (a section's start does not wait
+    /// for the previous section's end to reach memory).
+    unlocks: AtomicUsize,
     /// `call_rcu` callbacks running on this CPU (debug builds only).
     #[cfg_attr(not(debug_assertions), allow(dead_code))]
     in_callback: AtomicUsize,
@@ -153,10 +195,37 @@ struct CpuState {
 
 crate::sync::const_init! {
     impl for CpuState = CpuState {
-        watching: AtomicUsize::new(0),
-        nesting: AtomicUsize::new(0),
+        state: AtomicUsize::new(0),
+        unlocks: AtomicUsize::new(0),
         in_callback: AtomicUsize::new(0),
     };
+}
+
+impl CpuState {
+    /// Read sections open on this CPU, for the CPU itself (Relaxed: its
+    /// own counters).
+    #[inline]
+    fn nesting(&self) -> usize {
+        (self.state.load(Ordering::Relaxed) & !WATCHED)
+            .wrapping_sub(self.unlocks.load(Ordering::Relaxed))
+    }
+
+    /// Whether the CPU is in an extended quiescent state with no reader,
+    /// for a grace period's scan on any CPU (after G1).
+    #[inline]
+    fn quiescent(&self) -> bool {
+        // `unlocks` first, both Acquire: a section end seen here (paired
+        // with the full fence Q1 before it) makes its start visible to the
+        // load of `state` below, so the difference never undercounts;
+        // Acquire also orders the ended sections' accesses before the end
+        // of the grace period. A start this scan does not see is ordered by
+        // E2/G1 (store buffering) after the grace period's start; one it
+        // sees without its end reports when it ends (its end's report and
+        // this scan are store buffering too).
+        let unlocks = self.unlocks.load(Ordering::Acquire);
+        let state = self.state.load(Ordering::Acquire);
+        state & WATCHED == 0 && state.wrapping_sub(unlocks) == 0
+    }
 }
 
 /// The grace-period engine (one per kernel, like Linux's `rcu_state`).
@@ -238,10 +307,13 @@ impl Engine {
         let mut cleared = 0;
         let mut mask = 0;
         for (cpu, state) in self.cpus.iter().enumerate() {
-            // Acquire pairs with the full fence before the CPU's increment
-            // into the extended quiescent state: its read sections before it
-            // happen-before the end of this grace period.
-            if state.watching.load(Ordering::Acquire) & 1 == 0 {
+            // Acquire (in `quiescent`) pairs with the full fence (Q1)
+            // before the CPU's entry into the extended quiescent state, or
+            // before the end of a reader's section on an unwatched CPU:
+            // its read sections before it happen-before the end of this
+            // grace period. Not quiescent: watched, or a reader inside
+            // (E2), which reports when it leaves.
+            if state.quiescent() {
                 mask |= 1 << (cpu % BITS);
             }
             if cpu % BITS == BITS - 1 || cpu + 1 == nr {
@@ -334,47 +406,59 @@ impl Engine {
 
 // ---- kernel-facing calls ----------------------------------------------------
 
+/// This CPU's RCU state, with preemption disabled until it drops: the id
+/// and what is done with it belong to one CPU (a task preempted between
+/// reading its id and reporting for it could report for a CPU it has left,
+/// where another task is reading by then).
+#[inline]
+fn this_cpu() -> PerCpuRef<'static, CpuState> {
+    engine().cpus.get()
+}
+
 /// Reports a quiescent state for this CPU: it is not inside a read-side
 /// critical section. Call it at context switches, returns to user mode and
 /// in long-running kernel loops. Cheap when no grace period waits for this
-/// CPU (two loads).
+/// CPU (three loads). Preemption is disabled from reading the CPU id to
+/// the report.
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section. With `lockdep`,
-/// a CPU holding a lock (or a read section) is reported.
+/// Inside a read-side critical section on this CPU, in every build (the
+/// grace period would end under the reader). With `lockdep`, a CPU
+/// holding a lock is reported.
 #[doc(alias("rcu_qs", "rcu_note_context_switch", "cond_resched_rcu_qs"))]
 #[inline]
 #[track_caller]
 pub fn quiescent_state() {
-    let cpu = kernel::cpu_id();
-    check_not_reading(cpu);
+    let cpu = this_cpu();
+    check_not_reading(&cpu, "rcu::quiescent_state()");
     crate::lockdep::assert_no_locks_held("rcu::quiescent_state");
-    engine().report(cpu);
+    engine().report(cpu.cpu());
 }
 
-/// [`quiescent_state`] for RCU's own waits, which checked for held locks
-/// on entry (and `barrier` holds its own try-lock while it waits).
+/// [`quiescent_state`] for RCU's own waits, named `what`, which checked for
+/// held locks on entry (and `barrier` holds its own try-lock while it
+/// waits).
 #[track_caller]
-pub(super) fn waiting_quiescent_state() {
-    let cpu = kernel::cpu_id();
-    check_not_reading(cpu);
-    engine().report(cpu);
+pub(super) fn waiting_quiescent_state(what: &'static str) {
+    let cpu = this_cpu();
+    check_not_reading(&cpu, what);
+    engine().report(cpu.cpu());
 }
 
 /// This CPU comes online: from now on grace periods wait for it. Call it on
 /// the CPU, before its first read section.
 #[doc(alias = "rcutree_online_cpu")]
 pub fn cpu_online() {
-    let cpu = kernel::cpu_id();
-    callback::set_offline(cpu, false);
-    watch(cpu);
+    let cpu = this_cpu();
+    callback::set_offline(cpu.cpu(), false);
+    watch(&cpu);
 }
 
-/// RCU watches `cpu` (the calling CPU) from now on.
-fn watch(cpu: usize) {
-    let state = engine().cpus.cpu(cpu);
-    if state.watching.load(Ordering::Relaxed) & 1 == 0 {
-        state.watching.fetch_add(1, Ordering::Relaxed);
+/// RCU watches the calling CPU (`state` is its own) from now on.
+fn watch(state: &CpuState) {
+    // Relaxed: only this CPU writes its state.
+    if state.state.load(Ordering::Relaxed) & WATCHED == 0 {
+        state.state.fetch_or(WATCHED, Ordering::Relaxed);
         // E1 pairs with G1.
         fence(Ordering::SeqCst);
     }
@@ -385,18 +469,25 @@ fn watch(cpu: usize) {
 /// are run by whichever CPU calls [`process_callbacks`].
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section.
+/// Inside a read-side critical section, in every build.
 #[doc(alias = "rcutree_report_cpu_dead")]
 #[track_caller]
 pub fn cpu_offline() {
-    let cpu = kernel::cpu_id();
-    check_not_reading(cpu);
-    offline_cpu(cpu);
+    let cpu = this_cpu();
+    check_not_reading(&cpu, "rcu::cpu_offline()");
+    offline_cpu(cpu.cpu());
 }
 
 /// `cpu` goes offline; it is the calling CPU, or one that runs nothing any
 /// more (a host test thread that exited).
+///
+/// # Panics
+/// If a read section is still open on `cpu` (a leaked guard).
 pub(crate) fn offline_cpu(cpu: usize) {
+    let state = engine().cpus.cpu(cpu);
+    if state.nesting() != 0 {
+        debug::in_read_section(cpu, "a CPU going offline");
+    }
     eqs_enter_cpu(cpu);
     callback::set_offline(cpu, true);
 }
@@ -404,122 +495,48 @@ pub(crate) fn offline_cpu(cpu: usize) {
 /// This CPU enters its idle loop: an extended quiescent state, so an idle
 /// CPU never holds up a grace period.
 ///
+/// Readers need not leave it first: a read section on a CPU that RCU is
+/// not watching (idle, offline, never online) makes the CPU watched until
+/// it ends, as Linux's `rcu_irq_enter` does for interrupt handlers in
+/// idle. An interrupt handler therefore needs neither `idle_exit` nor
+/// `idle_enter`; one that calls them on a CPU that was not idle panics if
+/// it interrupted a read section (the check below) and otherwise leaves
+/// the CPU idle to RCU until its next [`idle_exit`] or [`cpu_online`],
+/// which is sound (its readers watch themselves) but lets grace periods
+/// skip it.
+///
 /// # Panics
-/// In debug builds, inside a read-side critical section.
+/// Inside a read-side critical section, in every build.
 #[doc(alias = "rcu_idle_enter")]
 #[track_caller]
 pub fn idle_enter() {
-    eqs_enter();
+    let cpu = this_cpu();
+    check_not_reading(&cpu, "rcu::idle_enter()");
+    eqs_enter_cpu(cpu.cpu());
 }
 
-/// This CPU leaves its idle loop: grace periods wait for it again. Call it
-/// before the first read section after idle.
+/// This CPU leaves its idle loop: grace periods wait for it again.
 #[doc(alias = "rcu_idle_exit")]
 pub fn idle_exit() {
-    watch(kernel::cpu_id());
-}
-
-#[track_caller]
-fn eqs_enter() {
-    let cpu = kernel::cpu_id();
-    check_not_reading(cpu);
-    eqs_enter_cpu(cpu);
+    watch(&this_cpu());
 }
 
 /// `cpu` enters an extended quiescent state; it is the calling CPU, or one
-/// that runs nothing any more.
+/// that runs nothing any more. No read section is open on it (checked by
+/// the callers).
 fn eqs_enter_cpu(cpu: usize) {
     let e = engine();
-    let state = e.cpus.cpu(cpu);
-    if state.watching.load(Ordering::Relaxed) & 1 == 1 {
+    let state = &e.cpus.cpu(cpu).state;
+    // Relaxed: only this CPU writes its state.
+    if state.load(Ordering::Relaxed) & WATCHED != 0 {
         // Q1 (orders this CPU's read sections first), then leave.
         fence(Ordering::SeqCst);
-        state.watching.fetch_add(1, Ordering::Relaxed);
+        state.fetch_and(!WATCHED, Ordering::Relaxed);
         // Pairs with G1: a grace period that started before this point
         // and saw us watching gets our report below.
         fence(Ordering::SeqCst);
     }
     e.report(cpu);
-}
-
-// ---- readers ----------------------------------------------------------------
-
-/// A read-side critical section: RCU-protected data read under it stays
-/// valid until it drops. `!Send`. Free in release builds (without
-/// `lockdep`, which tracks it as a lock).
-#[must_use = "the read section ends when the guard drops"]
-pub struct ReadGuard {
-    #[cfg(debug_assertions)]
-    cpu: usize,
-    not_send: PhantomData<*mut ()>,
-}
-
-/// Enters a read-side critical section. Nests. Must not block or report a
-/// quiescent state until the guard drops.
-///
-/// # Panics
-/// In debug builds, on a CPU that RCU is not watching (see the [module
-/// docs](self#misuse-that-debug-builds-catch)).
-#[doc(alias = "rcu_read_lock")]
-#[inline]
-#[track_caller]
-pub fn read_lock() -> ReadGuard {
-    // Relaxed (nesting, here and below): only this CPU touches its count.
-    #[cfg(debug_assertions)]
-    {
-        let cpu = kernel::cpu_id();
-        check_watching(cpu, "rcu::read_lock()");
-        engine()
-            .cpus
-            .cpu(cpu)
-            .nesting
-            .fetch_add(1, Ordering::Relaxed);
-        lockdep_read().acquire(0, true, false);
-        ReadGuard {
-            cpu,
-            not_send: PhantomData,
-        }
-    }
-    #[cfg(not(debug_assertions))]
-    {
-        lockdep_read().acquire(0, true, false);
-        ReadGuard {
-            not_send: PhantomData,
-        }
-    }
-}
-
-impl Drop for ReadGuard {
-    #[doc(alias = "rcu_read_unlock")]
-    #[inline]
-    fn drop(&mut self) {
-        lockdep_read().release();
-        #[cfg(debug_assertions)]
-        engine()
-            .cpus
-            .cpu(self.cpu)
-            .nesting
-            .fetch_sub(1, Ordering::Relaxed);
-    }
-}
-
-impl fmt::Debug for ReadGuard {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.write_str("ReadGuard")
-    }
-}
-
-/// Whether this CPU is inside a read-side critical section (debug builds;
-/// always `false` in release builds, which do not track it).
-#[doc(alias = "rcu_read_lock_held")]
-pub fn read_lock_held() -> bool {
-    cfg!(debug_assertions)
-        && engine()
-            .cpus
-            .cpu(kernel::cpu_id())
-            .nesting
-            .load(Ordering::Relaxed)
-            != 0
 }
 
 // ---- writers ----------------------------------------------------------------
@@ -566,15 +583,16 @@ pub fn poll(cookie: Cookie) -> bool {
 /// Waits until [`poll`]`(cookie)` holds, starting a grace period if needed.
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section or a [`call_rcu`]
-/// callback (even when the cookie has completed: it is a bug either way).
+/// Inside a read-side critical section (every build), or from a
+/// [`call_rcu`] callback (debug builds), even when the cookie has
+/// completed: it is a bug either way.
 #[doc(alias = "cond_synchronize_rcu")]
 #[track_caller]
 pub fn cond_synchronize(cookie: Cookie) {
     check_may_wait("rcu::cond_synchronize()");
     if !poll(cookie) {
         engine().request(cookie.0);
-        wait_for(cookie);
+        wait_for(cookie, "rcu::cond_synchronize()");
     }
 }
 
@@ -584,20 +602,20 @@ pub fn cond_synchronize(cookie: Cookie) {
 /// section.
 ///
 /// # Panics
-/// In debug builds, inside a read-side critical section or a [`call_rcu`]
-/// callback.
+/// Inside a read-side critical section (every build), or from a
+/// [`call_rcu`] callback (debug builds).
 #[doc(alias = "synchronize_rcu")]
 #[track_caller]
 pub fn synchronize() {
     check_may_wait("rcu::synchronize()");
     let cookie = start_poll();
-    wait_for(cookie);
+    wait_for(cookie, "rcu::synchronize()");
 }
 
 #[track_caller]
-fn wait_for(cookie: Cookie) {
+fn wait_for(cookie: Cookie, what: &'static str) {
     while !poll(cookie) {
-        waiting_quiescent_state();
+        waiting_quiescent_state(what);
         spin_loop();
     }
 }

@@ -89,16 +89,9 @@ impl RcuSync {
     /// ksync::rcu::synchronize();
     /// assert!(gate.is_idle());
     /// ```
-    ///
-    /// # Panics
-    /// In debug builds, on a CPU that RCU is not watching (see the [module
-    /// docs](super#misuse-that-debug-builds-catch)).
     #[doc(alias = "rcu_sync_is_idle")]
     #[inline]
-    #[track_caller]
     pub fn is_idle(&self) -> bool {
-        #[cfg(debug_assertions)]
-        super::check_watching(crate::kernel::cpu_id(), "RcuSync::is_idle()");
         // Relaxed: the grace period in `enter` orders readers that saw
         // IDLE before the writer; readers that see anything else take a
         // slow path with its own barriers, and `poll_idle` issues W1
@@ -125,8 +118,8 @@ impl RcuSync {
     /// callback (it may wait for a grace period).
     ///
     /// # Panics
-    /// In debug builds, inside a read section or a callback (whether or not
-    /// this call would have waited).
+    /// Inside a read section (every build) or a callback (debug builds),
+    /// whether or not this call would have waited.
     #[doc(alias = "rcu_sync_enter")]
     #[track_caller]
     pub fn enter(&self) {
@@ -159,7 +152,7 @@ impl RcuSync {
                 // this CPU's quiescent state too: report it while waiting
                 // (as `synchronize` does), or the two wait for each other.
                 while self.state.load(Ordering::Acquire) == ENTER {
-                    super::waiting_quiescent_state();
+                    super::waiting_quiescent_state("RcuSync::enter()");
                     spin_loop();
                 }
             }
@@ -167,17 +160,70 @@ impl RcuSync {
         }
     }
 
-    /// Reopens the gate once a grace period has passed (without waiting
-    /// for it). Pairs with one [`enter`](Self::enter).
-    #[doc(alias = "rcu_sync_exit")]
-    pub fn exit(&self) {
+    /// [`enter`](Self::enter) if it needs no grace period, else nothing:
+    /// returns whether the caller entered (and owes an
+    /// [`exit`](Self::exit)). It needs none while the gate is closed
+    /// (another writer is in) or still closed from a writer that left less
+    /// than a grace period ago; closing an open gate (or waiting for the
+    /// writer that is closing it) would wait. Never waits, so it may be
+    /// called anywhere, a read section included.
+    ///
+    /// ```
+    /// ksync::rcu::cpu_online();
+    /// let gate = ksync::rcu::RcuSync::new();
+    /// assert!(!gate.try_enter(), "closing an open gate takes a grace period");
+    /// gate.enter();
+    /// assert!(gate.try_enter(), "closed: no grace period needed");
+    /// gate.exit();
+    /// gate.exit();
+    /// assert!(gate.try_enter(), "closed from a writer that just left");
+    /// gate.exit();
+    /// ```
+    pub fn try_enter(&self) -> bool {
         let _locked = lock_irqsave(&self.lock);
-        let left = self.writers.fetch_sub(1, Ordering::Relaxed) - 1;
-        debug_assert!(left != u32::MAX, "rcu_sync: exit without enter");
+        // Acquire pairs with the Release store of PASSED in `enter` (made
+        // outside the lock); the rest is under the lock, as in `enter`.
+        match self.state.load(Ordering::Acquire) {
+            PASSED => {}
+            // Never idle since the last writer's grace period.
+            EXIT => self.state.store(PASSED, Ordering::Relaxed),
+            _ => return false,
+        }
+        self.writers.fetch_add(1, Ordering::Relaxed);
+        true
+    }
+
+    /// Reopens the gate once a grace period has passed (without waiting
+    /// for it). Pairs with one [`enter`](Self::enter) (or a successful
+    /// [`try_enter`](Self::try_enter)).
+    ///
+    /// An `exit` without an `enter` is caught: it panics, in every build,
+    /// before it changes anything. An `exit` for a writer other than the
+    /// caller (two exits for one writer while another is inside) cannot
+    /// be told apart from a correct one; it opens the gate early, which is
+    /// a logic error of the gate's owner. Readers that trust the gate with
+    /// memory safety are the owner's code: the gated
+    /// [`PercpuRwLock`](crate::percpu_rwlock)'s gate is private, and it
+    /// pairs its own calls.
+    ///
+    /// # Panics
+    /// If no writer is inside (more exits than enters).
+    #[doc(alias = "rcu_sync_exit")]
+    #[track_caller]
+    pub fn exit(&self) {
+        let locked = lock_irqsave(&self.lock);
+        let inside = self.writers.load(Ordering::Relaxed);
+        if inside == 0 {
+            drop(locked);
+            panic!("rcu_sync: exit without enter");
+        }
+        let left = inside - 1;
+        self.writers.store(left, Ordering::Relaxed);
         if left == 0 {
             self.exit_cookie.store(start_poll().0, Ordering::Relaxed);
             self.state.store(EXIT, Ordering::Relaxed);
         }
+        drop(locked);
     }
 
     /// Completes a pending reopening: if the last writer left and a grace

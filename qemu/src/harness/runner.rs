@@ -125,7 +125,7 @@ impl Ctx {
     ///
     /// Suites call it between two operations, so it is also this kernel's
     /// `cond_resched()`: it reports an RCU quiescent state (`kernel::rcu`).
-    /// Never call it inside an RCU read section (debug builds panic).
+    /// Never call it inside an RCU read section (it panics, in every build).
     ///
     /// It is also where CPU hotplug churn takes this CPU offline for a
     /// while (`kernel::hotplug`): it returns once the CPU is back.

@@ -1,0 +1,162 @@
+//! Read-side critical sections: [`read_lock`] and its guard, and the
+//! untracked [`ReadSection`] under them (see the [module docs](super)).
+
+use core::fmt;
+
+use super::debug::lockdep_read;
+use super::{CpuState, READER, WATCHED, engine, this_cpu};
+use crate::kernel;
+use crate::sync::{Ordering, fence};
+
+/// A read section without lockdep's tracking: preemption disabled and this
+/// CPU's section count raised until it drops (the gated rw lock's readers
+/// use it inside their own lockdep tracking).
+pub(crate) struct ReadSection {
+    /// This CPU's state (the CPU cannot change: preemption is off).
+    cpu: &'static CpuState,
+    /// RCU watched the CPU when the section began (the common case: the
+    /// end is one add).
+    watched: bool,
+    _preempt: crate::kernel::PreemptGuard,
+}
+
+impl ReadSection {
+    #[inline]
+    pub(crate) fn enter() -> Self {
+        // Preemption off first: the section stays on this CPU (Linux's
+        // non-preemptible `rcu_read_lock` is exactly `preempt_disable`).
+        let (cpu, preempt) = this_cpu().into_parts();
+        // A plain add on this CPU's own word: a load and a store, not a
+        // read-modify-write instruction. Only this CPU writes it; an
+        // interrupt handler that runs between the two leaves its own read
+        // sections (and idle transitions, which panic inside a section)
+        // balanced by the time it returns. Relaxed: on a watched CPU no
+        // other CPU reads the counts (grace periods wait for the CPU's
+        // quiescent state, which is refused inside a section).
+        let old = cpu.state.load(Ordering::Relaxed);
+        cpu.state.store(old.wrapping_add(READER), Ordering::Relaxed);
+        let watched = old & WATCHED != 0;
+        if !watched {
+            unwatched_enter();
+        }
+        ReadSection {
+            cpu,
+            watched,
+            _preempt: preempt,
+        }
+    }
+}
+
+impl Drop for ReadSection {
+    #[inline]
+    fn drop(&mut self) {
+        if self.watched {
+            let unlocks = &self.cpu.unlocks;
+            // Relaxed, a plain add: as in `enter`.
+            unlocks.store(
+                unlocks.load(Ordering::Relaxed).wrapping_add(READER),
+                Ordering::Relaxed,
+            );
+        } else {
+            unwatched_exit(self.cpu);
+        }
+        // `_preempt` drops next: preemption enabled again.
+    }
+}
+
+/// A read section begins on a CPU that RCU is not watching: the raised
+/// count makes it watched for the section.
+#[cold]
+#[inline(never)]
+fn unwatched_enter() {
+    // E2 pairs with G1 (store buffering, as E1): either the grace period's
+    // scan sees the raised count and waits for this section's end, or this
+    // section sees everything the updater did before the grace period.
+    fence(Ordering::SeqCst);
+}
+
+/// A read section that began on an unwatched CPU ends (`cpu` is this
+/// CPU's state; preemption is still disabled).
+#[cold]
+#[inline(never)]
+fn unwatched_exit(cpu: &'static CpuState) {
+    // Q1: the section's accesses happen-before a grace period whose scan
+    // reads the raised end count (Acquire in `quiescent`).
+    fence(Ordering::SeqCst);
+    let unlocks = &cpu.unlocks;
+    unlocks.store(
+        unlocks.load(Ordering::Relaxed).wrapping_add(READER),
+        Ordering::Relaxed,
+    );
+    if cpu.nesting() == 0 {
+        // Pairs with G1: a grace period whose scan saw this section (and
+        // left the CPU pending) gets this report.
+        fence(Ordering::SeqCst);
+        engine().report(kernel::cpu_id());
+    }
+}
+
+/// A read-side critical section: RCU-protected data read under it stays
+/// valid until it drops. `!Send`. It keeps preemption disabled (the
+/// kernel's [`preempt_disable`](crate::kernel::Kernel::preempt_disable))
+/// and is counted in this CPU's slot (a plain add on entry and one on
+/// exit), which the quiescent-state side checks.
+///
+/// A leaked guard (`mem::forget`) leaves its CPU inside a read section for
+/// ever: preemption stays disabled, the CPU's quiescent states panic and
+/// grace periods that need it never end (a stall, which
+/// [`check_stall`](super::check_stall) reports). Nothing is freed under it.
+#[must_use = "the read section ends when the guard drops"]
+pub struct ReadGuard {
+    _section: ReadSection,
+}
+
+/// Enters a read-side critical section. Nests. Must not block or report a
+/// quiescent state until the guard drops (checked: those calls panic).
+///
+/// Preemption is disabled until the guard drops, so the section stays on
+/// this CPU and no context switch (a quiescent state) can happen inside
+/// it. On a CPU that RCU is not watching (never brought online, offline,
+/// idle), the section makes the CPU watched until it ends: grace periods
+/// wait for it there too.
+///
+/// ```
+/// use ksync::rcu::{self, RcuPtr};
+///
+/// static CONFIG: RcuPtr<u32> = RcuPtr::null();
+/// // SAFETY: leaked, never freed.
+/// unsafe { CONFIG.publish(Box::leak(Box::new(7))) };
+/// // Even on a CPU that never called `cpu_online`:
+/// let guard = rcu::read_lock();
+/// assert_eq!(CONFIG.read(&guard), Some(&7));
+/// assert!(rcu::read_lock_held());
+/// ```
+#[doc(alias = "rcu_read_lock")]
+#[inline]
+#[track_caller]
+pub fn read_lock() -> ReadGuard {
+    let section = ReadSection::enter();
+    lockdep_read().acquire(0, true, false);
+    ReadGuard { _section: section }
+}
+
+impl Drop for ReadGuard {
+    #[doc(alias = "rcu_read_unlock")]
+    #[inline]
+    fn drop(&mut self) {
+        lockdep_read().release();
+        // `_section` drops next.
+    }
+}
+
+impl fmt::Debug for ReadGuard {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str("ReadGuard")
+    }
+}
+
+/// Whether this CPU is inside a read-side critical section.
+#[doc(alias = "rcu_read_lock_held")]
+pub fn read_lock_held() -> bool {
+    this_cpu().nesting() != 0
+}
