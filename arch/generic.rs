@@ -65,11 +65,11 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
 
 /// Saved local interrupt state: whatever the `critical-section`
 /// implementation restores.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 pub(crate) type IrqFlags = critical_section::RestoreState;
 
 // `critical-section`'s state is opaque: not a word.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 impl super::IrqWord for IrqFlags {
     const IS_WORD: bool = false;
     const EMPTY: Self = critical_section::RestoreState::invalid();
@@ -83,7 +83,7 @@ impl super::IrqWord for IrqFlags {
 
 /// Disables local interrupts (enters the critical section) and returns the
 /// state to restore.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 #[inline]
 pub(crate) fn irq_save() -> IrqFlags {
     // SAFETY: every acquire is paired with exactly one `release` of the same
@@ -97,7 +97,7 @@ pub(crate) fn irq_save() -> IrqFlags {
 /// # Safety
 /// `flags` must come from the matching `irq_save` on this CPU, and saves
 /// must be restored in reverse order.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 #[inline]
 pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
     // SAFETY: the caller passes the state of the matching acquire, in
@@ -106,11 +106,11 @@ pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
 }
 
 /// loom models no interrupts: saving and restoring do nothing.
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 pub(crate) type IrqFlags = ();
 
 // loom: nothing to carry.
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 impl super::IrqWord for IrqFlags {
     const IS_WORD: bool = true;
     const EMPTY: Self = ();
@@ -121,7 +121,7 @@ impl super::IrqWord for IrqFlags {
 }
 
 /// No interrupts under loom.
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 #[inline]
 pub(crate) fn irq_save() -> IrqFlags {}
 
@@ -129,11 +129,11 @@ pub(crate) fn irq_save() -> IrqFlags {}
 ///
 /// # Safety
 /// None needed; kept `unsafe` to match the other backends.
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 #[inline]
 pub(crate) unsafe fn irq_restore(_flags: IrqFlags) {}
 
-#[cfg(all(test, target_has_atomic = "64", not(loom)))]
+#[cfg(all(test, target_has_atomic = "64", not(ksync_loom)))]
 mod tests {
     //! The portable lockref step, tested directly (it is compiled under test
     //! on every arch, so this covers the fallback on x86_64 and aarch64).

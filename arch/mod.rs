@@ -64,13 +64,17 @@ use crate::sync::{AtomicU64, Ordering};
 // run its lockref step on every arch (dead code where a native path exists).
 pub(crate) mod generic;
 
-#[cfg(all(target_arch = "x86_64", not(any(loom, miri))))]
+#[cfg(all(target_arch = "x86_64", not(any(ksync_loom, miri))))]
 mod x86_64;
 
-#[cfg(all(target_arch = "aarch64", not(any(loom, miri))))]
+#[cfg(all(target_arch = "aarch64", not(any(ksync_loom, miri))))]
 mod aarch64;
 
-#[cfg(all(target_arch = "riscv64", target_os = "none", not(any(loom, miri))))]
+#[cfg(all(
+    target_arch = "riscv64",
+    target_os = "none",
+    not(any(ksync_loom, miri))
+))]
 mod riscv64;
 
 // ---- lockref step -------------------------------------------------------
@@ -86,11 +90,11 @@ mod riscv64;
 // 5. no 64-bit CAS: no lockless step (lockref takes its lock every time).
 #[cfg(all(
     target_arch = "aarch64",
-    not(any(loom, miri, all(ksync_generic, target_has_atomic = "64")))
+    not(any(ksync_loom, miri, all(ksync_generic, target_has_atomic = "64")))
 ))]
 pub(crate) use aarch64::{STEP_LOADS_WORD, lockref_attempt};
 #[cfg(any(
-    loom,
+    ksync_loom,
     miri,
     all(ksync_generic, target_has_atomic = "64"),
     all(target_has_atomic = "64", not(target_arch = "aarch64"))
@@ -105,10 +109,14 @@ pub(crate) use generic::{STEP_LOADS_WORD, lockref_attempt};
 // 3. aarch64: EL1 may write `DAIF`;
 // 4. riscv64: S-mode (what OpenSBI enters) owns `sstatus.SIE`;
 // 5. single-core MCUs, hosted builds: `critical-section`.
-#[cfg(all(target_arch = "aarch64", target_os = "none", not(any(loom, miri))))]
+#[cfg(all(
+    target_arch = "aarch64",
+    target_os = "none",
+    not(any(ksync_loom, miri))
+))]
 pub(crate) use aarch64::{IrqFlags, irq_restore, irq_save};
 #[cfg(any(
-    loom,
+    ksync_loom,
     miri,
     not(all(
         target_os = "none",
@@ -120,9 +128,13 @@ pub(crate) use aarch64::{IrqFlags, irq_restore, irq_save};
     ))
 ))]
 pub(crate) use generic::{IrqFlags, irq_restore, irq_save};
-#[cfg(all(target_arch = "riscv64", target_os = "none", not(any(loom, miri))))]
+#[cfg(all(
+    target_arch = "riscv64",
+    target_os = "none",
+    not(any(ksync_loom, miri))
+))]
 pub(crate) use riscv64::{IrqFlags, irq_restore, irq_save};
-#[cfg(all(target_arch = "x86_64", target_os = "none", not(any(loom, miri))))]
+#[cfg(all(target_arch = "x86_64", target_os = "none", not(any(ksync_loom, miri))))]
 pub(crate) use x86_64::{IrqFlags, irq_restore, irq_save};
 
 /// What the kernel's `usize` interrupt hook needs to know of a backend's
@@ -163,10 +175,10 @@ word_states!(u64, usize);
 // ---- hypervisor detection ---------------------------------------------------
 
 // - x86_64: CPUID's hypervisor bit (any privilege level);
-#[cfg(all(target_arch = "x86_64", not(any(loom, miri))))]
+#[cfg(all(target_arch = "x86_64", not(any(ksync_loom, miri))))]
 pub(crate) use x86_64::hypervisor_present;
 // - elsewhere nothing reliable to read: the kernel says so itself.
-#[cfg(not(all(target_arch = "x86_64", not(any(loom, miri)))))]
+#[cfg(not(all(target_arch = "x86_64", not(any(ksync_loom, miri)))))]
 pub(crate) use generic::hypervisor_present;
 
 // ---- per-CPU local add -----------------------------------------------------
@@ -183,18 +195,18 @@ pub(crate) use generic::hypervisor_present;
 #[cfg(all(
     target_arch = "aarch64",
     target_feature = "lse",
-    not(any(loom, miri, ksync_generic))
+    not(any(ksync_loom, miri, ksync_generic))
 ))]
 pub(crate) use aarch64::local_add;
 #[cfg(not(all(
-    not(any(loom, miri, ksync_generic)),
+    not(any(ksync_loom, miri, ksync_generic)),
     any(
         target_arch = "x86_64",
         all(target_arch = "aarch64", target_feature = "lse")
     )
 )))]
 pub(crate) use generic::local_add;
-#[cfg(all(target_arch = "x86_64", not(any(loom, miri, ksync_generic))))]
+#[cfg(all(target_arch = "x86_64", not(any(ksync_loom, miri, ksync_generic))))]
 pub(crate) use x86_64::local_add;
 
 /// Keeps the signature of every backend's step identical (checked at

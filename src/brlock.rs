@@ -215,6 +215,7 @@ pub struct LocalGuard<'a, T> {
 
 impl<T> LocalGuard<'_, T> {
     /// The CPU whose lock this is.
+    #[must_use]
     pub fn cpu(&self) -> usize {
         self.cpu
     }

@@ -205,6 +205,7 @@ pub unsafe trait Kernel {
     /// take no ksync locks; lockdep then never reports such an inversion.
     #[doc(alias = "in_hardirq")]
     #[inline]
+    #[must_use]
     fn in_interrupt() -> bool {
         false
     }
@@ -218,6 +219,7 @@ pub unsafe trait Kernel {
     /// means; a kernel that implements [`in_interrupt`](Kernel::in_interrupt)
     /// should implement this too.
     #[inline]
+    #[must_use]
     fn irqs_disabled() -> bool {
         false
     }
@@ -387,6 +389,7 @@ pub(crate) fn rcu_stall(report: &StallReport) {
 /// the id and the limit.
 #[doc(alias = "raw_smp_processor_id")]
 #[inline]
+#[must_use]
 pub fn cpu_id() -> usize {
     let id = _ksync_set_kernel_v1_cpu_id();
     check_cpu(id);
@@ -400,6 +403,7 @@ pub fn cpu_id() -> usize {
 /// If the kernel reports more than [`MAX_CPUS`] or zero.
 #[doc(alias = "nr_cpu_ids")]
 #[inline]
+#[must_use]
 pub fn nr_cpus() -> usize {
     let n = _ksync_set_kernel_v1_nr_cpus();
     if n == 0 || n > MAX_CPUS {
@@ -457,6 +461,7 @@ pub struct PreemptGuard {
 impl PreemptGuard {
     /// The current CPU's id, stable for the guard's life.
     #[inline]
+    #[must_use]
     pub fn cpu_id(&self) -> usize {
         cpu_id()
     }

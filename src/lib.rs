@@ -63,12 +63,12 @@
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
 // loom builds: the architecture's IRQ state is `()` (nothing to mask).
-#![cfg_attr(loom, allow(clippy::unit_arg, clippy::let_unit_value))]
+#![cfg_attr(ksync_loom, allow(clippy::unit_arg, clippy::let_unit_value))]
 
-#[cfg(any(test, loom, feature = "test-hooks"))]
+#[cfg(any(test, ksync_loom, feature = "test-hooks"))]
 extern crate std;
 
-#[cfg(all(loom, feature = "lockdep"))]
+#[cfg(all(ksync_loom, feature = "lockdep"))]
 compile_error!(
     "the `lockdep` feature is not modelled under loom: build the loom models without it"
 );

@@ -177,6 +177,7 @@ pub struct PerCpuRef<'a, T> {
 impl<'a, T> PerCpuRef<'a, T> {
     /// The CPU whose slot this is (the current CPU).
     #[inline]
+    #[must_use]
     pub fn cpu(&self) -> usize {
         self.cpu
     }

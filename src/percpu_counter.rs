@@ -319,7 +319,7 @@ fn report_overflow() {
     }
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ksync_loom)))]
 mod tests {
     use super::{Cmp, PerCpuCounter};
     use crate::kernel;

@@ -463,7 +463,7 @@ impl<F, R> fmt::Debug for RawPercpuRwLock<F, R> {
 // seeing `block` clear after its increment. Acquire/Release as in the
 // module docs. Forgetting a guard leaves the lock held, which is safe.
 // Not under loom: `INIT` is a constant, which loom's atomics cannot be.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 unsafe impl<F: Flavour, R: RelaxStrategy> lock_api::RawRwLock for RawPercpuRwLock<F, R> {
     // No call site for a class: with lockdep, each lock built from `INIT`
     // (`RwLock::new`) is its own class.

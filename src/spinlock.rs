@@ -112,7 +112,7 @@ mod tracked;
 mod ttas;
 pub use irq::{ArchIrq, IrqControl, IrqState, KernelIrq, RawIrqSave};
 pub use queued::{IrqQueuedMutex, QueuedLock, QueuedMutex, RawQueuedLock};
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 #[doc(hidden)]
 pub use ticket::TICKETS;
 pub use ticket::{RawTicketLock, TicketLock};

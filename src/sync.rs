@@ -6,27 +6,27 @@
 //!   whose read-modify-write operations run inside a `critical-section`
 //!   provided by the final binary. These targets are single-core, so that is
 //!   both correct and IRQ-safe.
-//! * `--cfg loom`: loom's model-checked types, so the algorithms are explored
+//! * `--cfg ksync_loom`: loom's model-checked types, so the algorithms are explored
 //!   by the loom models in `tests/` without a `cfg` in the algorithm code.
 //!
 //! Non-loom builds get loom's API shape where the two differ (`UnsafeCell`'s
 //! `with`/`with_mut`), following tokio's loom shim.
 
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 pub(crate) use core::sync::atomic::{Ordering, fence};
 
-#[cfg(all(not(loom), target_has_atomic = "32"))]
+#[cfg(all(not(ksync_loom), target_has_atomic = "32"))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize};
 
-#[cfg(all(not(loom), not(target_has_atomic = "32")))]
+#[cfg(all(not(ksync_loom), not(target_has_atomic = "32")))]
 pub(crate) use portable_atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize};
 
 // 64-bit atomics only where the hardware has them: lockref must never be
 // routed through a hidden global lock (see `lockref`'s module docs).
-#[cfg(all(not(loom), target_has_atomic = "64"))]
+#[cfg(all(not(ksync_loom), target_has_atomic = "64"))]
 pub(crate) use core::sync::atomic::{AtomicI64, AtomicU64};
 
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 pub(crate) use loom::sync::atomic::{
     AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
 };
@@ -50,9 +50,9 @@ pub(crate) mod config {
 /// scheduler, which needs to know the thread is waiting.
 #[inline(always)]
 pub(crate) fn spin_loop() {
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     core::hint::spin_loop();
-    #[cfg(loom)]
+    #[cfg(ksync_loom)]
     loom::thread::yield_now();
 }
 
@@ -60,28 +60,28 @@ pub(crate) fn spin_loop() {
 /// [`RelaxStrategy`](spin::relax::RelaxStrategy). Under loom it yields to the
 /// model scheduler instead.
 #[inline(always)]
-#[cfg_attr(loom, allow(clippy::extra_unused_type_parameters))]
+#[cfg_attr(ksync_loom, allow(clippy::extra_unused_type_parameters))]
 pub(crate) fn relax<R: spin::relax::RelaxStrategy>() {
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     R::relax();
-    #[cfg(loom)]
+    #[cfg(ksync_loom)]
     loom::thread::yield_now();
 }
 
 /// `UnsafeCell` with loom's closure-based API.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 #[derive(Debug)]
 #[repr(transparent)]
 pub(crate) struct UnsafeCell<T: ?Sized>(core::cell::UnsafeCell<T>);
 
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 impl<T> UnsafeCell<T> {
     pub(crate) const fn new(value: T) -> Self {
         Self(core::cell::UnsafeCell::new(value))
     }
 }
 
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 impl<T: ?Sized> UnsafeCell<T> {
     /// Runs `f` with a shared raw pointer to the contents.
     #[inline(always)]
@@ -96,7 +96,7 @@ impl<T: ?Sized> UnsafeCell<T> {
     }
 }
 
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 pub(crate) use loom::cell::UnsafeCell;
 
 // ---- constructors and statics under loom ----------------------------------
@@ -104,7 +104,7 @@ pub(crate) use loom::cell::UnsafeCell;
 // loom's atomics register with the running model, so they cannot be built
 // in a constant context, and a loom `static` must be built once per model
 // execution. Everything the algorithm files need for that is here, so they
-// carry no `cfg(loom)`:
+// carry no `cfg(ksync_loom)`:
 //
 // * `const_fn!`: a constructor that is `const` in normal builds;
 // * `array!`: `[value; N]` for non-`Copy` values;
@@ -118,15 +118,15 @@ pub(crate) use loom::cell::UnsafeCell;
 /// loom, whose atomics cannot be built in a constant context.
 macro_rules! const_fn {
     ($(#[$attr:meta])* $vis:vis fn $($rest:tt)*) => {
-        #[cfg(not(loom))]
+        #[cfg(not(ksync_loom))]
         $(#[$attr])* $vis const fn $($rest)*
-        #[cfg(loom)]
+        #[cfg(ksync_loom)]
         $(#[$attr])* $vis fn $($rest)*
     };
     ($(#[$attr:meta])* $vis:vis unsafe fn $($rest:tt)*) => {
-        #[cfg(not(loom))]
+        #[cfg(not(ksync_loom))]
         $(#[$attr])* $vis const unsafe fn $($rest)*
-        #[cfg(loom)]
+        #[cfg(ksync_loom)]
         $(#[$attr])* $vis unsafe fn $($rest)*
     };
 }
@@ -134,7 +134,7 @@ pub(crate) use const_fn;
 
 /// `[value; n]` for a value that is not `Copy` (atomics): an inline
 /// `const` block in normal builds, `array::from_fn` under loom.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 macro_rules! array {
     ($value:expr; $n:expr) => {
         [const { $value }; $n]
@@ -142,7 +142,7 @@ macro_rules! array {
 }
 /// `[value; n]` for a value that is not `Copy` (loom builds: built per
 /// element).
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 macro_rules! array {
     ($value:expr; $n:expr) => {
         core::array::from_fn(|_| $value)
@@ -152,7 +152,7 @@ pub(crate) use array;
 
 /// The item of [`ConstInit`](crate::sync::ConstInit): the constant
 /// `INIT` in normal builds, the function `init` under loom.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 macro_rules! const_init_item {
     ($(#[$attr:meta])*) => {
         $(#[$attr])*
@@ -161,7 +161,7 @@ macro_rules! const_init_item {
 }
 /// The item of [`ConstInit`](crate::sync::ConstInit) (loom builds: a
 /// function, called once per value).
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 macro_rules! const_init_item {
     ($(#[$attr:meta])*) => {
         $(#[$attr])*
@@ -172,7 +172,7 @@ macro_rules! const_init_item {
 /// Implements [`ConstInit`](crate::sync::ConstInit):
 /// `const_init!(impl[T: Bound] for Type<T> = value; ...)` (the brackets
 /// are optional). `value` is a constant expression in normal builds.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 macro_rules! const_init {
     ($(impl $([$($gen:tt)*])? for $ty:ty = $init:expr;)*) => {$(
         impl $(<$($gen)*>)? $crate::sync::ConstInit for $ty {
@@ -182,7 +182,7 @@ macro_rules! const_init {
 }
 /// Implements [`ConstInit`](crate::sync::ConstInit) (loom builds: the
 /// value is built on each call).
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 macro_rules! const_init {
     ($(impl $([$($gen:tt)*])? for $ty:ty = $init:expr;)*) => {$(
         impl $(<$($gen)*>)? $crate::sync::ConstInit for $ty {
@@ -199,9 +199,9 @@ const_fn! {
     /// registered with the running model).
     #[inline(always)]
     pub(crate) fn init<T: crate::sync::ConstInit>() -> T {
-        #[cfg(not(loom))]
+        #[cfg(not(ksync_loom))]
         return T::INIT;
-        #[cfg(loom)]
+        #[cfg(ksync_loom)]
         return T::init();
     }
 }
@@ -209,7 +209,7 @@ const_fn! {
 /// Declares a `static` that the models see fresh in every execution: a
 /// plain `static` (its initializer a constant expression) in normal
 /// builds, a `loom::lazy_static!` under loom.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 macro_rules! model_static {
     ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
         $(#[$attr])*
@@ -217,7 +217,7 @@ macro_rules! model_static {
     };
 }
 /// Declares a `static` built once per model execution (loom builds).
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 macro_rules! model_static {
     ($(#[$attr:meta])* static $name:ident: $ty:ty = $init:expr;) => {
         loom::lazy_static! {

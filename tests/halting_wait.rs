@@ -14,7 +14,7 @@
 //! process-wide, and the tests here run one at a time.
 
 // Under loom the crate is built for the loom models only.
-#![cfg(not(loom))]
+#![cfg(not(ksync_loom))]
 
 #[path = "common/halting.rs"]
 mod halting;

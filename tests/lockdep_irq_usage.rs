@@ -12,7 +12,7 @@
 //! As in `tests/lockdep.rs`, reports are recorded instead of panicking and
 //! each test begins with `start()`, one at a time.
 
-#![cfg(all(feature = "lockdep", not(loom)))]
+#![cfg(all(feature = "lockdep", not(ksync_loom)))]
 
 use ksync::host::{enter_interrupt, exit_interrupt};
 use ksync::lock_class;

@@ -4,7 +4,7 @@
 //! exact.
 
 // Under loom the crate is built for the models in `tests/loom.rs` only.
-#![cfg(not(loom))]
+#![cfg(not(ksync_loom))]
 
 mod common;
 use common::{Budget, TIME_BUDGET};

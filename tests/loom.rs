@@ -4,7 +4,7 @@
 //! reported as a data race.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom`.
+//! `RUSTFLAGS="--cfg ksync_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom`.
 //! Under loom the crate uses loom's atomics, its `const fn`s are plain
 //! functions and the `lock_api` impls are compiled out, so these models use
 //! the raw inherent API. The `SAFETY` claims on `UnsafeCell` accesses are
@@ -17,7 +17,7 @@
 //! compare-exchange, loom never tries the spawned thread first (a model
 //! written that way ran exactly one execution).
 
-#![cfg(loom)]
+#![cfg(ksync_loom)]
 
 /// Strict FIFO hand-off: the mode of bare metal with a CPU per core.
 const PREEMPTIBLE: bool = false;

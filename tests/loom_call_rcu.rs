@@ -2,12 +2,12 @@
 //! that could see its object has finished, and `barrier` returns only after
 //! the callbacks queued before it ran.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
+//! Run with `RUSTFLAGS="--cfg ksync_loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
 //! cargo test --release --test loom_call_rcu` (`cargo xtask test` does).
 //! Each loom thread is a CPU. The object's data is a loom `UnsafeCell`: the
 //! callback "frees" it by writing to it, so loom reports a reader whose
 //! read is not ordered before the callback.
-#![cfg(loom)]
+#![cfg(ksync_loom)]
 
 use std::mem::offset_of;
 

@@ -1,11 +1,11 @@
 //! loom models of the per-CPU counter fold, the scalable rw lock's barrier
 //! pairings (A/D and B/C) and writer-writer exclusion.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
+//! Run with `RUSTFLAGS="--cfg ksync_loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
 //! cargo test --release --test loom_percpu` (`cargo xtask test` does). Each
 //! loom thread is a CPU (the `test-hooks` kernel hooks use loom's thread
 //! locals under loom).
-#![cfg(loom)]
+#![cfg(ksync_loom)]
 
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;

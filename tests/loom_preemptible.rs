@@ -4,9 +4,9 @@
 //! instead of strict FIFO, and every model must hold just the same.
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_preemptible`.
+//! `RUSTFLAGS="--cfg ksync_loom" LOOM_MAX_PREEMPTIONS=2 cargo test --release --test loom_preemptible`.
 
-#![cfg(loom)]
+#![cfg(ksync_loom)]
 
 /// Test-and-set hand-off.
 const PREEMPTIBLE: bool = true;

@@ -1,7 +1,7 @@
 //! loom models of the RCU grace-period engine (`ksync::rcu`), its polled
 //! cookies and the `RcuSync` gate.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
+//! Run with `RUSTFLAGS="--cfg ksync_loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
 //! cargo test --release --test loom_rcu` (`cargo xtask test` does). Each
 //! loom thread is a CPU. CPUs start offline, and under loom a thread that
 //! exits does *not* go offline by itself (the host hooks do that only
@@ -46,7 +46,7 @@
 //! switches between the two spinners forever): the models avoid that, or
 //! run at preemption bound 1.
 
-#![cfg(loom)]
+#![cfg(ksync_loom)]
 
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;

@@ -3,7 +3,7 @@
 //! a removal or a replacement, the grace period and the free never reads
 //! freed data and sees the replaced position filled.
 //!
-//! Run with `RUSTFLAGS="--cfg loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
+//! Run with `RUSTFLAGS="--cfg ksync_loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
 //! cargo test --release --test loom_rculist`. Each loom thread is a CPU.
 //! A node's payload is a loom `UnsafeCell`, written by the writer before
 //! the insertion and "freed" (overwritten) after the grace period, so loom
@@ -19,7 +19,7 @@
 //! clears the removed node's `next` (`reader_racing_remove_never_sees_freed`:
 //! the reader standing on it misses node 2); and that model without its
 //! `synchronize` (a causality violation on the freed payload).
-#![cfg(loom)]
+#![cfg(ksync_loom)]
 
 use loom::cell::UnsafeCell;
 use loom::sync::{Arc, Mutex, MutexGuard};

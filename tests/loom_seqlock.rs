@@ -2,10 +2,10 @@
 //! every interleaving and every weak-memory outcome loom explores for the
 //! barrier pairs W1/R2 and W2/R1 (see `ksync::seqlock`'s module docs).
 //!
-//! Run with `RUSTFLAGS="--cfg loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
+//! Run with `RUSTFLAGS="--cfg ksync_loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
 //! cargo test --release --test loom_seqlock`. Two threads per model: loom
 //! livelocks when two threads spin on a lock at once.
-#![cfg(loom)]
+#![cfg(ksync_loom)]
 
 use loom::sync::Arc;
 use loom::sync::atomic::{

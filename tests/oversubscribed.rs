@@ -12,7 +12,7 @@
 //! preemptible).
 
 // Under loom the crate is built for the loom models only.
-#![cfg(not(loom))]
+#![cfg(not(ksync_loom))]
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering::Relaxed};
 use std::thread;

@@ -8,7 +8,7 @@
 //! when it was queued is still open; each runs exactly once; after a grace
 //! period and an unlimited batch every earlier callback has run; a barrier
 //! leaves nothing pending.
-#![cfg(not(loom))]
+#![cfg(not(ksync_loom))]
 
 use std::mem::offset_of;
 use std::panic::{AssertUnwindSafe, catch_unwind};

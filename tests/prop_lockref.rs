@@ -3,7 +3,7 @@
 //! model that is a plain `i32` under a lock. Misuse (saturation, `get` on a
 //! dead lockref) must be refused, counted in `lockref::stats()` and, in
 //! debug builds, panic after the fact; nothing else may panic.
-#![cfg(not(loom))]
+#![cfg(not(ksync_loom))]
 
 use std::panic::{AssertUnwindSafe, catch_unwind};
 

@@ -7,7 +7,7 @@
 //! `overflows()` and (debug builds) panics after the fact; `sum` of a value
 //! past the edges reads as the edge; `compare` is always exact; `read` is
 //! within `error_bound` of the exact value.
-#![cfg(not(loom))]
+#![cfg(not(ksync_loom))]
 
 use std::cmp::Ordering as Cmp;
 use std::panic::{AssertUnwindSafe, catch_unwind};

@@ -1,7 +1,7 @@
 //! Property tests of `SeqLock` and `SeqCount`: random operation sequences
 //! against a model (the current value, and the number of writes published,
 //! which the sequence counts two by two).
-#![cfg(not(loom))]
+#![cfg(not(ksync_loom))]
 
 use ksync::seqlock::{SeqCount, SeqLock};
 use proptest::prelude::*;

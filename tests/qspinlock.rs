@@ -13,7 +13,7 @@
 //! that interrupts the wait and takes a lock of its own.
 
 // Under loom the crate is built for the loom models only.
-#![cfg(not(loom))]
+#![cfg(not(ksync_loom))]
 
 mod common;
 use common::wait_until;

@@ -130,7 +130,7 @@ fn idle_offline_and_stalls() {
     // Stall detection: off by default.
     a.run(Cmd::EnterRead);
     b.run(Cmd::EnterRead);
-    rcu::start_poll();
+    let _ = rcu::start_poll();
     rcu::quiescent_state();
     assert!(rcu::check_stall(0).is_none());
     assert!(rcu::check_stall(1_000_000).is_none(), "detection is off");

@@ -5,7 +5,7 @@
 //! the `critical-section` std implementation's global lock.
 
 // Under loom the crate is built for the models in `tests/loom.rs` only.
-#![cfg(not(loom))]
+#![cfg(not(ksync_loom))]
 
 mod common;
 use common::{Budget, PATIENCE, tickets};

@@ -8,7 +8,7 @@
 //! machine. A binary of its own, because the mode is process-wide.
 
 // Under loom the crate is built for the models in `tests/loom.rs` only.
-#![cfg(not(loom))]
+#![cfg(not(ksync_loom))]
 
 mod common;
 use common::{Budget, Held, tickets, wait_until};

@@ -6,14 +6,14 @@
 //!   and marks the old element freed. A reader that ever sees a freed
 //!   element inside its section found a bug — and a `synchronize` that
 //!   does not wait must be caught by the same test.
-//! * loom (`RUSTFLAGS="--cfg loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
+//! * loom (`RUSTFLAGS="--cfg ksync_loom" KSYNC_MAX_CPUS=4 LOOM_MAX_PREEMPTIONS=2
 //!   cargo test --release --test srcu`): models of the index flip in which a
 //!   read section that began before `synchronize` must have ended when it
 //!   returns, so the updater's free never races with the reader's access
 //!   (loom checks the `UnsafeCell` accesses for causality). Two threads per
 //!   model.
 
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 mod host {
     use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering::SeqCst};
     use std::sync::mpsc;
@@ -278,7 +278,7 @@ mod host {
 /// most interleavings; a few hundred iterations each), and the
 /// nested-section bug that `inner_section_does_not_hide_outer` exists for
 /// (unlocks summed after locks) needs three preemptions to show.
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 mod loom_models {
     use loom::cell::UnsafeCell;
     use loom::sync::atomic::{AtomicUsize, Ordering::Relaxed};

@@ -43,15 +43,15 @@ use std::vec::Vec;
 use crate::kernel::{Kernel, LockdepReport, MAX_CPUS, StallReport};
 
 // The one loom switch of the host kernel.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 #[path = "threads.rs"]
 mod backend; // OS threads: a process-wide id table
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 #[path = "model.rs"]
 mod backend; // loom model threads: coroutines on one OS thread
 
 pub use backend::{enter_interrupt, exit_interrupt, irqs_disabled};
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 pub use backend::{migrate_to, preempt_at_next_point, preempt_count, preemption_point};
 
 /// Whether the host kernel's preemption hooks are the empty defaults

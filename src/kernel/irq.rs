@@ -338,7 +338,7 @@ pub(crate) fn forget_masking(id: usize) {
     MASKED_DEPTH[id].store(0, crate::sync::Ordering::Relaxed);
 }
 
-#[cfg(all(test, not(loom)))]
+#[cfg(all(test, not(ksync_loom)))]
 mod tests {
     //! The default hooks' per-CPU stack, where the saved state is not a
     //! word (on the host: `critical-section`'s std implementation).

@@ -74,6 +74,7 @@ pub struct Class {
 
 impl Class {
     /// The subclass (0 unless taken with a `*_nested` method).
+    #[must_use]
     pub fn subclass(&self) -> u8 {
         self.subclass
     }
@@ -102,11 +103,13 @@ pub struct Site {
 
 impl Site {
     /// The lock's class.
+    #[must_use]
     pub fn class(&self) -> Class {
         self.class
     }
 
     /// Where it was taken (or released, for a bad unlock).
+    #[must_use]
     pub fn at(&self) -> Option<&'static Location<'static>> {
         self.at
     }
@@ -135,11 +138,13 @@ pub struct Link {
 
 impl Link {
     /// The class held.
+    #[must_use]
     pub fn from(&self) -> Class {
         self.from
     }
 
     /// The class taken while `from` was held.
+    #[must_use]
     pub fn to(&self) -> Class {
         self.to
     }
@@ -224,16 +229,19 @@ impl Report {
     }
 
     /// Which bug this is.
+    #[must_use]
     pub fn kind(&self) -> ReportKind {
         self.kind
     }
 
     /// The CPU that found it.
+    #[must_use]
     pub fn cpu(&self) -> usize {
         self.cpu
     }
 
     /// The lock being taken or released when the bug was found.
+    #[must_use]
     pub fn lock(&self) -> Option<Site> {
         self.lock
     }
@@ -249,12 +257,14 @@ impl Report {
     }
 
     /// The number of edges in the cycle or chain (0 for other kinds).
+    #[must_use]
     pub fn cycle_len(&self) -> usize {
         self.chain_len
     }
 
     /// For an [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the
     /// IRQ-safe class, and where it was first taken in a handler.
+    #[must_use]
     pub fn irq_safe(&self) -> Option<Site> {
         self.irq_safe
     }
@@ -262,6 +272,7 @@ impl Report {
     /// For an [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the
     /// IRQ-unsafe class, and where it was first taken with interrupts
     /// enabled.
+    #[must_use]
     pub fn irq_unsafe(&self) -> Option<Site> {
         self.irq_unsafe
     }

@@ -89,7 +89,7 @@ pub fn vcpu_preemptible() -> bool {
 fn detect() -> bool {
     // loom models choose the mode themselves (FIFO unless a model sets it).
     let preemptible =
-        !cfg!(loom) && (cfg!(feature = "test-hooks") || crate::arch::hypervisor_present());
+        !cfg!(ksync_loom) && (cfg!(feature = "test-hooks") || crate::arch::hypervisor_present());
     // Racing detections store the same answer. A store, not a
     // compare-exchange: targets without CAS (thumbv6m) have atomic stores.
     MODE.store(if preemptible { PREEMPTIBLE } else { DEDICATED }, Relaxed);
@@ -163,7 +163,7 @@ pub struct SpinWait {
 
 /// Rounds a waiter spins before it calls [`SpinWait::wait`] (2 under
 /// loom, so that small models reach the give-away path).
-pub const SPIN_LIMIT: u32 = if cfg!(loom) { 2 } else { 1 << 10 };
+pub const SPIN_LIMIT: u32 = if cfg!(ksync_loom) { 2 } else { 1 << 10 };
 
 /// The registered policy; null means the default.
 static WAIT: AtomicPtr<SpinWait> = AtomicPtr::new(core::ptr::null_mut());
@@ -188,10 +188,10 @@ static DEFAULT_WAIT: SpinWait = SpinWait {
 };
 
 fn default_wait() {
-    #[cfg(all(feature = "test-hooks", not(loom)))]
+    #[cfg(all(feature = "test-hooks", not(ksync_loom)))]
     std::thread::yield_now();
     // Under loom the waiter's relax has just yielded to the model.
-    #[cfg(not(any(feature = "test-hooks", loom)))]
+    #[cfg(not(any(feature = "test-hooks", ksync_loom)))]
     crate::sync::spin_loop();
 }
 
@@ -337,7 +337,7 @@ pub(crate) struct Backoff {
 
 /// The longest backoff, in relax rounds (1 under loom: each round is a
 /// model scheduling point, and longer waits explore nothing new).
-pub(crate) const BACKOFF_MAX: u32 = if cfg!(loom) { 1 } else { 64 };
+pub(crate) const BACKOFF_MAX: u32 = if cfg!(ksync_loom) { 1 } else { 64 };
 
 impl Backoff {
     pub(crate) const fn new() -> Self {

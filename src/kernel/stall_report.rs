@@ -21,27 +21,32 @@ pub struct StallReport {
 
 impl StallReport {
     /// The stalled grace period's sequence number.
+    #[must_use]
     pub fn gp_seq(&self) -> usize {
         self.gp_seq
     }
 
     /// How long it has been running, in the unit of
     /// [`check_stall`](crate::rcu::check_stall)'s clock.
+    #[must_use]
     pub fn age(&self) -> u64 {
         self.age
     }
 
     /// How many CPUs still owe it a quiescent state.
+    #[must_use]
     pub fn nr_stalled(&self) -> usize {
         self.stalled
     }
 
     /// The first [`STALL_REPORT_CPUS`] of them, in id order.
+    #[must_use]
     pub fn cpus(&self) -> impl ExactSizeIterator<Item = usize> + '_ {
         self.cpus[..self.listed].iter().map(|&c| c as usize)
     }
 
     /// Whether `cpu` holds the grace period up (among the listed CPUs).
+    #[must_use]
     pub fn names(&self, cpu: usize) -> bool {
         self.cpus().any(|c| c == cpu)
     }

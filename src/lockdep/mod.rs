@@ -330,11 +330,13 @@ pub struct LockClassKey {
 impl LockClassKey {
     /// A key named `name`. Put it in a `static` (or leak it): two keys are
     /// two classes even if their names are equal.
+    #[must_use]
     pub const fn new(name: &'static str) -> Self {
         Self { name }
     }
 
     /// The name reports give the class.
+    #[must_use]
     pub const fn name(&self) -> &'static str {
         self.name
     }
@@ -367,6 +369,7 @@ macro_rules! lock_class {
 /// stopped).
 #[doc(alias = "lockdep_depth")]
 #[inline]
+#[must_use]
 pub fn held_lock_count() -> usize {
     #[cfg(feature = "lockdep")]
     return engine::held_lock_count();
@@ -523,12 +526,14 @@ impl Map {
 impl Map {
     /// A lock whose class is the caller's source location (with `lockdep`).
     #[inline(always)]
+    #[must_use]
     pub const fn new() -> Self {
         Self { _none: () }
     }
 
     /// A lock of `key`'s class (with `lockdep`).
     #[inline(always)]
+    #[must_use]
     pub const fn with_key(key: &'static LockClassKey) -> Self {
         let _ = key;
         Self::new()
@@ -536,6 +541,7 @@ impl Map {
 
     /// A lock that is its own class (with `lockdep`).
     #[inline(always)]
+    #[must_use]
     pub const fn per_instance() -> Self {
         Self::new()
     }

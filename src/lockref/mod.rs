@@ -358,7 +358,7 @@ impl LockRef {
     /// *r.get_mut() += 2;
     /// assert_eq!(r.count(), 3);
     /// ```
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     #[inline]
     pub fn get_mut(&mut self) -> &mut i32 {
         let ptr: *mut u64 = self.word.get_mut();
@@ -416,7 +416,7 @@ impl LockRef {
     }
 
     /// Exclusive access to the count: no atomics at all.
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     #[inline]
     pub fn get_mut(&mut self) -> &mut i32 {
         self.count.get_mut()
@@ -466,6 +466,7 @@ impl LockRef {
     #[doc(alias = "lockref_get_not_zero")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
+    #[must_use = "the reference is taken only when this returns `true`"]
     pub fn get_not_zero(&self) -> bool {
         self.get_if_at_least(1)
     }
@@ -475,6 +476,7 @@ impl LockRef {
     #[doc(alias = "lockref_get_not_dead")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
+    #[must_use = "the reference is taken only when this returns `true`"]
     pub fn get_not_dead(&self) -> bool {
         self.get_if_at_least(0)
     }
@@ -530,8 +532,18 @@ impl LockRef {
     /// On `Some(0)` the caller may free the object: the decrement is Release
     /// and reaching zero adds an Acquire fence. A saturated count stays at
     /// `i32::MAX` and returns `Some(i32::MAX)`.
+    ///
+    /// The result must be looked at (`#[must_use]`): dropping it would
+    /// leave a reference held on `None`.
+    ///
+    /// ```compile_fail
+    /// #![deny(unused_must_use)]
+    /// let object = ksync::LockRef::new(2);
+    /// object.put_return(); // error: unused `Option` that must be used
+    /// ```
     #[doc(alias = "lockref_put_return")]
     #[inline]
+    #[must_use = "`None` means nothing was dropped: the reference is still held"]
     pub fn put_return(&self) -> Option<i32> {
         let rule = Rule {
             lo: 1,
@@ -563,6 +575,7 @@ impl LockRef {
     #[doc(alias = "lockref_put_or_lock")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
+    #[must_use = "`Some` holds the lock with the last reference: dropping it unlocks"]
     pub fn put_or_lock(&self) -> Option<LockRefGuard<'_>> {
         let rule = Rule {
             lo: 2,
@@ -663,6 +676,7 @@ impl LockRef {
 impl LockRefGuard<'_> {
     /// The count (exact: nobody else changes it while the lock is held).
     #[inline]
+    #[must_use]
     pub fn count(&self) -> i32 {
         self.lockref.load_count()
     }
@@ -686,6 +700,7 @@ impl LockRefGuard<'_> {
 
     /// Whether the count is negative (dead).
     #[inline]
+    #[must_use]
     pub fn is_dead(&self) -> bool {
         self.count() < 0
     }
@@ -741,7 +756,7 @@ impl defmt::Format for LockRefGuard<'_> {
     }
 }
 
-#[cfg(all(test, target_has_atomic = "64", not(loom)))]
+#[cfg(all(test, target_has_atomic = "64", not(ksync_loom)))]
 mod tests {
     use super::{LockRef, Ordering, word};
 

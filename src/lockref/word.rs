@@ -34,7 +34,10 @@ pub(crate) const OWNER_WRAP: u64 = TICKET_MASK << OWNER_SHIFT;
 const NEXT_MASK: u64 = TICKET_MASK << NEXT_SHIFT;
 
 /// Index of the count when the word is viewed in memory as `[i32; 2]`.
-#[cfg_attr(loom, allow(dead_code, reason = "read by `get_mut`, which loom lacks"))]
+#[cfg_attr(
+    ksync_loom,
+    allow(dead_code, reason = "read by `get_mut`, which loom lacks")
+)]
 pub(crate) const COUNT_INDEX: usize = if cfg!(target_endian = "little") {
     (COUNT_SHIFT / i32::BITS) as usize
 } else {

@@ -642,6 +642,7 @@ unsafe fn barrier_callback(_head: *mut RcuHead) {
 }
 
 /// Callbacks queued on all CPUs that have not finished yet.
+#[must_use]
 pub fn pending_callbacks() -> usize {
     callbacks()
         .cpus
@@ -654,6 +655,7 @@ pub fn pending_callbacks() -> usize {
 /// Whether this CPU has callbacks queued (a kernel keeps its tick, or
 /// calls [`process_callbacks`] before idling, while it does).
 #[doc(alias = "rcu_needs_cpu")]
+#[must_use]
 pub fn has_callbacks() -> bool {
     // Relaxed: a hint; running the callbacks re-checks under the lock.
     callbacks()

@@ -545,6 +545,7 @@ fn eqs_enter_cpu(cpu: usize) {
 /// grace period has elapsed since this call. Starts nothing.
 #[doc(alias = "get_state_synchronize_rcu")]
 #[inline]
+#[must_use = "a cookie is only useful passed to `poll` or `cond_synchronize`"]
 pub fn get_state() -> Cookie {
     // Orders the caller's earlier updates before the snapshot (Linux's
     // smp_mb() in get_state_synchronize_rcu).
@@ -556,6 +557,7 @@ pub fn get_state() -> Cookie {
 /// [`get_state`], and makes sure a grace period that completes the cookie
 /// will run.
 #[doc(alias = "start_poll_synchronize_rcu")]
+#[must_use = "a cookie is only useful passed to `poll` or `cond_synchronize`"]
 pub fn start_poll() -> Cookie {
     let cookie = get_state();
     engine().request(cookie.0);
@@ -567,6 +569,7 @@ pub fn start_poll() -> Cookie {
 /// after [`synchronize`].
 #[doc(alias = "poll_state_synchronize_rcu")]
 #[inline]
+#[must_use = "only `true` means a grace period has passed"]
 pub fn poll(cookie: Cookie) -> bool {
     if cookie == Cookie::COMPLETED {
         return true;
@@ -621,6 +624,7 @@ fn wait_for(cookie: Cookie, what: &'static str) {
 }
 
 /// The current grace-period sequence number (for statistics and tests).
+#[must_use]
 pub fn gp_seq() -> usize {
     engine().gp_seq.load(Ordering::Relaxed)
 }

@@ -157,6 +157,7 @@ impl fmt::Debug for ReadGuard {
 
 /// Whether this CPU is inside a read-side critical section.
 #[doc(alias = "rcu_read_lock_held")]
+#[must_use]
 pub fn read_lock_held() -> bool {
     this_cpu().nesting() != 0
 }

@@ -343,6 +343,7 @@ impl Srcu {
     /// ```
     #[doc(alias = "get_state_synchronize_srcu")]
     #[inline]
+    #[must_use = "a cookie is only useful passed to `poll`"]
     pub fn get_state(&self) -> SrcuCookie {
         // Orders the caller's earlier updates before the snapshot: a grace
         // period whose start this load misses has its scans' fences after
@@ -370,6 +371,7 @@ impl Srcu {
     /// ```
     #[doc(alias = "poll_state_synchronize_srcu")]
     #[inline]
+    #[must_use = "only `true` means a grace period has passed"]
     pub fn poll(&self, cookie: SrcuCookie) -> bool {
         // Acquire pairs with the Release store that ends a grace period:
         // the readers' sections, ordered before the updater's last D,
@@ -550,6 +552,7 @@ pub struct SrcuGuard<'a> {
 
 impl SrcuGuard<'_> {
     /// The counter index this section uses (0 or 1), for debugging.
+    #[must_use]
     pub fn index(&self) -> usize {
         self.idx
     }

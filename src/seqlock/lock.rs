@@ -359,7 +359,7 @@ impl<T: SeqData> SeqLock<T> {
     /// assert_eq!(lock.read(), 2);
     /// ```
     // Not under loom: its storage holds loom atomics, not a `T` to lend.
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     #[inline]
     pub fn get_mut(&mut self) -> &mut T {
         self.data.get_mut()

@@ -45,12 +45,12 @@ impl<T> Padded<T> {
 /// Normal builds keep a `Padded<T>` in a cell and view its words as
 /// `AtomicUsize`s; loom cannot overlay its atomics on memory, so loom
 /// builds keep one loom `AtomicUsize` per word instead.
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 pub(super) struct Storage<T> {
     cell: crate::sync::UnsafeCell<Padded<T>>,
 }
 
-#[cfg(not(loom))]
+#[cfg(not(ksync_loom))]
 impl<T: SeqData> Storage<T> {
     pub(super) const fn new(value: T) -> Self {
         const {
@@ -91,13 +91,13 @@ impl<T: SeqData> Storage<T> {
 // cannot be laid over a `Padded<T>`, so each word is a separate loom atomic
 // (and `new` cannot be `const`, nor `get_mut` lend a `&mut T`). Everything
 // from `load` down is shared by both builds.
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 pub(super) struct Storage<T> {
     words: std::vec::Vec<AtomicUsize>,
     _data: core::marker::PhantomData<T>,
 }
 
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 impl<T: SeqData> Storage<T> {
     pub(super) fn new(value: T) -> Self {
         let () = T::LAYOUT_CHECK;

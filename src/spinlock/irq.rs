@@ -36,7 +36,7 @@ pub struct RawIrqSave<L, I: IrqControl = KernelIrq> {
     /// only (`lock_api` 0.4's guards carry no state, so it is kept here,
     /// one per lock, as in a `spin_lock_irqsave` caller's `flags`).
     #[cfg_attr(
-        loom,
+        ksync_loom,
         allow(dead_code, reason = "used by the lock_api impl, which loom lacks")
     )]
     saved: UnsafeCell<MaybeUninit<I::Flags>>,
@@ -81,7 +81,7 @@ impl<L, I: IrqControl> RawIrqSave<L, I> {
     ///
     /// # Safety
     /// The caller holds `inner` and took it after saving `irq`.
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     #[inline]
     unsafe fn keep(&self, irq: IrqState<I>) {
         // SAFETY: only the holder touches `saved` (caller contract).
@@ -93,7 +93,7 @@ impl<L, I: IrqControl> RawIrqSave<L, I> {
     /// # Safety
     /// The caller holds `inner`, taken through `lock` or `try_lock` (which
     /// kept a state).
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     #[inline]
     unsafe fn take(&self) -> IrqState<I> {
         // SAFETY: only the holder touches `saved`, which `keep` initialised
@@ -117,7 +117,7 @@ impl<L: fmt::Debug, I: IrqControl> fmt::Debug for RawIrqSave<L, I> {
     }
 }
 
-#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
+#[cfg(not(ksync_loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 // SAFETY: exclusion, ordering and unwinding are the inner lock's. The
 // saved interrupt state is kept in the lock while it is held (only the
 // holder writes or reads it) and restored only after the inner unlock;
@@ -169,7 +169,7 @@ unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqS
     }
 }
 
-#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
+#[cfg(not(ksync_loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 // SAFETY: as for `RawMutex` above, with the inner lock's fair unlock.
 unsafe impl<L: lock_api::RawMutexFair, I: IrqControl> lock_api::RawMutexFair for RawIrqSave<L, I> {
     #[inline]

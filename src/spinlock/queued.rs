@@ -79,17 +79,17 @@ impl Node {
 /// shares a line with another node's hand-off.
 struct CpuNodes([CachePadded<Node>; NODES_PER_CPU]);
 
-#[cfg(not(loom))] // a constant node set; loom builds one per execution (below)
+#[cfg(not(ksync_loom))] // a constant node set; loom builds one per execution (below)
 impl crate::percpu::ConstInit for CpuNodes {
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: Self = Self([const { CachePadded::new(Node::new()) }; NODES_PER_CPU]);
 }
 
-#[cfg(not(loom))] // the `static`'s loom twin follows
+#[cfg(not(ksync_loom))] // the `static`'s loom twin follows
 static NODES: PerCpu<CpuNodes> = PerCpu::new();
 
 // loom atomics cannot be built in a constant: one node set per execution.
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 loom::lazy_static! {
     static ref NODES: PerCpu<CpuNodes> =
         PerCpu::from_fn(|_| CpuNodes(core::array::from_fn(|_| CachePadded::new(Node::new()))));
@@ -314,6 +314,7 @@ impl<R> QueuedLock<R> {
     /// holds it, is about to, or is queued for it.
     #[doc(alias = "queued_spin_trylock")]
     #[inline]
+    #[must_use = "the lock is held when this returns `true` and must be unlocked"]
     pub fn try_lock(&self) -> bool {
         // Read first: a failed compare-exchange would still take the line
         // exclusively. Acquire pairs with the Release `fetch_sub` in
@@ -594,7 +595,7 @@ pub type RawQueuedLock<R = Spin> = RawSpinlock<QueuedLock<R>>;
 // `lock` returns, so a held lock may be unlocked on another CPU, or never
 // (it stays held, which is safe).
 unsafe impl<R: RelaxStrategy> ArchSpinlock for QueuedLock<R> {
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     #[allow(clippy::declare_interior_mutable_const)]
     const UNLOCKED: Self = Self::with_relax();
 

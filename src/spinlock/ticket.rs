@@ -12,7 +12,7 @@ use crate::sync::{AtomicU32, Ordering, const_fn, relax};
 
 /// Width of each ticket: 16 bits, or 2 under loom, so that a model can wrap
 /// the tickets in four acquisitions (`ticket_try_lock_across_a_wrap`).
-const TICKET_BITS: u32 = if cfg!(loom) { 2 } else { u16::BITS };
+const TICKET_BITS: u32 = if cfg!(ksync_loom) { 2 } else { u16::BITS };
 /// One ticket's mask, at bit 0.
 const TICKET_MASK: u32 = (1 << TICKET_BITS) - 1;
 /// Adding this hands out the next ticket (`next + 1`). `next` is the top
@@ -24,7 +24,7 @@ const NEXT_ONE: u32 = 1 << TICKET_BITS;
 /// How many distinct tickets there are: this many acquisitions bring the
 /// word's fields back to the values they started from. Models of the
 /// wrap (loom only) need it.
-#[cfg(loom)]
+#[cfg(ksync_loom)]
 #[doc(hidden)]
 pub const TICKETS: u32 = 1 << TICKET_BITS;
 
@@ -98,6 +98,7 @@ impl<R> TicketLock<R> {
     /// holds it or waits for it.
     #[doc(alias = "arch_spin_trylock")]
     #[inline]
+    #[must_use = "the lock is held when this returns `true` and must be unlocked"]
     pub fn try_lock(&self) -> bool {
         // Read first, so that a held lock costs no exclusive access to its
         // line (the exchange below would fail anyway). Relaxed: only the
@@ -273,7 +274,7 @@ impl<R: RelaxStrategy> RawTicketLock<R> {
 // taking, Release on unlock, as documented on the methods. Forgetting to
 // unlock leaves the lock held.
 unsafe impl<R: RelaxStrategy> ArchSpinlock for TicketLock<R> {
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     #[allow(clippy::declare_interior_mutable_const)]
     const UNLOCKED: Self = Self::with_relax();
 

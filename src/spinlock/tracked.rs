@@ -27,7 +27,7 @@ use crate::sync::const_fn;
 pub unsafe trait ArchSpinlock {
     /// An unlocked lock, for `lock_api`'s `INIT` (not under loom, whose
     /// atomics cannot be constants).
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     const UNLOCKED: Self;
 
     /// Takes the lock, spinning until it is free.
@@ -147,6 +147,7 @@ impl<A: ArchSpinlock> RawSpinlock<A> {
     #[doc(alias = "spin_trylock")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
+    #[must_use = "the lock is held when this returns `true` and must be unlocked"]
     pub fn try_lock(&self) -> bool {
         let locked = self.arch.try_lock();
         if locked {
@@ -249,7 +250,7 @@ macro_rules! tracked_constructors {
 }
 pub(crate) use tracked_constructors;
 
-#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
+#[cfg(not(ksync_loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 // SAFETY: exclusion and Acquire/Release are `A`'s (the `ArchSpinlock`
 // contract); forgetting a guard leaves the lock held, which is safe; a
 // lock cannot unwind.
@@ -288,7 +289,7 @@ unsafe impl<A: ArchSpinlock> lock_api::RawMutex for RawSpinlock<A> {
     }
 }
 
-#[cfg(not(loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
+#[cfg(not(ksync_loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 // SAFETY: `A`'s plain unlock is its fair one (the `FairArchSpinlock`
 // contract).
 unsafe impl<A: FairArchSpinlock> lock_api::RawMutexFair for RawSpinlock<A> {

@@ -40,6 +40,7 @@ impl<R> TtasLock<R> {
 
     /// Tries to take the lock once.
     #[inline]
+    #[must_use = "the lock is held when this returns `true` and must be unlocked"]
     pub fn try_lock(&self) -> bool {
         // Acquire pairs with the Release store in `unlock`.
         !self.locked.load(Ordering::Relaxed)
@@ -137,7 +138,7 @@ pub type RawTtasLock<R = Spin> = RawSpinlock<TtasLock<R>>;
 // at a time and only the holder stores `false`. Acquire on taking, Release
 // on unlock, as documented on the methods.
 unsafe impl<R: RelaxStrategy> ArchSpinlock for TtasLock<R> {
-    #[cfg(not(loom))]
+    #[cfg(not(ksync_loom))]
     #[allow(clippy::declare_interior_mutable_const)]
     const UNLOCKED: Self = Self::with_relax();
 

@@ -221,11 +221,11 @@ pub fn test(options: &Options) -> ExitCode {
     // The loom build of the library (its constructors and atomics differ).
     let mut loom_clippy = cargo(&["clippy", "--lib", "--", "-D", "warnings"]);
     loom_clippy
-        .env("RUSTFLAGS", "--cfg loom")
+        .env("RUSTFLAGS", "--cfg ksync_loom")
         .env("KSYNC_MAX_CPUS", "4")
         .env("CARGO_TARGET_DIR", root().join("target/loom"));
-    let (ok, _) = run_logged("clippy --lib --cfg loom", &mut loom_clippy);
-    t.check("clippy --lib --cfg loom", ok);
+    let (ok, _) = run_logged("clippy --lib --cfg ksync_loom", &mut loom_clippy);
+    t.check("clippy --lib --cfg ksync_loom", ok);
     let mut doc = cargo(&["doc", "--no-deps", "--lib"]);
     doc.env("RUSTDOCFLAGS", "-D warnings");
     let (ok, _) = run_logged("cargo doc -D warnings", &mut doc);
@@ -319,7 +319,7 @@ pub fn test(options: &Options) -> ExitCode {
         "--test",
         "srcu",
     ]);
-    loom.env("RUSTFLAGS", "--cfg loom")
+    loom.env("RUSTFLAGS", "--cfg ksync_loom")
         .env("LOOM_MAX_PREEMPTIONS", "2")
         .env("KSYNC_MAX_CPUS", "4")
         .env("CARGO_TARGET_DIR", root().join("target/loom"));
