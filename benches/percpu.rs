@@ -35,7 +35,7 @@ use std::time::{Duration, Instant};
 
 use ksync::percpu::PerCpu;
 use ksync::percpu_counter::PerCpuCounter;
-use ksync::percpu_rwlock::{GatedPercpuRwLock, PercpuRwLock};
+use ksync::percpu_rwlock::{GatedPerCpuRwLock, PerCpuRwLock};
 use ksync::rcu;
 
 #[derive(Clone, Copy, PartialEq)]
@@ -49,8 +49,8 @@ enum Lock {
 }
 
 const LOCKS: [(Lock, &str); 6] = [
-    (Lock::Fenced, "PercpuRwLock (fenced)"),
-    (Lock::Gated, "GatedPercpuRwLock"),
+    (Lock::Fenced, "PerCpuRwLock (fenced)"),
+    (Lock::Gated, "GatedPerCpuRwLock"),
     (Lock::Spin, "spin::RwLock"),
     (Lock::ParkingLot, "parking_lot::RwLock"),
     (Lock::Std, "std::sync::RwLock"),
@@ -65,8 +65,8 @@ const WRITERS: [(Option<Duration>, &str); 3] = [
 ];
 
 struct Locks {
-    fenced: PercpuRwLock<u64>,
-    gated: GatedPercpuRwLock<u64>,
+    fenced: PerCpuRwLock<u64>,
+    gated: GatedPerCpuRwLock<u64>,
     spin: spin::RwLock<u64>,
     parking_lot: parking_lot::RwLock<u64>,
     std: std::sync::RwLock<u64>,
@@ -222,8 +222,8 @@ fn main() {
     let (ms, reps) = common::settings();
     let dur = Duration::from_millis(ms);
     let locks = Locks {
-        fenced: PercpuRwLock::new(0),
-        gated: GatedPercpuRwLock::new(0),
+        fenced: PerCpuRwLock::new(0),
+        gated: GatedPerCpuRwLock::new(0),
         spin: spin::RwLock::new(0),
         parking_lot: parking_lot::RwLock::new(0),
         std: std::sync::RwLock::new(0),

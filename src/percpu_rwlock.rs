@@ -72,9 +72,9 @@
 //! `try_` form once it succeeded.
 //!
 //! ```
-//! use ksync::percpu_rwlock::PercpuRwLock;
+//! use ksync::percpu_rwlock::PerCpuRwLock;
 //!
-//! static ROUTES: PercpuRwLock<[u32; 4]> = PercpuRwLock::new([0; 4]);
+//! static ROUTES: PerCpuRwLock<[u32; 4]> = PerCpuRwLock::new([0; 4]);
 //!
 //! let hop = ROUTES.read()[2]; // this CPU's count, one fence
 //! ROUTES.write()[2] = hop + 1; // excludes readers and other writers
@@ -157,13 +157,13 @@ impl Flavour for Fenced {
 /// reader's gate check and count update run inside an RCU read section
 /// (which also makes a CPU that RCU is not watching watched for it).
 ///
-/// [`try_write`](RawPercpuRwLock::try_write) never waits for the grace
+/// [`try_write`](RawPerCpuRwLock::try_write) never waits for the grace
 /// period that closing an open gate takes (Linux's `percpu_rw_semaphore`
 /// offers no write trylock at all; `lock_api` needs one): it fails while
 /// the gate is open, and succeeds without waiting while it is closed or
 /// still closed from a writer that left less than a grace period ago, when
 /// neither a writer nor a reader is inside. A caller that wants the lock
-/// soon after a failure calls [`write`](RawPercpuRwLock::write), which
+/// soon after a failure calls [`write`](RawPerCpuRwLock::write), which
 /// waits.
 #[derive(Debug)]
 pub struct Gated {
@@ -202,17 +202,28 @@ impl Flavour for Gated {
     }
 }
 
-/// A [`lock_api::RwLock`] over a [`RawPercpuRwLock`] of the [`Fenced`]
+/// A [`lock_api::RwLock`] over a [`RawPerCpuRwLock`] of the [`Fenced`]
 /// flavour.
-pub type PercpuRwLock<T> = lock_api::RwLock<RawPercpuRwLock<Fenced>, T>;
+pub type PerCpuRwLock<T> = lock_api::RwLock<RawPerCpuRwLock<Fenced>, T>;
 
-/// A [`lock_api::RwLock`] over a [`RawPercpuRwLock`] of the [`Gated`]
+/// A [`lock_api::RwLock`] over a [`RawPerCpuRwLock`] of the [`Gated`]
 /// flavour.
-pub type GatedPercpuRwLock<T> = lock_api::RwLock<RawPercpuRwLock<Gated>, T>;
+pub type GatedPerCpuRwLock<T> = lock_api::RwLock<RawPerCpuRwLock<Gated>, T>;
+
+/// The old spelling of [`PerCpuRwLock`] (one spelling now, as `PerCpu` and
+/// `PerCpuCounter`).
+#[deprecated(since = "0.1.0", note = "renamed `PerCpuRwLock`")]
+pub type PercpuRwLock<T> = PerCpuRwLock<T>;
+/// The old spelling of [`GatedPerCpuRwLock`].
+#[deprecated(since = "0.1.0", note = "renamed `GatedPerCpuRwLock`")]
+pub type GatedPercpuRwLock<T> = GatedPerCpuRwLock<T>;
+/// The old spelling of [`RawPerCpuRwLock`].
+#[deprecated(since = "0.1.0", note = "renamed `RawPerCpuRwLock`")]
+pub type RawPercpuRwLock<F = Fenced, R = Spin> = RawPerCpuRwLock<F, R>;
 
 /// The raw scalable reader-writer lock (see the [module docs](self)).
 #[doc(alias = "percpu_rw_semaphore")]
-pub struct RawPercpuRwLock<F = Fenced, R = Spin> {
+pub struct RawPerCpuRwLock<F = Fenced, R = Spin> {
     /// Readers per CPU (incremented on lock, decremented on unlock, maybe
     /// on another CPU: only the sum is meaningful).
     readers: PerCpu<AtomicI32>,
@@ -224,7 +235,7 @@ pub struct RawPercpuRwLock<F = Fenced, R = Spin> {
     dep_map: Map,
 }
 
-impl RawPercpuRwLock<Fenced> {
+impl RawPerCpuRwLock<Fenced> {
     const_fn! {
         /// A new, unlocked lock of the [`Fenced`] flavour. `const`, for
         /// `static`s.
@@ -235,7 +246,7 @@ impl RawPercpuRwLock<Fenced> {
     }
 }
 
-impl RawPercpuRwLock<Gated> {
+impl RawPerCpuRwLock<Gated> {
     const_fn! {
         /// A new, unlocked lock of the [`Gated`] flavour. `const`, for
         /// `static`s.
@@ -246,10 +257,10 @@ impl RawPercpuRwLock<Gated> {
     }
 }
 
-impl<F: Flavour, R> RawPercpuRwLock<F, R> {
+impl<F: Flavour, R> RawPerCpuRwLock<F, R> {
     const_fn! {
         /// A new, unlocked lock of any flavour and relax strategy (name
-        /// them: `RawPercpuRwLock::<Gated, Loop>::with_flavour()`).
+        /// them: `RawPerCpuRwLock::<Gated, Loop>::with_flavour()`).
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn with_flavour() -> Self {
             Self::with_map(Map::new())
@@ -269,14 +280,14 @@ impl<F: Flavour, R> RawPercpuRwLock<F, R> {
     }
 }
 
-impl<F: Flavour, R> Default for RawPercpuRwLock<F, R> {
+impl<F: Flavour, R> Default for RawPerCpuRwLock<F, R> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     fn default() -> Self {
         Self::with_flavour()
     }
 }
 
-impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
+impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     /// Tries to take a read lock without waiting. Fails while a writer holds
     /// or waits for the lock.
     #[doc(alias = "percpu_down_read_trylock")]
@@ -449,9 +460,9 @@ impl<F: Flavour, R: RelaxStrategy> RawPercpuRwLock<F, R> {
     }
 }
 
-impl<F, R> fmt::Debug for RawPercpuRwLock<F, R> {
+impl<F, R> fmt::Debug for RawPerCpuRwLock<F, R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("RawPercpuRwLock")
+        f.debug_struct("RawPerCpuRwLock")
             .field("block", &self.block.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
@@ -464,7 +475,7 @@ impl<F, R> fmt::Debug for RawPercpuRwLock<F, R> {
 // module docs. Forgetting a guard leaves the lock held, which is safe.
 // Not under loom: `INIT` is a constant, which loom's atomics cannot be.
 #[cfg(not(ksync_loom))]
-unsafe impl<F: Flavour, R: RelaxStrategy> lock_api::RawRwLock for RawPercpuRwLock<F, R> {
+unsafe impl<F: Flavour, R: RelaxStrategy> lock_api::RawRwLock for RawPerCpuRwLock<F, R> {
     // No call site for a class: with lockdep, each lock built from `INIT`
     // (`RwLock::new`) is its own class.
     #[allow(clippy::declare_interior_mutable_const)]
@@ -511,7 +522,7 @@ unsafe impl<F: Flavour, R: RelaxStrategy> lock_api::RawRwLock for RawPercpuRwLoc
 
     #[inline]
     fn is_locked(&self) -> bool {
-        RawPercpuRwLock::is_locked(self)
+        RawPerCpuRwLock::is_locked(self)
     }
 
     #[inline]

@@ -15,7 +15,7 @@ use ksync::host::{enter_interrupt, exit_interrupt};
 use ksync::lock_api::RawMutex;
 use ksync::lock_class;
 use ksync::lockdep;
-use ksync::percpu_rwlock::{PercpuRwLock, RawPercpuRwLock};
+use ksync::percpu_rwlock::{PerCpuRwLock, RawPerCpuRwLock};
 use ksync::rcu::{self, srcu::Srcu};
 use ksync::spinlock::{
     IrqTicketMutex, RawQueuedLock, RawTicketLock, RawTtasLock, TicketMutex, TtasMutex,
@@ -226,7 +226,7 @@ fn interrupt_inversion_and_its_fix() {
 #[test]
 fn percpu_rwlock_readers_and_writers_take_part() {
     let _s = start();
-    static RW: PercpuRwLock<u32> = PercpuRwLock::from_raw(RawPercpuRwLock::new(), 0);
+    static RW: PerCpuRwLock<u32> = PerCpuRwLock::from_raw(RawPerCpuRwLock::new(), 0);
     static INNER: TicketMutex<u32> =
         TicketMutex::from_raw(RawTicketLock::with_class(lock_class!("under-rw")), 0);
     on_cpu(|| {

@@ -37,7 +37,7 @@ fn locks_are_unchanged_without_lockdep() {
 #[test]
 fn spinlocks_are_unchanged_without_lockdep() {
     use ksync::percpu::PerCpu;
-    use ksync::percpu_rwlock::RawPercpuRwLock;
+    use ksync::percpu_rwlock::RawPerCpuRwLock;
     use ksync::spinlock::{
         IrqTicketMutex, RawIrqSave, RawQueuedLock, RawTicketLock, RawTtasLock, TicketMutex,
     };
@@ -61,7 +61,7 @@ fn spinlocks_are_unchanged_without_lockdep() {
     // The per-CPU counts and the writer flag (padded to the counts'
     // alignment).
     assert_eq!(
-        size_of::<RawPercpuRwLock>(),
+        size_of::<RawPerCpuRwLock>(),
         size_of::<PerCpu<core::sync::atomic::AtomicI32>>() + align_of::<PerCpu<u32>>()
     );
     // The lock guards' markers are zero-sized.

@@ -13,9 +13,9 @@ use loom::sync::atomic::{AtomicBool, Ordering::SeqCst};
 use loom::thread;
 
 use ksync::percpu_counter::PerCpuCounter;
-use ksync::percpu_rwlock::{Fenced, RawPercpuRwLock};
+use ksync::percpu_rwlock::{Fenced, RawPerCpuRwLock};
 
-type Lock = RawPercpuRwLock<Fenced>;
+type Lock = RawPerCpuRwLock<Fenced>;
 
 /// Two CPUs add across the batch (folds under the lock); one of them also
 /// sums while the other may be folding: the final sum is exact and the

@@ -8,7 +8,7 @@ use std::time::{Duration, Instant};
 mod common;
 
 use ksync::brlock::BrLock;
-use ksync::percpu_rwlock::{PercpuRwLock, RawPercpuRwLock};
+use ksync::percpu_rwlock::{PerCpuRwLock, RawPerCpuRwLock};
 
 const THREADS: usize = 4;
 
@@ -16,7 +16,7 @@ const THREADS: usize = 4;
 /// never be seen together, and the protected pair must stay consistent.
 #[test]
 fn rwlock_excludes() {
-    let lock = PercpuRwLock::new((0u64, 0u64));
+    let lock = PerCpuRwLock::new((0u64, 0u64));
     let iters = if cfg!(debug_assertions) {
         20_000
     } else {
@@ -29,7 +29,7 @@ fn rwlock_excludes() {
 /// readers arriving while it waits or holds wait for it.
 #[test]
 fn writer_waits_for_readers_and_blocks_new_ones() {
-    let lock = PercpuRwLock::new(0u32);
+    let lock = PerCpuRwLock::new(0u32);
     let reader = lock.read();
     thread::scope(|s| {
         let w = s.spawn(|| {
@@ -52,7 +52,7 @@ fn writer_waits_for_readers_and_blocks_new_ones() {
 trait Hint {
     fn raw_is_write_locked_hint(&self) -> bool;
 }
-impl<T> Hint for PercpuRwLock<T> {
+impl<T> Hint for PerCpuRwLock<T> {
     fn raw_is_write_locked_hint(&self) -> bool {
         // SAFETY: only reads a snapshot.
         unsafe { self.raw() }.is_write_locked()
@@ -61,7 +61,7 @@ impl<T> Hint for PercpuRwLock<T> {
 
 #[test]
 fn try_variants() {
-    let lock = PercpuRwLock::new(1);
+    let lock = PerCpuRwLock::new(1);
     {
         let r = lock.try_read().expect("free");
         assert!(lock.try_write().is_none(), "try_write with a reader inside");
@@ -74,7 +74,7 @@ fn try_variants() {
         drop(w);
     }
     assert!(lock.try_read().is_some());
-    let raw = RawPercpuRwLock::new();
+    let raw = RawPerCpuRwLock::new();
     assert!(!raw.is_locked());
     raw.read();
     assert!(raw.is_locked());

@@ -9,7 +9,7 @@ use std::thread;
 
 mod common;
 
-use ksync::percpu_rwlock::GatedPercpuRwLock;
+use ksync::percpu_rwlock::GatedPerCpuRwLock;
 use ksync::rcu::{self, RcuHead, RcuPtr};
 
 const READERS: usize = 2;
@@ -342,7 +342,7 @@ fn quiescent_state_in_read_section_panics() {
 
 #[test]
 fn gated_rwlock_excludes() {
-    let lock = GatedPercpuRwLock::new((0u64, 0u64));
+    let lock = GatedPerCpuRwLock::new((0u64, 0u64));
     let iters = if cfg!(debug_assertions) {
         5_000
     } else {
@@ -420,7 +420,7 @@ fn readers_on_unwatched_cpus_watch_themselves() {
         rcu::cpu_offline();
         reads();
         // The gated rw lock's readers (and `RcuSync::is_idle`) too.
-        let lock = GatedPercpuRwLock::new(0u32);
+        let lock = GatedPerCpuRwLock::new(0u32);
         assert_eq!(*lock.read(), 0);
         assert_eq!(lock.try_read().map(|r| *r), Some(0));
         assert!(rcu::RcuSync::new().is_idle());

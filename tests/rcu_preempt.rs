@@ -21,7 +21,7 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 use ksync::host::{migrate_to, preempt_at_next_point, preempt_count, preemption_point};
-use ksync::percpu_rwlock::GatedPercpuRwLock;
+use ksync::percpu_rwlock::GatedPerCpuRwLock;
 use ksync::rcu::{self, Link, RcuList, RcuPtr};
 
 const LIVE: u64 = 0x1111_1111;
@@ -250,7 +250,7 @@ fn quiescent_states_inside_a_read_section_panic() {
         let cookie = rcu::get_state();
         rcu::synchronize(); // completes `cookie`
         let gate = rcu::RcuSync::new();
-        let lock = GatedPercpuRwLock::new(0u32);
+        let lock = GatedPerCpuRwLock::new(0u32);
         let calls: [(&str, &dyn Fn()); 8] = [
             ("rcu::quiescent_state()", &rcu::quiescent_state),
             ("rcu::synchronize()", &rcu::synchronize),
@@ -295,7 +295,7 @@ fn a_writer_inside_a_read_section_does_not_free_under_it() {
     unsafe { ptr.publish(obj as *const AtomicU64 as *mut AtomicU64) };
     let seen = thread::spawn(move || {
         rcu::cpu_online();
-        let lock = GatedPercpuRwLock::new(());
+        let lock = GatedPerCpuRwLock::new(());
         let guard = rcu::read_lock();
         let got = ptr.read(&guard).unwrap();
         // SAFETY: null.
@@ -392,7 +392,7 @@ fn readers_on_unwatched_cpus_are_protected() {
 #[test]
 fn gated_try_write_does_not_wait() {
     let _serial = serial();
-    let lock: &'static GatedPercpuRwLock<u32> = Box::leak(Box::new(GatedPercpuRwLock::new(0)));
+    let lock: &'static GatedPerCpuRwLock<u32> = Box::leak(Box::new(GatedPerCpuRwLock::new(0)));
     let (online_tx, online_rx) = step();
     let (stop_tx, stop_rx) = step();
     let staller = thread::spawn(move || {
@@ -444,7 +444,7 @@ fn gated_try_write_inside_a_read_section_reports_nothing() {
     let _serial = serial();
     thread::spawn(|| {
         rcu::cpu_online();
-        let lock = GatedPercpuRwLock::new(0u32);
+        let lock = GatedPerCpuRwLock::new(0u32);
         let guard = rcu::read_lock();
         let cookie = rcu::start_poll();
         assert!(lock.try_write().is_none(), "the gate is open");

@@ -178,8 +178,8 @@ fn ratio_at(m: &Measured, a: usize, b: usize, threads: usize) -> f64 {
 // ---- the writer's cost ------------------------------------------------------
 
 const WRITERS: [(MmapVariant, &str); 4] = [
-    (MmapVariant::Percpu, "PercpuRwLock"),
-    (MmapVariant::Gated, "GatedPercpuRwLock"),
+    (MmapVariant::Percpu, "PerCpuRwLock"),
+    (MmapVariant::Gated, "GatedPerCpuRwLock"),
     (MmapVariant::SpinRwLock, "spin::RwLock"),
     (MmapVariant::Rwsem, "ticket-lock rwsem"),
 ];
@@ -457,7 +457,7 @@ fn main() {
             2.0,
         ),
         (
-            "mmap_sem PercpuRwLock / spin::RwLock at 2 threads",
+            "mmap_sem PerCpuRwLock / spin::RwLock at 2 threads",
             ratio_at(&results[4].0, 0, 2, 2),
             1.5,
         ),

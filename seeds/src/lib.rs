@@ -7,7 +7,7 @@
 //! | [`fget_light`] | skip the count when the table is not shared (2003/2009) | plain loads for a lone owner | count every lookup |
 //! | [`stat`] | lockref (2013) | lockless get/put on the final dentry | the dentry's lock taken for every get and put |
 //! | [`walk`] | store-free path walking (2009) | `SeqLock` (root, pwd), `BrLock` mounts, no refs per component | a shared `fs` spinlock, a global mount lock, a ref per component |
-//! | [`mmap`] | scalable `mmap_sem` (2007) | `PercpuRwLock`, `GatedPercpuRwLock` | `spin::RwLock`; a ticket-lock-protected rwsem |
+//! | [`mmap`] | scalable `mmap_sem` (2007) | `PerCpuRwLock`, `GatedPerCpuRwLock` | `spin::RwLock`; a ticket-lock-protected rwsem |
 //!
 //! # The shape every workload has
 //!

@@ -8,8 +8,8 @@
 //! a VMA under the lock for write (the VMA is `CHANGING` inside the write
 //! section, which no reader may ever see).
 //!
-//! * After: [`PercpuRwLock`] (a fence per read lock) and
-//!   [`GatedPercpuRwLock`] (no fence while no writer is around).
+//! * After: [`PerCpuRwLock`] (a fence per read lock) and
+//!   [`GatedPerCpuRwLock`] (no fence while no writer is around).
 //! * Before: [`spin::RwLock`] (one shared reader count), and [`Rwsem`], a
 //!   counter under a ticket lock (Linux's `rwsem-spinlock.c`).
 //! * Control: faults that take no lock at all.
@@ -22,7 +22,7 @@ use core::sync::atomic::Ordering::Relaxed;
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
 use ksync::percpu::CachePadded;
-use ksync::percpu_rwlock::{GatedPercpuRwLock, PercpuRwLock};
+use ksync::percpu_rwlock::{GatedPerCpuRwLock, PerCpuRwLock};
 use ksync::rcu;
 use ksync::spinlock::TicketMutex;
 
@@ -133,9 +133,9 @@ impl Rwsem {
 /// Which lock guards the address space.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum MmapVariant {
-    /// [`PercpuRwLock`] (after).
+    /// [`PerCpuRwLock`] (after).
     Percpu,
-    /// [`GatedPercpuRwLock`] (after).
+    /// [`GatedPerCpuRwLock`] (after).
     Gated,
     /// [`spin::RwLock`] (before).
     SpinRwLock,
@@ -148,8 +148,8 @@ pub enum MmapVariant {
 /// The `mmap_sem` workload.
 #[derive(Debug)]
 pub struct MmapSem {
-    percpu: PercpuRwLock<()>,
-    gated: GatedPercpuRwLock<()>,
+    percpu: PerCpuRwLock<()>,
+    gated: GatedPerCpuRwLock<()>,
     spin: spin::RwLock<()>,
     rwsem: Rwsem,
     vmas: [Vma; VMAS],
@@ -168,8 +168,8 @@ impl MmapSem {
     /// A workload in its initial state; [`setup`](Workload::setup) before use.
     pub const fn new() -> Self {
         MmapSem {
-            percpu: PercpuRwLock::new(()),
-            gated: GatedPercpuRwLock::new(()),
+            percpu: PerCpuRwLock::new(()),
+            gated: GatedPerCpuRwLock::new(()),
             spin: spin::RwLock::new(()),
             rwsem: Rwsem::new(),
             vmas: [const {
@@ -281,8 +281,8 @@ impl Workload for MmapSem {
     const NAME: &'static str = "mmap_sem";
     type Variant = MmapVariant;
     const VARIANTS: &'static [(MmapVariant, &'static str)] = &[
-        (MmapVariant::Percpu, "PercpuRwLock"),
-        (MmapVariant::Gated, "GatedPercpuRwLock"),
+        (MmapVariant::Percpu, "PerCpuRwLock"),
+        (MmapVariant::Gated, "GatedPerCpuRwLock"),
         (MmapVariant::SpinRwLock, "spin::RwLock"),
         (MmapVariant::Rwsem, "ticket-lock rwsem"),
         (

@@ -50,9 +50,10 @@ mod backend; // OS threads: a process-wide id table
 #[path = "model.rs"]
 mod backend; // loom model threads: coroutines on one OS thread
 
-pub use backend::{enter_interrupt, exit_interrupt, irqs_disabled};
+mod interrupts;
 #[cfg(not(ksync_loom))]
 pub use backend::{migrate_to, preempt_at_next_point, preempt_count, preemption_point};
+pub use interrupts::{enter_interrupt, exit_interrupt, irqs_disabled};
 
 /// Whether the host kernel's preemption hooks are the empty defaults
 /// (built with `KSYNC_HOST_NOOP_PREEMPT`).
@@ -116,12 +117,12 @@ unsafe impl Kernel for HostKernel {
 
     #[inline]
     fn irq_save() -> usize {
-        backend::irq_save()
+        interrupts::irq_save()
     }
 
     #[inline]
     unsafe fn irq_restore(flags: usize) {
-        backend::irq_restore(flags)
+        interrupts::irq_restore(flags)
     }
 
     fn rcu_stall(report: &StallReport) {
@@ -130,12 +131,12 @@ unsafe impl Kernel for HostKernel {
 
     #[inline]
     fn in_interrupt() -> bool {
-        backend::in_interrupt()
+        interrupts::in_interrupt()
     }
 
     #[inline]
     fn irqs_disabled() -> bool {
-        backend::irqs_disabled()
+        interrupts::irqs_disabled()
     }
 
     fn lockdep_report(report: &LockdepReport) {

@@ -15,8 +15,8 @@ loom::lazy_static! {
 
 loom::thread_local! {
     static THIS_CPU: Cell<Option<usize>> = Cell::new(None);
-    static IRQS_OFF: Cell<bool> = Cell::new(false);
-    static IN_IRQ: Cell<(u32, bool)> = Cell::new((0, false));
+    pub(super) static IRQS_OFF: Cell<bool> = Cell::new(false);
+    pub(super) static IN_IRQ: Cell<(u32, bool)> = Cell::new((0, false));
 }
 
 fn claim() -> usize {
@@ -43,49 +43,3 @@ pub(super) fn cpu_id() -> usize {
 pub(super) fn preempt_disable() {}
 
 pub(super) fn preempt_enable() {}
-
-pub(super) fn irq_save() -> usize {
-    usize::from(IRQS_OFF.with(|off| off.replace(true)))
-}
-
-pub(super) fn irq_restore(flags: usize) {
-    IRQS_OFF.with(|off| off.set(flags != 0));
-}
-
-/// Whether this model thread has "interrupts" disabled.
-pub fn irqs_disabled() -> bool {
-    IRQS_OFF.with(Cell::get)
-}
-
-/// This model thread plays an interrupt handler until [`exit_interrupt`]
-/// (as on OS threads).
-pub fn enter_interrupt() {
-    IN_IRQ.with(|irq| {
-        let (depth, saved) = irq.get();
-        let saved = if depth == 0 {
-            IRQS_OFF.with(|off| off.replace(true))
-        } else {
-            saved
-        };
-        irq.set((depth + 1, saved));
-    });
-}
-
-/// Ends the innermost [`enter_interrupt`].
-pub fn exit_interrupt() {
-    IN_IRQ.with(|irq| {
-        let (depth, saved) = irq.get();
-        assert!(
-            depth > 0,
-            "ksync test hooks: exit_interrupt without enter_interrupt"
-        );
-        if depth == 1 {
-            IRQS_OFF.with(|off| off.set(saved));
-        }
-        irq.set((depth - 1, saved));
-    });
-}
-
-pub(super) fn in_interrupt() -> bool {
-    IN_IRQ.with(|irq| irq.get().0 != 0)
-}

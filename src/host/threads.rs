@@ -36,10 +36,10 @@ impl Drop for ThreadCpu {
 std::thread_local! {
     /// This thread's "interrupts off" flag: what a CPU has. Masking
     /// interrupts on one thread never excludes another.
-    static IRQS_OFF: Cell<bool> = const { Cell::new(false) };
+    pub(super) static IRQS_OFF: Cell<bool> = const { Cell::new(false) };
     /// Nesting of `enter_interrupt`, and the "interrupts off" flag it
     /// found on the way in.
-    static IN_IRQ: Cell<(u32, bool)> = const { Cell::new((0, false)) };
+    pub(super) static IN_IRQ: Cell<(u32, bool)> = const { Cell::new((0, false)) };
     static CPU_ID: Cell<usize> = const { Cell::new(usize::MAX) };
     static THIS_CPU: ThreadCpu = const { ThreadCpu(Cell::new(None)) };
     /// This thread's preemption count, plus [`ARMED`] while a preemption
@@ -211,64 +211,4 @@ pub fn migrate_to(cpu: usize) {
     if PREEMPT.with(Cell::get) & ARMED == 0 {
         CPU_ID.with(|c| c.set(cpu));
     }
-}
-
-#[inline]
-pub(super) fn irq_save() -> usize {
-    usize::from(IRQS_OFF.with(|off| off.replace(true)))
-}
-
-#[inline]
-pub(super) fn irq_restore(flags: usize) {
-    debug_assert!(
-        IRQS_OFF.with(Cell::get),
-        "ksync test hooks: interrupts restored while not disabled"
-    );
-    IRQS_OFF.with(|off| off.set(flags != 0));
-}
-
-/// Whether this thread has "interrupts" disabled (inside an IRQ-saving
-/// lock or an [`IrqState`](crate::spinlock::IrqState)): Linux's
-/// `irqs_disabled()` for the host hooks.
-pub fn irqs_disabled() -> bool {
-    IRQS_OFF.with(Cell::get)
-}
-
-/// From now on this thread plays an interrupt handler: the kernel's
-/// [`in_interrupt`](crate::kernel::Kernel::in_interrupt) is true and
-/// "interrupts" are off, until the matching [`exit_interrupt`]. Nests.
-pub fn enter_interrupt() {
-    IN_IRQ.with(|irq| {
-        let (depth, saved) = irq.get();
-        let saved = if depth == 0 {
-            IRQS_OFF.with(|off| off.replace(true))
-        } else {
-            saved
-        };
-        irq.set((depth + 1, saved));
-    });
-}
-
-/// Ends the innermost [`enter_interrupt`]: at the outermost, "interrupts"
-/// are as they were before it.
-///
-/// # Panics
-/// Without a matching `enter_interrupt`.
-pub fn exit_interrupt() {
-    IN_IRQ.with(|irq| {
-        let (depth, saved) = irq.get();
-        assert!(
-            depth > 0,
-            "ksync test hooks: exit_interrupt without enter_interrupt"
-        );
-        if depth == 1 {
-            IRQS_OFF.with(|off| off.set(saved));
-        }
-        irq.set((depth - 1, saved));
-    });
-}
-
-#[inline]
-pub(super) fn in_interrupt() -> bool {
-    IN_IRQ.with(|irq| irq.get().0 != 0)
 }

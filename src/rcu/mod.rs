@@ -51,7 +51,7 @@
 //!   the reader;
 //! * a wait for a grace period or for callbacks ([`synchronize`],
 //!   [`cond_synchronize`], [`barrier`], [`RcuSync::enter`], the
-//!   [`GatedPercpuRwLock`](crate::percpu_rwlock::GatedPercpuRwLock)'s
+//!   [`GatedPerCpuRwLock`](crate::percpu_rwlock::GatedPerCpuRwLock)'s
 //!   `write`) inside a read section: it reports this CPU's quiescent states
 //!   while it waits.
 //!
@@ -118,10 +118,10 @@ mod callback;
 mod debug;
 pub mod list;
 mod ptr;
+mod rcu_sync;
 mod read;
 pub mod srcu;
 mod stall;
-mod sync;
 
 #[cfg(feature = "alloc")]
 #[cfg_attr(docsrs, doc(cfg(feature = "alloc")))]
@@ -132,11 +132,11 @@ pub use self::callback::{
 };
 pub use self::list::{HeldLock, Hlist, Link, Linked, RcuHashTable, RcuList};
 pub use self::ptr::RcuPtr;
+pub use self::rcu_sync::RcuSync;
 pub(crate) use self::read::ReadSection;
 pub use self::read::{ReadGuard, read_lock, read_lock_held};
 pub use self::srcu::{Srcu, SrcuGuard};
 pub use self::stall::{check_stall, set_stall_timeout, stall_count};
-pub use self::sync::RcuSync;
 pub use crate::kernel::{STALL_REPORT_CPUS, StallReport};
 
 use self::debug::{InCallback, check_may_wait, check_not_reading};

@@ -305,7 +305,7 @@ pub fn test(options: &Options) -> ExitCode {
         "--test",
         "loom_preemptible",
         "--test",
-        "loom_qspinlock",
+        "loom_queued",
         "--test",
         "loom_percpu",
         "--test",
@@ -431,7 +431,7 @@ pub fn test(options: &Options) -> ExitCode {
             }
         }
         // The Cortex-M firmware (one core, no 64-bit CAS, defmt read back).
-        for (name, passed, detail) in crate::cortex_m::run_all() {
+        for (name, passed, detail) in crate::mcu::run_all() {
             if !passed {
                 println!("    {detail}");
             }
@@ -511,7 +511,7 @@ pub fn run_named(names: &[String]) -> ExitCode {
     for name in if names.is_empty() { &all } else { names } {
         if name == "cortex-m" {
             // The firmware boots (part of `test` without `--host-only`).
-            for (name, passed, detail) in crate::cortex_m::run_all() {
+            for (name, passed, detail) in crate::mcu::run_all() {
                 if !passed {
                     println!("    {detail}");
                 }
@@ -785,7 +785,7 @@ fn portable_atomic_choices(t: &mut Tally) {
     ] {
         let name = format!("{target}: the mcu/ firmware ({board}) builds with {what}");
         println!("\n==> {name}");
-        let result = crate::cortex_m::build_board(board);
+        let result = crate::mcu::build_board(board);
         if let Err(e) = &result {
             println!("    {e}");
         }

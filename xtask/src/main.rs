@@ -18,8 +18,8 @@
 
 mod api;
 mod checks;
-mod cortex_m;
 mod layers;
+mod mcu;
 mod qemu;
 mod tools;
 
@@ -282,7 +282,7 @@ fn run() -> Result<(), String> {
     qemu::ensure_tools()?;
     qemu::demo()?;
     println!("\nCortex-M (one core, SysTick on the same objects; TCG):");
-    for line in cortex_m::demo_lines() {
+    for line in mcu::demo_lines() {
         println!("  {line}");
     }
     Ok(())

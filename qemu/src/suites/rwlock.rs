@@ -1,6 +1,6 @@
 //! Scalable reader-writer lock torture: readers on every CPU, in thread
 //! context and from the timer interrupt, and a writer now and then, on
-//! ksync's [`PercpuRwLock`] (fenced readers) and [`GatedPercpuRwLock`]
+//! ksync's [`PerCpuRwLock`] (fenced readers) and [`GatedPerCpuRwLock`]
 //! (readers skip the fence while an RCU gate is open). Every CPU writes now
 //! and then.
 //!
@@ -50,7 +50,7 @@ use core::sync::atomic::{AtomicBool, AtomicI32, AtomicU64, AtomicUsize, Ordering
 
 use ksync::lock_api::{self, GuardNoSend, RawRwLock};
 use ksync::percpu::PerCpu;
-use ksync::percpu_rwlock::{GatedPercpuRwLock, PercpuRwLock, RawPercpuRwLock};
+use ksync::percpu_rwlock::{GatedPerCpuRwLock, PerCpuRwLock, RawPerCpuRwLock};
 use ksync::spinlock::IrqState;
 
 use super::probe::Probe;
@@ -222,14 +222,14 @@ pub struct RwTorture<R: RawRwLock + 'static> {
 pub static SUITES: &[&dyn Suite] = &[&FENCED, &GATED, &CONTROL];
 
 /// The fenced flavour.
-pub static FENCED: RwTorture<RawPercpuRwLock> = RwTorture::new(
+pub static FENCED: RwTorture<RawPerCpuRwLock> = RwTorture::new(
     Info::new("rwlock", Kind::Test, 1000),
-    PercpuRwLock::new(Data::new()),
+    PerCpuRwLock::new(Data::new()),
 );
 /// The gated flavour: readers skip the fence while the gate is open.
-pub static GATED: RwTorture<RawPercpuRwLock<ksync::percpu_rwlock::Gated>> = RwTorture::new(
+pub static GATED: RwTorture<RawPerCpuRwLock<ksync::percpu_rwlock::Gated>> = RwTorture::new(
     Info::new("rwlock-gated", Kind::Test, 1000),
-    GatedPercpuRwLock::new(Data::new()),
+    GatedPerCpuRwLock::new(Data::new()),
 );
 /// The control: readers ignore writers.
 pub static CONTROL: RwTorture<NoBlockRwLock> = RwTorture::new(

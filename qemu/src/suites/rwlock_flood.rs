@@ -26,7 +26,7 @@
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use ksync::lock_api::{GuardNoSend, RawRwLock};
-use ksync::percpu_rwlock::{Gated, RawPercpuRwLock};
+use ksync::percpu_rwlock::{Gated, RawPerCpuRwLock};
 use ksync::spinlock::IrqState;
 
 use super::{Rng, busy_work};
@@ -133,7 +133,7 @@ pub struct WriterFlood<R: RawRwLock + 'static> {
 pub static SUITES: &[&dyn Suite] = &[&TEST, &CONTROL];
 
 /// The test: ksync's gated per-CPU rw lock.
-pub static TEST: WriterFlood<RawPercpuRwLock<Gated>> =
+pub static TEST: WriterFlood<RawPerCpuRwLock<Gated>> =
     WriterFlood::new(Info::new("rwlock-flood", Kind::Test, BUDGET_MS), false);
 /// The control: a reader-preference lock that starves its writer.
 pub static CONTROL: WriterFlood<ReadPrefLock> = WriterFlood::new(

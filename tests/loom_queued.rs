@@ -6,7 +6,7 @@
 //! deadlock loom reports).
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg ksync_loom" LOOM_MAX_PREEMPTIONS=2 KSYNC_MAX_CPUS=4 cargo test --release --test loom_qspinlock`
+//! `RUSTFLAGS="--cfg ksync_loom" LOOM_MAX_PREEMPTIONS=2 KSYNC_MAX_CPUS=4 cargo test --release --test loom_queued`
 //! (a 4-CPU build keeps the per-CPU node table, built afresh in every
 //! execution, small). loom's `UnsafeCell` stands for the protected data,
 //! so a missing happens-before between critical sections is reported as a

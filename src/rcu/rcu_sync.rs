@@ -4,7 +4,7 @@
 //!
 //! Readers check [`RcuSync::is_idle`] (one load); while it is idle they may
 //! skip their synchronization with writers entirely, as the gated
-//! [`PercpuRwLock`](crate::percpu_rwlock) readers do. A writer calls
+//! [`PerCpuRwLock`](crate::percpu_rwlock) readers do. A writer calls
 //! [`enter`](RcuSync::enter), which closes the gate and waits one grace
 //! period, so that every reader that saw the gate idle has finished; then
 //! every new reader takes its slow path. [`exit`](RcuSync::exit) reopens
@@ -203,7 +203,7 @@ impl RcuSync {
     /// be told apart from a correct one; it opens the gate early, which is
     /// a logic error of the gate's owner. Readers that trust the gate with
     /// memory safety are the owner's code: the gated
-    /// [`PercpuRwLock`](crate::percpu_rwlock)'s gate is private, and it
+    /// [`PerCpuRwLock`](crate::percpu_rwlock)'s gate is private, and it
     /// pairs its own calls.
     ///
     /// # Panics

@@ -1,0 +1,68 @@
+//! The host kernel's interrupt model, one copy for both backends (OS
+//! threads and loom's model threads): each thread has an "interrupts off"
+//! flag and an interrupt-handler nesting depth, in the backend's thread
+//! locals.
+
+use std::cell::Cell;
+
+use super::backend::{IN_IRQ, IRQS_OFF};
+
+#[inline]
+pub(super) fn irq_save() -> usize {
+    usize::from(IRQS_OFF.with(|off| off.replace(true)))
+}
+
+#[inline]
+pub(super) fn irq_restore(flags: usize) {
+    debug_assert!(
+        IRQS_OFF.with(Cell::get),
+        "ksync test hooks: interrupts restored while not disabled"
+    );
+    IRQS_OFF.with(|off| off.set(flags != 0));
+}
+
+/// Whether this thread has "interrupts" disabled (inside an IRQ-saving
+/// lock or an [`IrqState`](crate::spinlock::IrqState)): Linux's
+/// `irqs_disabled()` for the host hooks.
+pub fn irqs_disabled() -> bool {
+    IRQS_OFF.with(Cell::get)
+}
+
+/// From now on this thread plays an interrupt handler: the kernel's
+/// [`in_interrupt`](crate::kernel::Kernel::in_interrupt) is true and
+/// "interrupts" are off, until the matching [`exit_interrupt`]. Nests.
+pub fn enter_interrupt() {
+    IN_IRQ.with(|irq| {
+        let (depth, saved) = irq.get();
+        let saved = if depth == 0 {
+            IRQS_OFF.with(|off| off.replace(true))
+        } else {
+            saved
+        };
+        irq.set((depth + 1, saved));
+    });
+}
+
+/// Ends the innermost [`enter_interrupt`]: at the outermost, "interrupts"
+/// are as they were before it.
+///
+/// # Panics
+/// Without a matching `enter_interrupt`.
+pub fn exit_interrupt() {
+    IN_IRQ.with(|irq| {
+        let (depth, saved) = irq.get();
+        assert!(
+            depth > 0,
+            "ksync test hooks: exit_interrupt without enter_interrupt"
+        );
+        if depth == 1 {
+            IRQS_OFF.with(|off| off.set(saved));
+        }
+        irq.set((depth - 1, saved));
+    });
+}
+
+#[inline]
+pub(super) fn in_interrupt() -> bool {
+    IN_IRQ.with(|irq| irq.get().0 != 0)
+}
