@@ -8,8 +8,8 @@ use std::time::Instant;
 
 use crate::qemu;
 use crate::tools::{
-    CROSS_PACKAGES, cargo, ensure_apt_files, ensure_rust_targets, ensure_toolchain, root, runs,
-    rustup_toolchain, toolchain_targets,
+    cargo, ensure_apt_files, ensure_rust_targets, ensure_toolchain, root, runs, rustup_toolchain,
+    toolchain_targets,
 };
 
 /// What `cargo xtask test` was asked for.
@@ -111,11 +111,65 @@ fn tally_tests(t: &mut Tally, name: &str, ok: bool, text: &str) {
 }
 
 /// Runs everything; success when nothing failed.
-pub fn test(options: &Options) -> ExitCode {
-    let start = Instant::now();
-    let mut t = Tally::default();
+/// The host checks of `cargo xtask test`, in order: what each runs, and
+/// the function that runs it (each adds to the tally). The QEMU runs and
+/// the Cortex-M firmware follow unless `--host-only`.
+pub const HOST_CHECKS: &[Check] = &[
+    Check {
+        name: "setup",
+        about: "rustup targets and the qemu-user packages",
+        run: check_setup,
+    },
+    Check {
+        name: "layers",
+        about: "the layer rule (xtask/src/layers.rs)",
+        run: check_layers,
+    },
+    Check {
+        name: "lints",
+        about: "cargo fmt, clippy (host, lockdep, bare metal, ksync_generic, loom), rustdoc",
+        run: check_lints,
+    },
+    Check {
+        name: "builds",
+        about: "the library for every target of rust-toolchain.toml, with and without features",
+        run: check_builds,
+    },
+    Check {
+        name: "publish",
+        about: "the published crate: package, MSRV and nightly, public API, loom dependent, portable-atomic",
+        run: check_publish,
+    },
+    Check {
+        name: "host-tests",
+        about: "host tests and doc tests: debug, release, lockdep",
+        run: check_host_tests,
+    },
+    Check {
+        name: "benches",
+        about: "the benches and the seed workloads, --quick (results checked, timings not)",
+        run: check_benches,
+    },
+    Check {
+        name: "loom",
+        about: "the loom models",
+        run: check_loom,
+    },
+    Check {
+        name: "miri",
+        about: "Miri on the seqlock tests",
+        run: check_miri,
+    },
+    Check {
+        name: "qemu-user",
+        about: "the host suite under qemu-user, every run of the architecture table",
+        run: check_qemu_user,
+    },
+];
 
-    let setup = ensure_toolchain().and_then(|()| ensure_apt_files(CROSS_PACKAGES));
+/// Rustup targets and the qemu-user packages.
+fn check_setup(t: &mut Tally) {
+    let setup = ensure_toolchain().and_then(|()| ensure_apt_files(&qemu::user_packages()));
     if let Err(e) = &setup {
         println!("setup: {e}");
     }
@@ -123,7 +177,10 @@ pub fn test(options: &Options) -> ExitCode {
         "setup: rustup targets and qemu-user packages",
         setup.is_ok(),
     );
+}
 
+/// The layer rule (xtask/src/layers.rs).
+fn check_layers(t: &mut Tally) {
     // The layer rule: no module of the library imports one above it.
     println!("==> layer rule (xtask/src/layers.rs)");
     let layers = crate::layers::check(&root());
@@ -152,7 +209,10 @@ pub fn test(options: &Options) -> ExitCode {
         "layer rule: the QEMU boot code names no hotplug code",
         boot.is_ok_and(|v| v.is_empty()),
     );
+}
 
+/// Cargo fmt, clippy (host, lockdep, bare metal, ksync_generic, loom), rustdoc.
+fn check_lints(t: &mut Tally) {
     // Formatting and lints.
     let (ok, _) = run_logged(
         "cargo fmt --check",
@@ -230,7 +290,10 @@ pub fn test(options: &Options) -> ExitCode {
     doc.env("RUSTDOCFLAGS", "-D warnings");
     let (ok, _) = run_logged("cargo doc -D warnings", &mut doc);
     t.check("rustdoc", ok);
+}
 
+/// The library for every target of rust-toolchain.toml, with and without features.
+fn check_builds(t: &mut Tally) {
     // Build matrix: every target in rust-toolchain.toml, with and without
     // the optional features.
     for target in toolchain_targets().unwrap_or_default() {
@@ -258,13 +321,19 @@ pub fn test(options: &Options) -> ExitCode {
         .env("CARGO_TARGET_DIR", root().join("target/lse"));
     let (ok, _) = run_logged("build aarch64-unknown-none +lse", &mut lse);
     t.check("build aarch64-unknown-none +lse", ok);
+}
 
+/// The published crate: package, MSRV and nightly, public API, loom dependent, portable-atomic.
+fn check_publish(t: &mut Tally) {
     // The published crate, the toolchains it promises, its public API and
     // the portable-atomic choices it leaves to binaries.
     for check in PUBLISH_CHECKS {
-        (check.run)(&mut t);
+        (check.run)(t);
     }
+}
 
+/// Host tests and doc tests: debug, release, lockdep.
+fn check_host_tests(t: &mut Tally) {
     // Host tests (unit, integration, doc), debug and release.
     for (name, args) in [
         ("host tests (debug)", &["test", "--workspace"][..]),
@@ -280,9 +349,12 @@ pub fn test(options: &Options) -> ExitCode {
         ),
     ] {
         let (ok, text) = run_logged(name, &mut cargo(args));
-        tally_tests(&mut t, name, ok, &text);
+        tally_tests(t, name, ok, &text);
     }
+}
 
+/// The benches and the seed workloads, --quick (results checked, timings not).
+fn check_benches(t: &mut Tally) {
     // The benches run (quick settings): each checks its own results (for
     // example that every callback ran); their timings are not judged here.
     let mut benches = cargo(&[
@@ -295,7 +367,10 @@ pub fn test(options: &Options) -> ExitCode {
     let mut seeds = cargo(&["bench", "-p", "seeds", "--bench", "seeds", "--", "--quick"]);
     let (ok, _) = run_logged("seeds bench (--quick smoke run)", &mut seeds);
     t.check("seeds bench run (--quick)", ok);
+}
 
+/// The loom models.
+fn check_loom(t: &mut Tally) {
     // loom models (a 4-CPU build keeps the per-CPU models small).
     let mut loom = cargo(&[
         "test",
@@ -324,8 +399,11 @@ pub fn test(options: &Options) -> ExitCode {
         .env("KSYNC_MAX_CPUS", "4")
         .env("CARGO_TARGET_DIR", root().join("target/loom"));
     let (ok, text) = run_logged("loom models", &mut loom);
-    tally_tests(&mut t, "loom models", ok, &text);
+    tally_tests(t, "loom models", ok, &text);
+}
 
+/// Miri on the seqlock tests.
+fn check_miri(t: &mut Tally) {
     // Miri on the code that copies racy data (seqlock): nightly's Miri,
     // installed if missing.
     let miri_setup = runs(
@@ -352,65 +430,42 @@ pub fn test(options: &Options) -> ExitCode {
         .env_remove("RUSTFLAGS")
         .env("CARGO_TARGET_DIR", root().join("target/miri"));
         let (ok, text) = run_logged("miri (seqlock)", &mut miri);
-        tally_tests(&mut t, "miri", ok, &text);
+        tally_tests(t, "miri", ok, &text);
     } else {
         t.check(
             "miri: rustup component add miri rust-src --toolchain nightly",
             false,
         );
     }
+}
 
-    // The same host suite on aarch64 under qemu-user: LL/SC build on the
-    // default CPU and on a CPU without LSE, and the LSE build.
-    for (name, cpu, flags, dir) in [
-        (
-            "aarch64 qemu-user, LL/SC build, -cpu max",
-            "max",
-            "",
-            "target",
-        ),
-        (
-            "aarch64 qemu-user, LL/SC build, -cpu cortex-a57",
-            "cortex-a57",
-            "",
-            "target",
-        ),
-        (
-            "aarch64 qemu-user, +lse build, -cpu max",
-            "max",
-            "-C target-feature=+lse",
-            "target/lse",
-        ),
-    ] {
-        let mut cmd = cargo(&[
-            "test",
-            "--release",
-            "--tests",
-            "--target",
-            "aarch64-unknown-linux-gnu",
-        ]);
-        cmd.env("QEMU_CPU", cpu)
-            .env("RUSTFLAGS", flags)
-            .env("CARGO_TARGET_DIR", root().join(dir));
-        let (ok, text) = run_logged(name, &mut cmd);
-        tally_tests(&mut t, name, ok, &text);
+/// The host suite under qemu-user, every run of the architecture table.
+fn check_qemu_user(t: &mut Tally) {
+    // The same host suite under qemu-user on each other architecture of
+    // the table, every run its row lists.
+    for arch in qemu::ARCHES {
+        let Some(user) = &arch.user else { continue };
+        for run in user.runs {
+            let name = format!("{} qemu-user, {}", arch.name, run.label);
+            let mut cmd = cargo(&["test", "--release", "--tests", "--target", user.target]);
+            match run.cpu {
+                Some(cpu) => cmd.env("QEMU_CPU", cpu),
+                None => cmd.env_remove("QEMU_CPU"),
+            };
+            cmd.env("RUSTFLAGS", run.rustflags)
+                .env("CARGO_TARGET_DIR", root().join(run.dir));
+            let (ok, text) = run_logged(&name, &mut cmd);
+            tally_tests(t, &name, ok, &text);
+        }
     }
+}
 
-    // And on riscv64 (RVWMO, the library's portable paths: core atomics as
-    // LR/SC and AMOs). The whole release suite takes well under a minute.
-    let name = "riscv64 qemu-user, release build";
-    let mut riscv = cargo(&[
-        "test",
-        "--release",
-        "--tests",
-        "--target",
-        "riscv64gc-unknown-linux-gnu",
-    ]);
-    riscv
-        .env_remove("QEMU_CPU")
-        .env("CARGO_TARGET_DIR", root().join("target"));
-    let (ok, text) = run_logged(name, &mut riscv);
-    tally_tests(&mut t, name, ok, &text);
+pub fn test(options: &Options) -> ExitCode {
+    let start = Instant::now();
+    let mut t = Tally::default();
+    for check in HOST_CHECKS {
+        (check.run)(&mut t);
+    }
 
     // The SMP kernels under QEMU.
     if !options.host_only {
@@ -466,9 +521,10 @@ fn has_cas(target: &str) -> bool {
     !target.starts_with("thumbv6m") && !target.starts_with("riscv32i-")
 }
 
-/// One check of the published crate, runnable alone with `cargo xtask
-/// check NAME`.
-pub struct PublishCheck {
+/// One group of checks: its name, what it runs, and the function that
+/// runs it (adding to the tally). The publish checks run alone with
+/// `cargo xtask check NAME`.
+pub struct Check {
     pub name: &'static str,
     pub about: &'static str,
     pub run: fn(&mut Tally),
@@ -476,28 +532,28 @@ pub struct PublishCheck {
 
 /// The checks `cargo xtask test` runs on the published crate (and `cargo
 /// xtask check` runs one by one).
-pub const PUBLISH_CHECKS: &[PublishCheck] = &[
-    PublishCheck {
+pub const PUBLISH_CHECKS: &[Check] = &[
+    Check {
         name: "package",
         about: "cargo package; the unpacked .crate built alone for four bare-metal targets and its tests run",
         run: package,
     },
-    PublishCheck {
+    Check {
         name: "msrv",
         about: "cargo check at the rust-version of Cargo.toml (host and x86_64-unknown-none) and on nightly",
         run: msrv,
     },
-    PublishCheck {
+    Check {
         name: "api",
         about: "the public API against api/public-api.txt (`cargo xtask api --bless` rewrites it)",
         run: api,
     },
-    PublishCheck {
+    Check {
         name: "loom-dependent",
         about: "a dependent crate that loom-tests its own code (`--cfg loom`) builds ksync and passes its tests",
         run: loom_dependent,
     },
-    PublishCheck {
+    Check {
         name: "portable-atomic",
         about: "thumbv6m with each portable-atomic choice a binary may make",
         run: portable_atomic_choices,
@@ -519,12 +575,24 @@ pub fn run_named(names: &[String]) -> ExitCode {
             }
             continue;
         }
-        match PUBLISH_CHECKS.iter().find(|c| c.name == name) {
+        match PUBLISH_CHECKS
+            .iter()
+            .chain(HOST_CHECKS)
+            .find(|c| c.name == name)
+        {
             Some(check) => {
                 println!("\n#### {}: {}", check.name, check.about);
                 (check.run)(&mut t);
             }
-            None => t.check(&format!("unknown check `{name}` (known: {all:?})"), false),
+            None => {
+                let host: Vec<&str> = HOST_CHECKS.iter().map(|c| c.name).collect();
+                t.check(
+                    &format!(
+                        "unknown check `{name}` (known: {all:?}, and the host groups {host:?})"
+                    ),
+                    false,
+                );
+            }
         }
     }
     if !t.failures.is_empty() {

@@ -46,7 +46,7 @@ const COMMANDS: &[Sub] = &[
     Sub {
         name: "run",
         synopsis: "",
-        about: "boot the SMP demo on QEMU (x86_64, aarch64, riscv64) and print its tables",
+        about: "boot the SMP demo on QEMU (every architecture of the table) and print its tables",
         flags: &[],
         default: || Task::Run,
     },
@@ -112,8 +112,8 @@ const COMMANDS: &[Sub] = &[
             ("--minutes N", "how long to keep booting (default 10)"),
             ("--smp N", "CPUs per QEMU machine (default 4)"),
             (
-                "--arch A",
-                "only x86_64 or aarch64, or one configuration (x86_64-tcg, aarch64-lse, aarch64-llsc)",
+                "--arch A", // Filled in from the architecture table by `usage`.
+                ARCH_FLAG,
             ),
             ("--seed S", "every boot with seed S (replays a failure)"),
             ("--boots N", "stop after N boots"),
@@ -121,6 +121,10 @@ const COMMANDS: &[Sub] = &[
         default: || Task::Torture(qemu::TortureOptions::default()),
     },
 ];
+
+/// The `--arch` flag's text; [`usage`] replaces it with the names from
+/// the architecture table, so a new row needs no edit here.
+const ARCH_FLAG: &str = "only one architecture, or one configuration";
 
 /// What the command line asks for.
 enum Task {
@@ -268,8 +272,26 @@ fn usage(sub: Option<&Sub>) -> String {
         return out;
     };
     let mut out = format!("usage: cargo xtask {}\n\n{}\n", synopsis(sub), sub.about);
+    if sub.name == "test" {
+        // From the table, so that a new group needs no edit here.
+        out += "\nhost checks, in order (each also runs alone: `cargo xtask check NAME`):\n";
+        for check in checks::HOST_CHECKS {
+            out += &format!("  {:<14} {}\n", check.name, check.about);
+        }
+        out += "  then the QEMU system runs of every architecture and the Cortex-M firmware\n";
+    }
     out += "\nflags:\n";
     for (flag, about) in sub.flags.iter().chain(&[("-h, --help", "print this help")]) {
+        let about = if *about == ARCH_FLAG {
+            let (arches, configs) = qemu::soak_names();
+            format!(
+                "only one architecture ({}) or one configuration ({})",
+                arches.join(", "),
+                configs.join(", ")
+            )
+        } else {
+            (*about).to_string()
+        };
         out += &format!("  {flag:<14} {about}\n");
     }
     out

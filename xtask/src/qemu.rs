@@ -35,6 +35,7 @@
 //!   seeds (`cargo xtask torture`; `cargo xtask test` runs a short one).
 
 mod arch;
+pub use arch::{ARCHES, user_packages};
 mod build;
 mod demo;
 mod run;
@@ -45,11 +46,10 @@ use std::path::PathBuf;
 use std::time::Duration;
 
 use crate::tools::{apt_install, ensure_rust_targets, root, runs};
-use arch::ARCHES;
 
 pub use demo::demo;
 pub use suites::test_all;
-pub use torture::{Options as TortureOptions, short as torture_short, torture};
+pub use torture::{Options as TortureOptions, short as torture_short, soak_names, torture};
 
 /// The result of one suite, control or step in one configuration.
 pub struct Outcome {

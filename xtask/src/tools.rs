@@ -101,25 +101,6 @@ fn apt_get(args: &[&str], packages: &[&str]) -> bool {
     )
 }
 
-/// What the host suite needs on aarch64 and riscv64 Linux under qemu-user
-/// (`.cargo/config.toml` names the linkers and runners), as `(package, a
-/// file it installs)`.
-pub const CROSS_PACKAGES: &[(&str, &str)] = &[
-    ("qemu-user-static", "/usr/bin/qemu-aarch64-static"),
-    ("gcc-aarch64-linux-gnu", "/usr/bin/aarch64-linux-gnu-gcc"),
-    (
-        "libc6-dev-arm64-cross",
-        "/usr/aarch64-linux-gnu/lib/libc.so",
-    ),
-    // Also in qemu-user-static, which an older install may lack.
-    ("qemu-user-static", "/usr/bin/qemu-riscv64-static"),
-    ("gcc-riscv64-linux-gnu", "/usr/bin/riscv64-linux-gnu-gcc"),
-    (
-        "libc6-dev-riscv64-cross",
-        "/usr/riscv64-linux-gnu/lib/libc.so",
-    ),
-];
-
 /// Installs the packages whose file (`(package, path)`) is missing, each
 /// package once.
 pub fn ensure_apt_files(what: &[(&str, &str)]) -> Result<(), String> {
@@ -290,7 +271,7 @@ mod tests {
     }
 
     /// Every cross linker and qemu-user runner `.cargo/config.toml` names
-    /// is installed by [`super::CROSS_PACKAGES`], with its sysroot, and its
+    /// is installed by a row's qemu-user packages, with its sysroot, and its
     /// target is one the driver adds.
     #[test]
     fn cross_packages_cover_the_runners() {
@@ -298,7 +279,8 @@ mod tests {
         let text = std::fs::read_to_string(&path).expect("the workspace's cargo config");
         let config: toml::Table = text.parse().expect("it parses");
         let targets = super::toolchain_targets().expect("rust-toolchain.toml parses");
-        let provided = |file: &str| super::CROSS_PACKAGES.iter().any(|(_, p)| *p == file);
+        let packages = crate::qemu::user_packages();
+        let provided = |file: &str| packages.iter().any(|(_, p)| *p == file);
         let per_target = config["target"].as_table().expect("[target.*] tables");
         assert!(per_target.len() >= 2, "{per_target:?}");
         for (target, table) in per_target {
@@ -316,7 +298,7 @@ mod tests {
             assert!(provided(&format!("/usr/bin/{}", runner[0])), "{runner:?}");
             let sysroot = runner[runner.iter().position(|w| *w == "-L").expect("-L") + 1];
             assert!(
-                super::CROSS_PACKAGES
+                packages
                     .iter()
                     .any(|(_, p)| p.starts_with(&format!("{sysroot}/"))),
                 "{sysroot}"

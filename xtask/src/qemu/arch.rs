@@ -32,6 +32,44 @@ pub struct Arch {
     /// A KVM configuration of the first variant, where the host can run
     /// this architecture under KVM.
     pub kvm: Option<Kvm>,
+    /// The host test suite on this architecture's Linux under qemu-user
+    /// (`cargo xtask test`), where the host is another architecture.
+    pub user: Option<UserTests>,
+}
+
+/// The host suite under qemu-user: a Linux target whose runner
+/// (`.cargo/config.toml`) is `qemu-<arch>-static`, what it needs from apt,
+/// and the runs.
+pub struct UserTests {
+    /// The rustc target, e.g. `aarch64-unknown-linux-gnu`.
+    pub target: &'static str,
+    /// `(Debian package, a file it installs)`: the emulator, the cross
+    /// linker and its sysroot.
+    pub packages: &'static [(&'static str, &'static str)],
+    /// The runs of the whole release suite.
+    pub runs: &'static [UserRun],
+}
+
+/// One run of the host suite under qemu-user.
+pub struct UserRun {
+    /// What the check is called (after the architecture's name).
+    pub label: &'static str,
+    /// `QEMU_CPU` (`None`: the emulator's default).
+    pub cpu: Option<&'static str>,
+    /// `RUSTFLAGS` for this build.
+    pub rustflags: &'static str,
+    /// Its target directory, relative to the workspace (one per set of
+    /// rustflags, or the builds would rebuild each other's artefacts).
+    pub dir: &'static str,
+}
+
+/// Every package the qemu-user runs need, from the table's rows.
+pub fn user_packages() -> Vec<(&'static str, &'static str)> {
+    ARCHES
+        .iter()
+        .filter_map(|a| a.user.as_ref())
+        .flat_map(|u| u.packages.iter().copied())
+        .collect()
 }
 
 /// How the runner hands the kernel its arguments (`qemu/README.md`, "By
@@ -195,6 +233,8 @@ pub const ARCHES: &[Arch] = &[
             config: "x86_64-kvm",
             cpu: "qemu64",
         }),
+        // The host.
+        user: None,
     },
     Arch {
         name: "aarch64",
@@ -251,6 +291,39 @@ pub const ARCHES: &[Arch] = &[
             },
         ],
         kvm: None,
+        user: Some(UserTests {
+            target: "aarch64-unknown-linux-gnu",
+            packages: &[
+                ("qemu-user-static", "/usr/bin/qemu-aarch64-static"),
+                ("gcc-aarch64-linux-gnu", "/usr/bin/aarch64-linux-gnu-gcc"),
+                (
+                    "libc6-dev-arm64-cross",
+                    "/usr/aarch64-linux-gnu/lib/libc.so",
+                ),
+            ],
+            // LL/SC on the default CPU and on one without LSE, and the
+            // LSE build.
+            runs: &[
+                UserRun {
+                    label: "LL/SC build, -cpu max",
+                    cpu: Some("max"),
+                    rustflags: "",
+                    dir: "target",
+                },
+                UserRun {
+                    label: "LL/SC build, -cpu cortex-a57",
+                    cpu: Some("cortex-a57"),
+                    rustflags: "",
+                    dir: "target",
+                },
+                UserRun {
+                    label: "+lse build, -cpu max",
+                    cpu: Some("max"),
+                    rustflags: "-C target-feature=+lse",
+                    dir: "target/lse",
+                },
+            ],
+        }),
     },
     Arch {
         name: "riscv64",
@@ -281,6 +354,26 @@ pub const ARCHES: &[Arch] = &[
             features: "",
         }],
         kvm: None,
+        // RVWMO: the library's portable paths (core atomics as LR/SC and
+        // AMOs).
+        user: Some(UserTests {
+            target: "riscv64gc-unknown-linux-gnu",
+            packages: &[
+                // Also in qemu-user-static, which an older install may lack.
+                ("qemu-user-static", "/usr/bin/qemu-riscv64-static"),
+                ("gcc-riscv64-linux-gnu", "/usr/bin/riscv64-linux-gnu-gcc"),
+                (
+                    "libc6-dev-riscv64-cross",
+                    "/usr/riscv64-linux-gnu/lib/libc.so",
+                ),
+            ],
+            runs: &[UserRun {
+                label: "release build",
+                cpu: None,
+                rustflags: "",
+                dir: "target",
+            }],
+        }),
     },
 ];
 

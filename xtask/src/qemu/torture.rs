@@ -85,6 +85,18 @@ fn fresh_seed() -> u64 {
 }
 
 /// The configurations `options` selects.
+/// The architectures and configurations the soak boots (what `--arch`
+/// accepts), from the architecture table.
+pub fn soak_names() -> (Vec<&'static str>, Vec<&'static str>) {
+    let all: Vec<Config> = Config::all_tcg(4)
+        .into_iter()
+        .filter(|c| c.variant.suites.is_empty() && !c.variant.lockdep())
+        .collect();
+    let mut arches: Vec<&'static str> = all.iter().map(|c| c.arch.name).collect();
+    arches.dedup();
+    (arches, all.iter().map(|c| c.name).collect())
+}
+
 fn configs(options: &Options) -> Result<Vec<Config>, String> {
     // Images built for a few suites only (the `--cfg ksync_generic` ones)
     // cannot run the torture boots' suites; the lockdep image checks lock
