@@ -116,6 +116,7 @@ pub use queued::{IrqQueuedMutex, QueuedLock, QueuedMutex, RawQueuedLock};
 #[doc(hidden)]
 pub use ticket::TICKETS;
 pub use ticket::{RawTicketLock, TicketLock};
+pub(crate) use ticket::{lock_irqsave, try_lock};
 pub use tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock};
 pub use ttas::{RawTtasLock, TtasLock};
 
@@ -136,54 +137,3 @@ pub type IrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock>, T>;
 pub type ArchIrqTicketMutex<T> = lock_api::Mutex<RawIrqSave<RawTicketLock, ArchIrq>, T>;
 /// An [`IrqTtasMutex`] masking with [`ArchIrq`], as [`ArchIrqTicketMutex`].
 pub type ArchIrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock, ArchIrq>, T>;
-
-// ---- crate-internal IRQ-saving guard ----------------------------------------
-
-/// A [`RawTicketLock`] held by the crate's own code, released when the
-/// guard drops: the RAII form of `lock`/`unlock` pairs inside the crate.
-///
-/// `I` is the saved interrupt state ([`IrqState`], from [`lock_irqsave`])
-/// or `()` (from [`try_lock`]). Fields drop after [`Drop::drop`], so the
-/// lock is free before interrupts are restored.
-///
-/// # Invariants
-/// `lock` is held, taken by the function that built the guard, and is
-/// released only by this guard's `Drop`.
-#[must_use = "dropping the guard unlocks at once"]
-pub(crate) struct LockGuard<'a, I = ()> {
-    lock: &'a RawTicketLock,
-    _irq: I,
-}
-
-/// Saves and masks local interrupts, then takes `lock`; the guard unlocks,
-/// then restores the interrupt state (`spin_lock_irqsave` /
-/// `spin_unlock_irqrestore`).
-#[inline]
-#[cfg_attr(feature = "lockdep", track_caller)]
-pub(crate) fn lock_irqsave(lock: &RawTicketLock) -> LockGuard<'_, IrqState> {
-    // Interrupts off before spinning: a handler on this CPU must not find
-    // the lock held by the code it interrupted.
-    let irq = IrqState::save();
-    lock.lock();
-    LockGuard { lock, _irq: irq }
-}
-
-/// Takes `lock` if nobody holds or waits for it, without touching the
-/// interrupt state (for locks that are only ever try-locked, which never
-/// spin, or never taken from interrupt handlers).
-#[inline]
-#[cfg_attr(feature = "lockdep", track_caller)]
-pub(crate) fn try_lock(lock: &RawTicketLock) -> Option<LockGuard<'_>> {
-    // `then`, not `then_some`: a guard built on failure would unlock a
-    // lock that someone else holds when it drops.
-    lock.try_lock().then(|| LockGuard { lock, _irq: () })
-}
-
-impl<I> Drop for LockGuard<'_, I> {
-    #[inline]
-    fn drop(&mut self) {
-        // SAFETY: the guard's invariant: the lock is held, and only this
-        // drop releases it.
-        unsafe { self.lock.unlock() }
-    }
-}
