@@ -640,7 +640,9 @@ fn count_is_stable_under_the_lock() {
 
     thread::scope(|s| {
         let holder = s.spawn(|| {
-            while !done.load(Ordering::Relaxed) {
+            // At least one hold, however late this thread starts (the
+            // hammers may finish first on a loaded machine).
+            loop {
                 let mut guard = lr.lock();
                 let count = guard.count();
                 assert!(count >= 1);
@@ -657,6 +659,9 @@ fn count_is_stable_under_the_lock() {
                 guard.set_count(count);
                 drop(guard);
                 holds.fetch_add(1, Ordering::Relaxed);
+                if done.load(Ordering::Relaxed) {
+                    break;
+                }
                 // Let the hammers run lockless for a while.
                 thread::sleep(Duration::from_micros(50));
             }
