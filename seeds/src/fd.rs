@@ -199,12 +199,18 @@ impl Files {
                 .publish(&self.arrays[0] as *const FdArray as *mut FdArray)
         };
         self.size.store(0, Relaxed);
-        let mut pool = self.pool.lock();
         for (i, f) in self.files.iter().enumerate() {
             f.owner.store(self as *const Files as *mut Files, Relaxed);
             f.index.store(i, Relaxed);
             f.live.store(false, Relaxed);
             f.refs.lock().set_count(0);
+        }
+        // Not under the pool lock: the pool is IRQ-safe (RCU callbacks
+        // release files into it), a file's lockref lock is taken with
+        // interrupts on, so taking the second under the first is the
+        // IRQ-safe -> IRQ-unsafe order lockdep reports.
+        let mut pool = self.pool.lock();
+        for i in 0..FILES {
             pool.free[i] = FILES - 1 - i;
         }
         pool.len = FILES;
