@@ -133,7 +133,12 @@ pub(crate) fn irq_save() -> IrqFlags {}
 #[inline]
 pub(crate) unsafe fn irq_restore(_flags: IrqFlags) {}
 
-#[cfg(all(test, target_has_atomic = "64", not(ksync_loom)))]
+#[cfg(all(
+    test,
+    feature = "test-hooks",
+    target_has_atomic = "64",
+    not(ksync_loom)
+))]
 mod tests {
     //! The portable lockref step, tested directly (it is compiled under test
     //! on every arch, so this covers the fallback on x86_64 and aarch64).

@@ -9,7 +9,8 @@
 //! Each CPU's lock protects that CPU's `T`: a local guard gives `&mut` to
 //! it, the global guard to all of them.
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::brlock::BrLock;
 //!
 //! static OPEN_FILES: BrLock<u32> = BrLock::new();

@@ -487,7 +487,7 @@ pub use lockdep_report::Report as LockdepReport;
 pub(crate) use spin::{Backoff, Waiter, kick_waiters};
 pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};
 
-#[cfg(test)]
+#[cfg(all(test, feature = "test-hooks"))]
 mod tests {
     use super::{MAX_CPUS_LIMIT, parse_max_cpus};
 

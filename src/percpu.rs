@@ -21,7 +21,8 @@
 //! `KSYNC_MAX_CPUS` (see [`kernel`]); the CPU ids come from
 //! the kernel hooks.
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 //! use ksync::percpu::PerCpu;
 //!

@@ -39,7 +39,8 @@
 //! that does not fit (the total near an edge plus unfolded slots) reads as
 //! the nearest edge, and [`compare`](PerCpuCounter::compare) stays exact.
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::percpu_counter::PerCpuCounter;
 //!
 //! static FREE_BLOCKS: PerCpuCounter = PerCpuCounter::new();
@@ -319,7 +320,7 @@ fn report_overflow() {
     }
 }
 
-#[cfg(all(test, not(ksync_loom)))]
+#[cfg(all(test, feature = "test-hooks", not(ksync_loom)))]
 mod tests {
     use super::{Cmp, PerCpuCounter};
     use crate::kernel;

@@ -71,7 +71,8 @@
 //! closed the gate, which waits for a grace period holding nothing), a
 //! `try_` form once it succeeded.
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::percpu_rwlock::PerCpuRwLock;
 //!
 //! static ROUTES: PerCpuRwLock<[u32; 4]> = PerCpuRwLock::new([0; 4]);

@@ -68,7 +68,8 @@
 //! its address in reports). To name the class by a line or a key, build
 //! the mutex from a raw lock:
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::lock_class;
 //! use ksync::spinlock::{RawTicketLock, TicketMutex};
 //!
@@ -89,7 +90,8 @@
 //!
 //! # Example
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::spinlock::{TicketMutex, TtasMutex};
 //!
 //! static RUNQUEUE_LEN: TicketMutex<usize> = TicketMutex::new(0);

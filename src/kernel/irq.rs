@@ -33,7 +33,8 @@
 //! only uses spinlocks, lockref and seqlocks) names it, or uses the
 //! `ArchIrq*` lock aliases:
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::spinlock::ArchIrqTicketMutex;
 //!
 //! // Masks interrupts with the CPU's instructions (here, on the host, the
@@ -338,7 +339,7 @@ pub(crate) fn forget_masking(id: usize) {
     MASKED_DEPTH[id].store(0, crate::sync::Ordering::Relaxed);
 }
 
-#[cfg(all(test, not(ksync_loom)))]
+#[cfg(all(test, feature = "test-hooks", not(ksync_loom)))]
 mod tests {
     //! The default hooks' per-CPU stack, where the saved state is not a
     //! word (on the host: `critical-section`'s std implementation).

@@ -31,7 +31,8 @@
 //! [`set_kernel!`](crate::set_kernel), and the lock fast paths should test
 //! one cached, predictable flag (Linux's static key) rather than call out.
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::kernel::{self, SpinWait};
 //!
 //! // A guest kernel that halts a waiting vCPU until kicked (`wfe`, with

@@ -252,7 +252,8 @@
 //!
 //! # Example
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::LockRef;
 //! use ksync::lockdep;
 //!
@@ -352,7 +353,8 @@ impl fmt::Debug for LockClassKey {
 /// this macro defines (each use of the macro is its own class), as
 /// Rust-for-Linux's `static_lock_class!`.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// let mut lockref = ksync::LockRef::new(0);
 /// lockref.set_lock_class(ksync::lock_class!("dentry"));
 /// ```
@@ -382,7 +384,8 @@ pub fn held_lock_count() -> usize {
 /// an RCU grace period. `what` names that code in the report. Does nothing
 /// without the feature.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// ksync::lockdep::assert_no_locks_held("rcu::synchronize");
 /// ```
 #[doc(alias = "lockdep_assert_none_held_once")]
@@ -404,7 +407,8 @@ pub fn assert_no_locks_held(what: &'static str) {
 /// See the [module docs](self#for-lock-implementers) for how a lock uses
 /// it and [`Lock classes`](self#lock-classes) for how the class is chosen.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::lockdep::Map;
 ///
 /// static MAP: Map = Map::new(); // its own class, named by this line

@@ -97,7 +97,8 @@
 //!
 //! # Example
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::LockRef;
 //!
 //! struct Dentry { lockref: LockRef /* , name, inode, ... */ }
@@ -353,7 +354,8 @@ impl LockRef {
     /// can see the lockref (the single-owner shortcut, as Linux's
     /// `fget_light`).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let mut r = ksync::LockRef::new(1);
     /// *r.get_mut() += 2;
     /// assert_eq!(r.count(), 3);
@@ -536,7 +538,8 @@ impl LockRef {
     /// The result must be looked at (`#[must_use]`): dropping it would
     /// leave a reference held on `None`.
     ///
-    /// ```compile_fail
+    #[cfg_attr(feature = "test-hooks", doc = " ```compile_fail")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// #![deny(unused_must_use)]
     /// let object = ksync::LockRef::new(2);
     /// object.put_return(); // error: unused `Option` that must be used
@@ -647,7 +650,8 @@ impl LockRef {
     /// the class of the place it was built (Linux's `lockdep_set_class`).
     /// Does nothing without `lockdep`.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let mut lockref = ksync::LockRef::new(1);
     /// lockref.set_lock_class(ksync::lock_class!("dentry"));
     /// ```
@@ -756,7 +760,12 @@ impl defmt::Format for LockRefGuard<'_> {
     }
 }
 
-#[cfg(all(test, target_has_atomic = "64", not(ksync_loom)))]
+#[cfg(all(
+    test,
+    feature = "test-hooks",
+    target_has_atomic = "64",
+    not(ksync_loom)
+))]
 mod tests {
     use super::{LockRef, Ordering, word};
 

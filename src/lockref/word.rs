@@ -94,7 +94,7 @@ pub(crate) const fn take_ticket(word: u64) -> u64 {
 }
 
 /// A word from its fields (tests build words they then take apart).
-#[cfg(test)]
+#[cfg(all(test, feature = "test-hooks"))]
 pub(crate) const fn compose(count: i32, owner: u16, next: u16) -> u64 {
     with_count(count) | ((next as u64) << NEXT_SHIFT) | ((owner as u64) << OWNER_SHIFT)
 }
@@ -164,7 +164,7 @@ pub(crate) enum Attempt {
     Lost,
 }
 
-#[cfg(test)]
+#[cfg(all(test, feature = "test-hooks"))]
 mod tests {
     use super::*;
 

@@ -421,7 +421,8 @@ pub const CALLBACK_BATCH: usize = 16;
 /// regularly (its tick or softirq), and from [`barrier`]. Callable from
 /// interrupt handlers and inside read sections.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use core::mem::offset_of;
 /// use ksync::rcu::{self, RcuHead, RcuPtr};
 ///
@@ -700,7 +701,8 @@ mod free {
     /// `alloc`). Costs one small allocation for the [`RcuHead`]; embed a
     /// head and use [`call_rcu`] to avoid it.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::rcu::{self, RcuPtr};
     ///
     /// static NAME: RcuPtr<String> = RcuPtr::null();

@@ -77,7 +77,8 @@
 //!
 //! # Example
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use core::mem::offset_of;
 //! use ksync::rcu::{self, Link, RcuHead, RcuList};
 //! use ksync::spinlock::TicketMutex;

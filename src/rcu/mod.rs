@@ -55,7 +55,8 @@
 //!   `write`) inside a read section: it reports this CPU's quiescent states
 //!   while it waits.
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::rcu;
 //!
 //! rcu::cpu_online();

@@ -13,7 +13,8 @@ use crate::sync::Ordering;
 /// A reference obtained through [`read`](RcuPtr::read) borrows the read
 /// guard, so it cannot outlive the read section.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::rcu::{self, RcuPtr};
 ///
 /// static CONFIG: RcuPtr<u32> = RcuPtr::null();

@@ -80,7 +80,8 @@ impl RcuSync {
     /// passed (as [`poll_idle`](Self::poll_idle)), so the gate is idle
     /// again for anyone who asks after that grace period:
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// ksync::rcu::cpu_online();
     /// let gate = ksync::rcu::RcuSync::new();
     /// gate.enter();
@@ -168,7 +169,8 @@ impl RcuSync {
     /// writer that is closing it) would wait. Never waits, so it may be
     /// called anywhere, a read section included.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// ksync::rcu::cpu_online();
     /// let gate = ksync::rcu::RcuSync::new();
     /// assert!(!gate.try_enter(), "closing an open gate takes a grace period");

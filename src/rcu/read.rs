@@ -120,7 +120,8 @@ pub struct ReadGuard {
 /// idle), the section makes the CPU watched until it ends: grace periods
 /// wait for it there too.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::rcu::{self, RcuPtr};
 ///
 /// static CONFIG: RcuPtr<u32> = RcuPtr::null();

@@ -10,7 +10,8 @@
 //! period waits until the two sums match. A slow reader holds up only its
 //! own domain's updaters.
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use std::sync::atomic::{AtomicPtr, Ordering};
 //! use ksync::rcu::srcu::Srcu;
 //!
@@ -216,7 +217,8 @@ crate::sync::const_init! {
 /// Takes one cache line per possible CPU
 /// ([`MAX_CPUS`](crate::kernel::MAX_CPUS) of them) for the counters.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::rcu::srcu::Srcu;
 ///
 /// static DOMAIN: Srcu = Srcu::new();
@@ -241,7 +243,8 @@ pub struct Srcu {
 /// A grace-period cookie of one [`Srcu`] domain, from
 /// [`get_state`](Srcu::get_state). Meaningless for another domain.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// # use ksync::rcu::srcu::Srcu;
 /// let domain = Srcu::new();
 /// let cookie = domain.get_state(); // after unpublishing something
@@ -274,7 +277,8 @@ impl Srcu {
     /// guard may be dropped on another CPU or thread. Nests. Usable from
     /// interrupt handlers.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::rcu::srcu::Srcu;
     /// let domain = Srcu::new();
     /// let outer = domain.read_lock();
@@ -303,7 +307,8 @@ impl Srcu {
     /// Must not be called inside a read section of the same domain (it
     /// would wait for itself), nor from an interrupt handler.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::rcu::srcu::Srcu;
     /// let domain = Srcu::new();
     /// domain.synchronize(); // no readers: returns at once
@@ -318,7 +323,8 @@ impl Srcu {
     /// waiting (for the updaters' lock or for readers): pass the kernel's
     /// yield or `schedule` so that sleeping readers get to run.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::rcu::srcu::Srcu;
     /// let domain = Srcu::new();
     /// domain.synchronize_with(std::thread::yield_now);
@@ -333,7 +339,8 @@ impl Srcu {
     /// `true` once a full grace period of this domain has elapsed since
     /// this call. Starts nothing.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::rcu::srcu::Srcu;
     /// let domain = Srcu::new();
     /// let cookie = domain.get_state();
@@ -362,7 +369,8 @@ impl Srcu {
     /// [`synchronize`](Self::synchronize). Never waits, and never starts a
     /// grace period: some updater must run one.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::rcu::srcu::Srcu;
     /// let domain = Srcu::new();
     /// let cookie = domain.get_state();
@@ -388,7 +396,8 @@ impl Srcu {
     /// Waits until [`poll`](Self::poll)`(cookie)` holds, running grace
     /// periods as needed (spinning).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::rcu::srcu::Srcu;
     /// let domain = Srcu::new();
     /// let cookie = domain.get_state();
@@ -405,7 +414,8 @@ impl Srcu {
     /// [`cond_synchronize`](Self::cond_synchronize), calling `wait` on
     /// each round of waiting.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::rcu::srcu::Srcu;
     /// let domain = Srcu::new();
     /// domain.cond_synchronize_with(domain.get_state(), std::thread::yield_now);
@@ -532,7 +542,8 @@ impl fmt::Debug for Srcu {
 /// `Send` and `Sync`: it may be dropped on another CPU or thread (see
 /// the [module docs](self#guards-may-move)).
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::rcu::srcu::Srcu;
 ///
 /// static DOMAIN: Srcu = Srcu::new();

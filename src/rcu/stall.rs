@@ -71,7 +71,8 @@ pub fn stall_count() -> usize {
 /// report. `now` is the kernel's monotonic clock, in the unit of
 /// [`set_stall_timeout`]. Call it from a periodic context, on any CPU.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use std::sync::mpsc::channel;
 /// use ksync::{kernel, rcu};
 ///

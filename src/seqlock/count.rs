@@ -17,7 +17,8 @@ use super::SeqLock;
 /// with writers; [`SeqLock`] packages the counter with its data and lock
 /// and does that for you.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// use ksync::seqlock::SeqCount;
 /// use ksync::spinlock::TicketMutex;
@@ -75,7 +76,8 @@ impl SeqCount {
     /// [module docs](super#interrupts) and
     /// [`try_read_begin`](Self::try_read_begin).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqCount;
     /// let seq = SeqCount::new();
     /// let start = seq.read_begin();
@@ -96,7 +98,8 @@ impl SeqCount {
     /// while a write is in progress. Never spins, so it is the one to use
     /// in an interrupt handler that may have interrupted the writer.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqCount;
     /// let seq = SeqCount::new();
     /// // SAFETY: this is the only writer.
@@ -120,7 +123,8 @@ impl SeqCount {
     /// was read in between may be inconsistent and the read must be
     /// retried.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqCount;
     /// let seq = SeqCount::new();
     /// let start = seq.read_begin();
@@ -148,7 +152,8 @@ impl SeqCount {
     /// load the protected atomics and compute from them, and must not
     /// panic on an inconsistent combination.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
     /// # use ksync::seqlock::SeqCount;
     /// let (seq, lo, hi) = (SeqCount::new(), AtomicU32::new(1), AtomicU32::new(2));
@@ -180,7 +185,8 @@ impl SeqCount {
     /// [`read_retry`](Self::read_retry) returning `false` only for
     /// consistent data.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
     /// # use ksync::seqlock::SeqCount;
     /// let (seq, data) = (SeqCount::new(), AtomicU32::new(0));
@@ -266,7 +272,8 @@ impl fmt::Debug for SeqCount {
 /// A write section of a [`SeqCount`]; ends it on drop (see
 /// [`SeqCount::write`]).
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// # use ksync::seqlock::SeqCount;
 /// let seq = SeqCount::new();
 /// {

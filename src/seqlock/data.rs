@@ -25,7 +25,8 @@ use super::SeqLock;
 /// tuple is built (`(u64, u32)` has four padding bytes and fails the
 /// build). Other structs: a `#[repr(C)]` struct with the impl below.
 ///
-/// ```compile_fail
+#[cfg_attr(feature = "test-hooks", doc = " ```compile_fail")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// // (u64, u32) has padding: the build fails with an explanation.
 /// let lock = ksync::seqlock::SeqLock::new((0u64, 0u32));
 /// ```
@@ -69,7 +70,8 @@ use super::SeqLock;
 ///
 /// # Example
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::seqlock::{SeqData, SeqLock};
 ///
 /// #[derive(Clone, Copy, Debug, PartialEq)]

@@ -25,7 +25,8 @@ use crate::sync::const_fn;
 /// See the [module docs](super) for how reads avoid undefined behaviour and
 /// [`SeqData`] for what `T` may be.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::seqlock::SeqLock;
 ///
 /// let pair = SeqLock::new([1u32, 2]);
@@ -56,7 +57,8 @@ impl<T: SeqData> SeqLock<T> {
     const_fn! {
         /// A seqlock holding `value`. `const`, for `static`s.
         ///
-        /// ```
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
         /// # use ksync::seqlock::SeqLock;
         /// static JIFFIES: SeqLock<u64> = SeqLock::new(0);
         /// assert_eq!(JIFFIES.read(), 0);
@@ -82,7 +84,8 @@ impl<T: SeqData> SeqLock<T> {
     /// (without [`write_irqsave`](Self::write_irqsave)), use
     /// [`try_read`](Self::try_read) instead.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// let lock = SeqLock::new(7u16);
     /// assert_eq!(lock.read(), 7);
@@ -104,7 +107,8 @@ impl<T: SeqData> SeqLock<T> {
     /// this call's frame, so `f` can look at part of a large `T` without
     /// moving all of it again.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// let lock = SeqLock::new([3u64; 8]);
     /// assert_eq!(lock.read_with(|a| a.iter().sum::<u64>()), 24);
@@ -129,7 +133,8 @@ impl<T: SeqData> SeqLock<T> {
     /// One attempt at [`read`](Self::read) that never spins: `None` if a
     /// write was being published before or during the copy.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// let lock = SeqLock::new(1i8);
     /// assert_eq!(lock.try_read(), Some(1));
@@ -151,7 +156,8 @@ impl<T: SeqData> SeqLock<T> {
     /// number: `read_retry(start)` tells whether anything was published
     /// since.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
     /// # use ksync::seqlock::SeqLock;
     /// let lock = SeqLock::new(10u32);
@@ -176,7 +182,8 @@ impl<T: SeqData> SeqLock<T> {
     /// (or began) since [`read_begin`](Self::read_begin) returned `start`,
     /// so the section must be retried.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// let lock = SeqLock::new(0u8);
     /// let start = lock.read_begin();
@@ -195,7 +202,8 @@ impl<T: SeqData> SeqLock<T> {
     /// is no longer `start` (something was published since), before or
     /// after the copy. The copy is then discarded unseen.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// let lock = SeqLock::new('a');
     /// let start = lock.read_begin();
@@ -249,7 +257,8 @@ impl<T: SeqData> SeqLock<T> {
     /// retry only while it is being stored. If readers run in interrupt
     /// handlers, use [`write_irqsave`](Self::write_irqsave).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// let lock = SeqLock::new([0u32; 2]);
     /// {
@@ -276,7 +285,8 @@ impl<T: SeqData> SeqLock<T> {
     /// published and unlocked: a reader in an interrupt handler on this
     /// CPU can then never spin on this CPU's half-published write.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// static TIMEKEEPER: SeqLock<u64> = SeqLock::new(0);
     /// *TIMEKEEPER.write_irqsave() += 1; // interrupts off until published
@@ -299,7 +309,8 @@ impl<T: SeqData> SeqLock<T> {
     /// [`write`](Self::write) if the writers' lock is free, without
     /// spinning.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// let lock = SeqLock::new(0u32);
     /// let w = lock.try_write().unwrap();
@@ -322,7 +333,8 @@ impl<T: SeqData> SeqLock<T> {
     /// Replaces the data with `value` (lock, publish, unlock), without
     /// copying the old value out first.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// let lock = SeqLock::new(1.5f64);
     /// lock.store(2.5);
@@ -352,7 +364,8 @@ impl<T: SeqData> SeqLock<T> {
 
     /// The data, through exclusive access: no atomics, no lock.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// let mut lock = SeqLock::new(1u32);
     /// *lock.get_mut() += 1;
@@ -367,7 +380,8 @@ impl<T: SeqData> SeqLock<T> {
 
     /// The data, consuming the lock.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use ksync::seqlock::SeqLock;
     /// assert_eq!(SeqLock::new(5u8).into_inner(), 5);
     /// ```
@@ -443,7 +457,8 @@ impl<T: SeqData + fmt::Debug> fmt::Debug for SeqLock<T> {
 ///
 /// `!Send`: it may hold the interrupt state of the CPU that took it.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// # use ksync::seqlock::SeqLock;
 /// let lock = SeqLock::new([1u8, 2, 3]);
 /// let mut guard = lock.write();

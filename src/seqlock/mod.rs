@@ -15,7 +15,8 @@
 //!   (`seqlock_t` plus the data it protects). Readers get a copy of `T`
 //!   that is guaranteed consistent; writers get a guard that derefs to `T`.
 //!
-//! ```
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use ksync::seqlock::SeqLock;
 //!
 //! // Wall-clock time: (seconds, nanoseconds), updated by the timer tick.

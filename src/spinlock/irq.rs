@@ -16,7 +16,8 @@ pub use crate::kernel::irq::{ArchIrq, IrqControl, IrqState, KernelIrq};
 /// written after the inner lock is taken, read back before it is released,
 /// so each holder restores exactly what it saved.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::spinlock::IrqTicketMutex;
 ///
 /// // Shared with a timer interrupt handler.

@@ -260,7 +260,8 @@ impl Drop for Nesting {
 /// needs [`set_kernel!`](crate::set_kernel) (the host test hooks provide
 /// it). The uncontended path calls no hook.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::spinlock::QueuedMutex;
 ///
 /// static INODES: QueuedMutex<u64> = QueuedMutex::new(0);

@@ -12,7 +12,8 @@ use crate::sync::{Ordering, array, const_fn};
 /// one bucket share a lock; one lock for the whole table, or one per
 /// bucket (each bucket binds its own), both work.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::rcu::{self, Link, RcuHashTable};
 /// use ksync::spinlock::TicketMutex;
 ///
