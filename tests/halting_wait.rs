@@ -290,11 +290,11 @@ fn kicked_across_a_mode_switch(
     );
 }
 
-#[test]
-fn queued_mode_switch() {
-    let lock = <RawQueuedLock as RawMutex>::INIT;
+/// [`kicked_across_a_mode_switch`] for a raw `lock_api` lock.
+fn raw_mode_switch<L: RawMutex + Sync>(what: &str) {
+    let lock = L::INIT;
     kicked_across_a_mode_switch(
-        "queued",
+        what,
         &|| lock.lock(),
         // SAFETY: `hold` locked it on this thread.
         &|| unsafe { lock.unlock() },
@@ -304,38 +304,21 @@ fn queued_mode_switch() {
             unsafe { lock.unlock() };
         },
     );
+}
+
+#[test]
+fn queued_mode_switch() {
+    raw_mode_switch::<RawQueuedLock>("queued");
 }
 
 #[test]
 fn ticket_mode_switch() {
-    let lock = <RawTicketLock as RawMutex>::INIT;
-    kicked_across_a_mode_switch(
-        "ticket",
-        &|| lock.lock(),
-        // SAFETY: `hold` locked it on this thread.
-        &|| unsafe { lock.unlock() },
-        &|| {
-            lock.lock();
-            // SAFETY: locked just above on this thread.
-            unsafe { lock.unlock() };
-        },
-    );
+    raw_mode_switch::<RawTicketLock>("ticket");
 }
 
 #[test]
 fn ttas_mode_switch() {
-    let lock = <RawTtasLock as RawMutex>::INIT;
-    kicked_across_a_mode_switch(
-        "TTAS",
-        &|| lock.lock(),
-        // SAFETY: `hold` locked it on this thread.
-        &|| unsafe { lock.unlock() },
-        &|| {
-            lock.lock();
-            // SAFETY: locked just above on this thread.
-            unsafe { lock.unlock() };
-        },
-    );
+    raw_mode_switch::<RawTtasLock>("TTAS");
 }
 
 #[test]
