@@ -31,10 +31,24 @@ static SLEPT: AtomicUsize = AtomicUsize::new(0);
 static KICKS: AtomicUsize = AtomicUsize::new(0);
 
 /// One thread's event register.
-#[derive(Default)]
 struct Event {
     set: Mutex<bool>,
     wake: Condvar,
+}
+
+impl Event {
+    /// A new thread's event starts set, so its first `wait` returns at
+    /// once (the one stale return the contract allows). A kick sent before
+    /// the thread registered its event reached no event of its: without
+    /// this the thread's first `wait` would sleep through it. A real event
+    /// register exists before the CPU first waits; this one exists only
+    /// from the thread's first `wait`, after the waiter's last check.
+    fn new() -> Self {
+        Self {
+            set: Mutex::new(true),
+            wake: Condvar::new(),
+        }
+    }
 }
 
 /// Every live thread's event, so that a kick reaches them all.
@@ -42,7 +56,7 @@ static EVENTS: Mutex<Vec<Weak<Event>>> = Mutex::new(Vec::new());
 
 thread_local! {
     static MINE: Arc<Event> = {
-        let event = Arc::new(Event::default());
+        let event = Arc::new(Event::new());
         let mut all = EVENTS.lock().unwrap();
         all.retain(|e| e.strong_count() > 0);
         all.push(Arc::downgrade(&event));
