@@ -451,6 +451,19 @@ pub fn preempt_disable() -> PreemptGuard {
     }
 }
 
+/// The kernel's [`Kernel::preempt_disable`], with no guard: for a lock
+/// whose guard policy pairs it with [`preempt_enable_hook`] itself.
+#[inline]
+pub(crate) fn preempt_disable_hook() {
+    _ksync_set_kernel_v1_preempt_disable();
+}
+
+/// The kernel's [`Kernel::preempt_enable`] (see [`preempt_disable_hook`]).
+#[inline]
+pub(crate) fn preempt_enable_hook() {
+    _ksync_set_kernel_v1_preempt_enable();
+}
+
 /// Preemption disabled (see [`preempt_disable`]); enabled again on drop.
 #[must_use = "dropping the guard enables preemption at once"]
 #[derive(Debug)]

@@ -37,6 +37,44 @@
 //! Waiting spins with a [`RelaxStrategy`] type parameter (default
 //! [`Spin`]: the CPU's spin-loop hint, `pause` or `yield`).
 //!
+//! # What a lock disables while held
+//!
+//! As Linux's `spin_lock`, every lock here disables preemption from before
+//! it spins until after it is released, through
+//! [`Kernel::preempt_disable`](crate::kernel::Kernel::preempt_disable) and
+//! `preempt_enable` (two calls of empty hooks in a kernel that never
+//! preempts): a holder is never switched out while other CPUs spin for
+//! it. So these locks need [`set_kernel!`](crate::set_kernel). What a
+//! lock disables is its guard policy, a type ([`SpinGuardian`]):
+//!
+//! * [`PreemptDisabled`], the default of every alias;
+//! * [`NoGuard`]: nothing (Linux's `arch_spin_lock`), for a scheduler's
+//!   own locks and for binaries without `set_kernel!`;
+//! * [`IrqDisabled`]: local interrupts saved and masked, then preemption
+//!   (`spin_lock_irqsave`); the `Irq*Mutex` aliases do the same through
+//!   [`RawIrqSave`]; the `ArchIrq*Mutex` aliases mask with the CPU's own
+//!   instructions and call no hook.
+//!
+//! [`SpinLock<T, G, A>`](SpinLock) is one lock generic over the policy and
+//! the algorithm; its guard [`SpinLockGuard`] can be named and passed
+//! between functions. The state a policy saves is kept in the lock, so a
+//! held lock can be released from another function, or by the next task
+//! after a context switch on the same CPU (`force_unlock`, with
+//! [`RawSpinlock::replace_saved`] and the lockdep hand-over
+//! [`RawSpinlock::lockdep_release`]/[`lockdep_acquire`](RawSpinlock::lockdep_acquire)).
+//! A guard of a policy that disables something is `!Send`: what it
+//! disabled belongs to its CPU.
+//!
+//! # Holder checks
+//!
+//! [`RawSpinlock::is_held`] and [`assert_held`](RawSpinlock::assert_held)
+//! (and on the mutexes, through [`HolderCheck`]) ask whether this CPU holds
+//! a lock: exact with `lockdep`, and in debug builds from an owner record
+//! in the lock, which also reports "spinlock recursion" (a CPU taking a
+//! lock it holds) and a release on another CPU, instead of hanging or
+//! corrupting the preemption count. Free in release builds without
+//! `lockdep`.
+//!
 //! # Layers
 //!
 //! As in Linux (`arch_spinlock_t` below `raw_spinlock_t`) and
@@ -47,8 +85,9 @@
 //! and the `lock_api` impls. The names kernels use are its aliases
 //! ([`RawTicketLock`], [`RawTtasLock`], [`RawQueuedLock`]); `LockRef`,
 //! `BrLock` and `SeqLock`, which record at their own level, embed the
-//! algorithm. Without `lockdep` the wrapper is transparent: the same size
-//! and the same instructions as the algorithm.
+//! algorithm. Without `lockdep`, in release builds, the wrapper adds only
+//! the guard policy's saved state (none for [`PreemptDisabled`] and
+//! [`NoGuard`]) and its hook calls; debug builds add the owner record.
 //!
 //! # Lock-order checking
 //!
@@ -79,14 +118,13 @@
 //! *RQ.lock() += 1;
 //! ```
 //!
-//! Guards stay `Send` with `lockdep` (`GuardSend`, as without it: a
-//! feature must not make code that compiled stop compiling). lockdep keeps
-//! held locks per CPU, so a guard dropped on another CPU than the one that
-//! locked is reported there as a [`BadUnlock`](crate::lockdep::ReportKind::BadUnlock),
-//! and the first CPU keeps the lock on its held stack: with `lockdep`, do
-//! not move held guards between CPUs, nor let a holder migrate (these
-//! locks do not disable preemption: keep it off across the critical
-//! section, see [lockdep](crate::lockdep#where-it-runs-and-what-it-costs)).
+//! Guards are as `Send` with `lockdep` as without it (a feature must not
+//! make code that compiled stop compiling): only [`NoGuard`] guards are.
+//! lockdep keeps held locks per CPU, so a guard dropped on another CPU
+//! than the one that locked is reported there as a
+//! [`BadUnlock`](crate::lockdep::ReportKind::BadUnlock): tell it of a
+//! deliberate move with [`RawSpinlock::lockdep_release`] before and
+//! [`RawSpinlock::lockdep_acquire`] after.
 //!
 //! # Example
 //!
@@ -107,11 +145,13 @@
 
 pub use spin::relax::{Loop, RelaxStrategy, Spin};
 
+mod guardian;
 mod irq;
 mod queued;
 mod ticket;
 mod tracked;
 mod ttas;
+pub use guardian::{IrqDisabled, NoGuard, PreemptDisabled, SpinGuardian};
 pub use irq::{ArchIrq, IrqControl, IrqState, KernelIrq, RawIrqSave};
 pub use queued::{IrqQueuedMutex, QueuedLock, QueuedMutex, RawQueuedLock};
 #[cfg(ksync_loom)]
@@ -119,14 +159,46 @@ pub use queued::{IrqQueuedMutex, QueuedLock, QueuedMutex, RawQueuedLock};
 pub use ticket::TICKETS;
 pub use ticket::{RawTicketLock, TicketLock};
 pub(crate) use ticket::{lock_irqsave, try_lock};
-pub use tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock};
+pub use tracked::{ArchSpinlock, FairArchSpinlock, HolderCheck, RawSpinlock};
 pub use ttas::{RawTtasLock, TtasLock};
 
-/// A [`lock_api::Mutex`] over a [`RawTicketLock`].
+/// A [`lock_api::Mutex`] over a [`RawTicketLock`] (preemption disabled
+/// while held).
 #[doc(alias = "spinlock_t")]
 pub type TicketMutex<T> = lock_api::Mutex<RawTicketLock, T>;
-/// A [`lock_api::Mutex`] over a [`RawTtasLock`].
+/// A [`lock_api::Mutex`] over a [`RawTtasLock`] (preemption disabled
+/// while held).
 pub type TtasMutex<T> = lock_api::Mutex<RawTtasLock, T>;
+
+/// One spinlock generic over what it disables while held, `G` (a
+/// [`SpinGuardian`]: [`NoGuard`], [`PreemptDisabled`], [`IrqDisabled`], or
+/// a kernel's own), and over its algorithm `A` ([`TicketLock`] unless
+/// named; [`QueuedLock`], [`TtasLock`]). Its guard,
+/// [`SpinLockGuard`], can be named and passed between functions. The
+/// other mutex aliases are fixed choices of it: [`TicketMutex<T>`] is
+/// `SpinLock<T, PreemptDisabled>`.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::spinlock::{IrqDisabled, NoGuard, QueuedLock, SpinLock, SpinLockGuard};
+///
+/// // The scheduler's own lock: it manages preemption itself.
+/// static RUNQUEUE: SpinLock<u32, NoGuard> = SpinLock::new(0);
+/// // Shared with an interrupt handler; queued algorithm.
+/// static TIMERS: SpinLock<u64, IrqDisabled, QueuedLock> = SpinLock::new(0);
+///
+/// fn bump(mut len: SpinLockGuard<'_, u32, NoGuard>) -> u32 {
+///     *len += 1;
+///     *len
+/// }
+/// assert_eq!(bump(RUNQUEUE.lock()), 1);
+/// *TIMERS.lock() += 1;
+/// ```
+#[doc(alias("spinlock_t", "SpinGuardian"))]
+pub type SpinLock<T, G = PreemptDisabled, A = TicketLock> = lock_api::Mutex<RawSpinlock<A, G>, T>;
+/// The guard of a [`SpinLock`].
+pub type SpinLockGuard<'a, T, G = PreemptDisabled, A = TicketLock> =
+    lock_api::MutexGuard<'a, RawSpinlock<A, G>, T>;
 /// A [`TicketMutex`] that saves and disables local interrupts while held.
 /// Interrupts are masked through the kernel's hooks ([`KernelIrq`]); see
 /// [`ArchIrqTicketMutex`] for binaries without [`set_kernel!`](crate::set_kernel).
@@ -136,6 +208,10 @@ pub type IrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock>, T>;
 /// An [`IrqTicketMutex`] that masks interrupts with the architecture's
 /// instructions ([`ArchIrq`]) instead of the kernel's hooks: usable in a
 /// binary that never calls [`set_kernel!`](crate::set_kernel).
-pub type ArchIrqTicketMutex<T> = lock_api::Mutex<RawIrqSave<RawTicketLock, ArchIrq>, T>;
+///
+/// Its inner lock is [`NoGuard`]: it calls no hook at all (preemption is
+/// held off by the masked interrupts).
+pub type ArchIrqTicketMutex<T> =
+    lock_api::Mutex<RawIrqSave<RawTicketLock<Spin, NoGuard>, ArchIrq>, T>;
 /// An [`IrqTtasMutex`] masking with [`ArchIrq`], as [`ArchIrqTicketMutex`].
-pub type ArchIrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock, ArchIrq>, T>;
+pub type ArchIrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock<Spin, NoGuard>, ArchIrq>, T>;

@@ -191,11 +191,13 @@ fn mutexes_from_init_are_classes_of_their_own() {
 #[test]
 fn guard_unlocked_on_another_cpu_is_a_bad_unlock() {
     let _s = start();
-    static M: TicketMutex<u32> = TicketMutex::new(0);
+    // A lock that disables nothing: its guard is `Send` (with lockdep as
+    // without it); lockdep reports the unlock on the other CPU.
+    static M: ksync::spinlock::SpinLock<u32, ksync::spinlock::NoGuard> =
+        ksync::spinlock::SpinLock::new(0);
     thread::scope(|s| {
         s.spawn(|| {
             let guard = M.lock();
-            // Guards stay `Send` with lockdep; lockdep reports the unlock.
             s.spawn(move || drop(guard)).join().unwrap();
         });
     });

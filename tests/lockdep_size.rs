@@ -42,18 +42,32 @@ fn spinlocks_are_unchanged_without_lockdep() {
         IrqTicketMutex, RawIrqSave, RawQueuedLock, RawTicketLock, RawTtasLock, TicketMutex,
     };
 
-    assert_eq!(size_of::<RawTicketLock>(), 4);
+    // Debug builds add the owner record (a `u32` after the word: the
+    // holder checks' "which CPU holds it"); release builds keep the word
+    // alone.
+    let owner = if cfg!(debug_assertions) { 4 } else { 0 };
+    assert_eq!(size_of::<RawTicketLock>(), 4 + owner);
     assert_eq!(align_of::<RawTicketLock>(), 4);
-    assert_eq!(size_of::<RawTtasLock>(), 1);
-    assert_eq!(size_of::<RawQueuedLock>(), 4);
+    assert_eq!(
+        size_of::<RawTtasLock>(),
+        if cfg!(debug_assertions) { 8 } else { 1 }
+    );
+    assert_eq!(size_of::<RawQueuedLock>(), 4 + owner);
     assert_eq!(align_of::<RawQueuedLock>(), 4);
+    // The guard policy that saves nothing costs nothing.
+    assert_eq!(
+        size_of::<
+            ksync::spinlock::RawSpinlock<ksync::spinlock::TicketLock, ksync::spinlock::NoGuard>,
+        >(),
+        4 + owner
+    );
     // The IRQ-saving adapter keeps the holder's saved state (the kernel
     // hook's word) in the lock: `lock_api` 0.4's guards carry no state.
     assert_eq!(
         size_of::<RawIrqSave<RawTicketLock>>(),
         size_of::<(RawTicketLock, usize)>()
     );
-    assert_eq!(size_of::<TicketMutex<u32>>(), 8);
+    assert_eq!(size_of::<TicketMutex<u32>>(), 8 + owner);
     assert_eq!(
         size_of::<IrqTicketMutex<u32>>(),
         size_of::<(RawIrqSave<RawTicketLock>, u32)>()
@@ -64,10 +78,10 @@ fn spinlocks_are_unchanged_without_lockdep() {
         size_of::<RawPerCpuRwLock>(),
         size_of::<PerCpu<core::sync::atomic::AtomicI32>>() + align_of::<PerCpu<u32>>()
     );
-    // The lock guards' markers are zero-sized.
+    // A guard is a reference: the lock keeps the saved state.
     assert_eq!(
-        size_of::<<RawTicketLock as ksync::lock_api::RawMutex>::GuardMarker>(),
-        0
+        size_of::<ksync::lock_api::MutexGuard<'_, RawTicketLock, u32>>(),
+        size_of::<&()>()
     );
 }
 

@@ -44,6 +44,10 @@ pub enum ReportKind {
     /// [`assert_no_locks_held`](crate::lockdep::assert_no_locks_held) found locks
     /// held.
     LocksHeld,
+    /// A holder check ([`Map::assert_held`](crate::lockdep::Map::assert_held),
+    /// a spinlock's `assert_held`) found the lock not held by this CPU
+    /// (Linux's `lockdep_assert_held`).
+    NotHeld,
     /// The class or dependency table is full: checking is off from now on.
     TableFull,
     /// More than [`MAX_LOCK_DEPTH`](MAX_LOCK_DEPTH) locks held on
@@ -376,6 +380,17 @@ impl fmt::Display for Report {
                 f,
                 "ksync lockdep: release of a lock this CPU does not hold, on CPU {cpu}\n  releasing {lock}\n  (released twice, never taken, or taken on another CPU)"
             ),
+            ReportKind::NotHeld => {
+                write!(
+                    f,
+                    "ksync lockdep: lock not held by this CPU, on CPU {cpu}\n  expected {lock}"
+                )?;
+                if let Some(at) = self.at {
+                    write!(f, "\n  checked at {at}")?;
+                }
+                write!(f, "\n  held:")?;
+                self.write_held(f)
+            }
             ReportKind::LocksHeld => {
                 write!(
                     f,

@@ -612,6 +612,38 @@ pub(super) fn forget(map: &Map) {
     unsafe { kernel::irq_restore_raw(flags) };
 }
 
+/// Whether this CPU holds the lock of `map`: `None` once checking stopped
+/// (locks taken since are not recorded) or inside lockdep itself.
+pub(super) fn is_held(map: &Map) -> Option<bool> {
+    // Relaxed: as in `acquire`.
+    if !ENABLED.load(Ordering::Relaxed) {
+        return None;
+    }
+    let addr = addr(map);
+    with_cpu(|cpu, _| cpu.held[..cpu.depth].iter().any(|h| h.map == addr))
+}
+
+/// Reports ([`ReportKind::NotHeld`]) unless this CPU holds `map`'s lock.
+pub(super) fn assert_held(map: &Map, at: Loc) {
+    if is_held(map) != Some(false) {
+        return;
+    }
+    let report = with_cpu(|cpu, id| {
+        let g = GraphGuard::lock();
+        let mut r = Report::new(ReportKind::NotHeld, id);
+        r.lock = Some(Site {
+            class: describe_map(map, 0),
+            at: None,
+        });
+        r.at = Some(at);
+        fill_held(&mut r, cpu, &g);
+        r
+    });
+    if let Some(report) = report {
+        kernel::lockdep_report(&report);
+    }
+}
+
 /// The number of locks this CPU holds.
 pub(super) fn held_lock_count() -> usize {
     with_cpu(|cpu, _| cpu.depth).unwrap_or(0)

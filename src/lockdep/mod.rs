@@ -54,6 +54,9 @@
 //! * [`LocksHeld`](ReportKind::LocksHeld): [`assert_no_locks_held`] found
 //!   held locks (RCU's `synchronize` and `barrier` ask it: waiting for a
 //!   grace period with a spinlock held can wait forever).
+//! * [`NotHeld`](ReportKind::NotHeld): a holder check
+//!   ([`Map::assert_held`], the spinlocks' `assert_held`, Linux's
+//!   `lockdep_assert_held`) found the lock not held by this CPU.
 //! * [`TableFull`](ReportKind::TableFull) and
 //!   [`TooDeep`](ReportKind::TooDeep): a fixed table ran out (below);
 //!   checking turns itself off for good after this one report, and the
@@ -507,6 +510,24 @@ impl Map {
         engine::release(self, core::panic::Location::caller());
     }
 
+    /// Whether this CPU holds the lock (Linux's `lockdep_is_held`):
+    /// `None` once checking stopped (after a report that turns it off).
+    #[doc(alias = "lockdep_is_held")]
+    #[inline]
+    #[must_use]
+    pub fn is_held(&self) -> Option<bool> {
+        engine::is_held(self)
+    }
+
+    /// Reports ([`NotHeld`](ReportKind::NotHeld)) unless this CPU holds
+    /// the lock (Linux's `lockdep_assert_held`).
+    #[doc(alias = "lockdep_assert_held")]
+    #[track_caller]
+    #[inline]
+    pub fn assert_held(&self) {
+        engine::assert_held(self, core::panic::Location::caller());
+    }
+
     /// [`acquire`](Self::acquire), and a guard that calls
     /// [`release`](Self::release) when it drops (put it in the lock's
     /// guard).
@@ -565,6 +586,17 @@ impl Map {
     /// Records a release (with `lockdep`; nothing here).
     #[inline(always)]
     pub fn release(&self) {}
+
+    /// Whether this CPU holds the lock (with `lockdep`; unknown here).
+    #[inline(always)]
+    #[must_use]
+    pub fn is_held(&self) -> Option<bool> {
+        None
+    }
+
+    /// Checks that this CPU holds the lock (with `lockdep`; nothing here).
+    #[inline(always)]
+    pub fn assert_held(&self) {}
 
     /// An acquisition and its releasing guard (with `lockdep`; nothing
     /// here).

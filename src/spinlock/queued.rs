@@ -7,13 +7,14 @@ use core::marker::PhantomData;
 use core::sync::atomic::{Ordering::SeqCst, compiler_fence};
 
 use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
-use super::{RawIrqSave, RelaxStrategy, Spin};
+use super::{PreemptDisabled, RawIrqSave, RelaxStrategy, Spin};
 use crate::kernel::{self, Backoff, MAX_CPUS, Waiter, kick_waiters, vcpu_preemptible};
 use crate::percpu::{CachePadded, PerCpu};
 use crate::sync::{AtomicU32, Ordering, const_fn};
 use Ordering::{AcqRel, Acquire, Relaxed, Release};
 
-/// A [`lock_api::Mutex`] over a [`RawQueuedLock`].
+/// A [`lock_api::Mutex`] over a [`RawQueuedLock`] (preemption disabled
+/// while held).
 #[doc(alias = "qspinlock")]
 pub type QueuedMutex<T> = lock_api::Mutex<RawQueuedLock, T>;
 /// A [`QueuedMutex`] that saves and disables local interrupts while held
@@ -586,7 +587,7 @@ tracked_constructors!(QueuedLock, RawQueuedLock, "queued lock");
 /// lock was built): what kernels use (through [`QueuedMutex`] or by hand).
 /// The algorithm and the word's layout are [`QueuedLock`]'s documentation.
 #[doc(alias("qspinlock", "queued_spin_lock"))]
-pub type RawQueuedLock<R = Spin> = RawSpinlock<QueuedLock<R>>;
+pub type RawQueuedLock<R = Spin, G = PreemptDisabled> = RawSpinlock<QueuedLock<R>, G>;
 
 // SAFETY: `lock` and `try_lock` return only once this context set the
 // locked byte from 0 (by compare-exchange from a free word, by the pending

@@ -6,7 +6,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
-use super::{IrqState, RelaxStrategy, Spin};
+use super::{IrqState, PreemptDisabled, RelaxStrategy, Spin};
 use crate::kernel::{Backoff, kick_waiters, vcpu_preemptible};
 use crate::sync::{AtomicU32, Ordering, const_fn, relax};
 
@@ -255,7 +255,7 @@ tracked_constructors!(TicketLock, RawTicketLock, "ticket lock");
 /// The ticket lock with its [lockdep](crate::lockdep) class: what kernels
 /// use (through [`TicketMutex`](super::TicketMutex) or by hand).
 #[doc(alias = "arch_spinlock_t")]
-pub type RawTicketLock<R = Spin> = RawSpinlock<TicketLock<R>>;
+pub type RawTicketLock<R = Spin, G = PreemptDisabled> = RawSpinlock<TicketLock<R>, G>;
 
 impl<R: RelaxStrategy> RawTicketLock<R> {
     /// [`TicketLock::lock_preemptible`], recorded by lockdep as `lock` is.

@@ -5,8 +5,14 @@
 //! algorithm) below `raw_spinlock_t` (which adds `dep_map`), and
 //! Rust-for-Linux's `Lock<T, B: Backend>` is generic over small backends.
 
+use core::cell::UnsafeCell;
 use core::fmt;
+use core::marker::PhantomData;
+use core::mem::MaybeUninit;
 
+#[cfg(doc)]
+use super::guardian::{IrqDisabled, NoGuard};
+use super::guardian::{PreemptDisabled, SpinGuardian};
 use crate::lockdep::{LockClassKey, Map};
 use crate::sync::const_fn;
 
@@ -58,42 +64,105 @@ pub unsafe trait FairArchSpinlock: ArchSpinlock {
 }
 
 /// A spinlock that takes part in [`lockdep`](crate::lockdep) (Linux's
-/// `raw_spinlock_t`): the algorithm `A` and the lock's class. Without the
-/// `lockdep` feature the map is zero-sized and every method is exactly
-/// `A`'s. Named through its aliases: [`RawTicketLock`](super::RawTicketLock),
-/// [`RawTtasLock`](super::RawTtasLock), [`RawQueuedLock`](super::RawQueuedLock).
+/// `raw_spinlock_t`): the algorithm `A`, what it disables while held (its
+/// guard policy `G`, [`PreemptDisabled`] unless named: see
+/// [`SpinGuardian`]) and the lock's class. Without the `lockdep` feature
+/// the map is zero-sized and, in release builds, the lock is `A`'s word
+/// and whatever state `G` saves. Named through its aliases:
+/// [`RawTicketLock`](super::RawTicketLock),
+/// [`RawTtasLock`](super::RawTtasLock),
+/// [`RawQueuedLock`](super::RawQueuedLock), and through the `lock_api`
+/// mutexes over them.
+///
+/// `lock` disables what `G` disables, then spins; `unlock` releases, then
+/// undoes it (Linux's `spin_lock`: preemption off first, so the holder is
+/// never switched out while CPUs spin for it). The state `G` saves is kept
+/// in the lock while it is held, so a held lock can be released from
+/// another function, or by the next task after a context switch on the
+/// same CPU (Linux's run-queue lock, released in `finish_task_switch`):
+/// see [`replace_saved`](Self::replace_saved) and
+/// [`lockdep_release`](Self::lockdep_release).
 ///
 /// With `lockdep`, `lock` (and `lock_nested`) records the acquisition
 /// before it spins, `try_lock` once it succeeded, `unlock` the release. A
 /// lock's class is the place it was built: the constructors are
 /// `#[track_caller]` with `lockdep`, or take an explicit key (`with_class`,
 /// [`set_lock_class`](Self::set_lock_class)).
-#[cfg_attr(not(feature = "lockdep"), repr(transparent))]
-#[cfg_attr(feature = "lockdep", repr(C))]
-pub struct RawSpinlock<A> {
+///
+/// # Holder checks
+///
+/// [`is_held`](Self::is_held) and [`assert_held`](Self::assert_held) ask
+/// whether *this CPU* holds the lock (Linux's `lockdep_is_held`,
+/// `lockdep_assert_held`): exact with `lockdep` (its record of what each
+/// CPU holds), and in debug builds from an owner record kept in the lock
+/// (Linux's debug spinlock: owner CPU), which also reports taking a lock
+/// this CPU already holds ("spinlock recursion", a certain deadlock) and
+/// releasing a lock that another CPU holds. In release builds without
+/// `lockdep` there is no record: `assert_held` costs nothing and
+/// `is_held` can only say whether anyone holds it. The owner record asks
+/// [`kernel::cpu_id`](crate::kernel::cpu_id), so it is kept only by
+/// policies that use the kernel's hooks anyway (not [`NoGuard`]).
+#[repr(C)]
+pub struct RawSpinlock<A, G: SpinGuardian = PreemptDisabled> {
     arch: A,
+    /// What the holder's `G::enter` saved: written after taking `arch`,
+    /// read before releasing it, by the holder only (zero-sized when `G`
+    /// saves nothing).
+    saved: UnsafeCell<MaybeUninit<G::Saved>>,
+    /// Debug builds: the holder's CPU + 1, 0 when free (only for policies
+    /// that record it, [`SpinGuardian::RECORDS_OWNER`]).
+    #[cfg(debug_assertions)]
+    owner: core::sync::atomic::AtomicU32,
     /// The lock's lockdep class (zero-sized without `lockdep`).
     dep_map: Map,
+    guardian: PhantomData<fn() -> G>,
 }
 
-impl<A> RawSpinlock<A> {
+// SAFETY: `arch` is shared as `A` allows; `saved` is written and read only
+// by the context that holds `arch` (or the one it handed the lock to on
+// its CPU), one at a time, and holds plain `Copy` data that may be read on
+// another thread (`Send`); `owner` is atomic.
+unsafe impl<A: Sync, G: SpinGuardian> Sync for RawSpinlock<A, G> where G::Saved: Send {}
+
+// A panic cannot leave `saved` half-written (it is one `Copy` store by
+// the holder), so the lock is as unwind-safe as its algorithm.
+impl<A: core::panic::RefUnwindSafe, G: SpinGuardian> core::panic::RefUnwindSafe
+    for RawSpinlock<A, G>
+{
+}
+impl<A: core::panic::UnwindSafe, G: SpinGuardian> core::panic::UnwindSafe for RawSpinlock<A, G> {}
+
+impl<A, G: SpinGuardian> RawSpinlock<A, G> {
     const_fn! {
         /// `arch` in the class of the place this is called from.
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub(crate) fn from_arch(arch: A) -> Self {
-            Self { arch, dep_map: Map::new() }
+            Self::with_map(arch, Map::new())
         }
     }
 
     const_fn! {
         /// `arch` in `key`'s class.
         pub(crate) fn from_arch_in(arch: A, key: &'static LockClassKey) -> Self {
-            Self { arch, dep_map: Map::with_key(key) }
+            Self::with_map(arch, Map::with_key(key))
         }
     }
 
-    /// The algorithm underneath, which tells lockdep nothing (for locks
-    /// that record at their own level).
+    const_fn! {
+        fn with_map(arch: A, dep_map: Map) -> Self {
+            Self {
+                arch,
+                saved: UnsafeCell::new(MaybeUninit::uninit()),
+                #[cfg(debug_assertions)]
+                owner: core::sync::atomic::AtomicU32::new(0),
+                dep_map,
+                guardian: PhantomData,
+            }
+        }
+    }
+
+    /// The algorithm underneath, which tells lockdep nothing and disables
+    /// nothing (for locks that record at their own level).
     #[inline]
     pub fn arch(&self) -> &A {
         &self.arch
@@ -112,18 +181,88 @@ impl<A> RawSpinlock<A> {
     pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
         self.dep_map.set_class(key);
     }
-}
 
-impl<A: ArchSpinlock> RawSpinlock<A> {
-    /// Takes the lock (spinning; see each algorithm's `lock` for how it
-    /// waits). With lockdep, recorded before spinning, so that a deadlock
-    /// is reported first.
-    #[doc(alias = "spin_lock")]
+    /// Keeps what the new holder's `G::enter` saved.
+    ///
+    /// # Safety
+    /// The caller holds `arch`, taken after it saved `saved`.
+    #[inline]
+    unsafe fn keep(&self, saved: G::Saved) {
+        // SAFETY: only the holder touches `saved` (caller contract).
+        unsafe { (*self.saved.get()).write(saved) };
+    }
+
+    /// What the holder saved, to hand to `G::exit` after the release.
+    ///
+    /// # Safety
+    /// The caller holds `arch`, taken through `lock` or `try_lock` (which
+    /// kept a state).
+    #[inline]
+    unsafe fn take(&self) -> G::Saved {
+        // SAFETY: only the holder touches `saved`, initialised by `keep`
+        // when the lock was taken (caller contract).
+        unsafe { (*self.saved.get()).assume_init() }
+    }
+
+    /// Exchanges the state the holder saved (restored by `unlock`) for
+    /// `saved`, and returns the old one: a held lock's saved state can be
+    /// taken out and another put back, as a context switch that hands the
+    /// lock to the next task may need (the interrupt state of an
+    /// [`IrqDisabled`] lock: pair it with
+    /// [`IrqState::into_flags`](crate::kernel::irq::IrqState::into_flags)
+    /// and [`from_flags`](crate::kernel::irq::IrqState::from_flags)).
+    ///
+    /// # Safety
+    /// The caller's context holds the lock (or was handed it on this CPU);
+    /// `saved` is a state that `unlock` may hand to `G::exit` on this CPU
+    /// in nesting order, and the returned state is now the caller's to
+    /// restore (or to drop, if the policy allows: `()` for
+    /// [`PreemptDisabled`] still owes one `preempt_enable`, which the
+    /// `saved` put back stands for).
+    #[inline]
+    pub unsafe fn replace_saved(&self, saved: G::Saved) -> G::Saved {
+        // SAFETY: the caller holds the lock (contract): `saved` is
+        // initialised and only the holder touches it.
+        unsafe { core::mem::replace((*self.saved.get()).assume_init_mut(), saved) }
+    }
+
+    /// Tells [lockdep](crate::lockdep) that this CPU's current context
+    /// gives the held lock up without releasing it (Linux's
+    /// `spin_release` before a context switch that hands the lock to the
+    /// next task); [`lockdep_acquire`](Self::lockdep_acquire) in the next
+    /// context takes it back. Nothing without `lockdep`.
+    #[doc(alias = "spin_release")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
+    pub fn lockdep_release(&self) {
+        self.dep_map.release();
+    }
+
+    /// Tells [lockdep](crate::lockdep) that this context now holds the
+    /// lock it was handed (Linux's `spin_acquire` in `finish_task_switch`),
+    /// before it releases it with `unlock`. Nothing without `lockdep`.
+    #[doc(alias = "spin_acquire")]
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    pub fn lockdep_acquire(&self) {
+        // A try-lock acquisition: it is held already, nothing waits.
+        self.dep_map.acquire(0, true, false);
+    }
+}
+
+impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
+    /// Takes the lock: disables what `G` disables, then spins (see each
+    /// algorithm's `lock` for how it waits). With lockdep, recorded before
+    /// spinning, so that a deadlock is reported first.
+    ///
+    /// # Panics
+    /// In debug builds (policies that record the owner), if this CPU holds
+    /// the lock already: it would spin for ever.
+    #[doc(alias = "spin_lock")]
+    #[inline]
+    #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
     pub fn lock(&self) {
-        self.dep_map.acquire(0, false, false);
-        self.arch.lock();
+        self.lock_nested_inner(0);
     }
 
     /// [`lock`](Self::lock) for deliberate nesting of two locks of one
@@ -133,52 +272,283 @@ impl<A: ArchSpinlock> RawSpinlock<A> {
     ///
     /// # Panics
     /// With `lockdep`, if `subclass` is not below
-    /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
+    /// [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES); as `lock` in
+    /// debug builds.
     #[doc(alias = "spin_lock_nested")]
     #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
+    #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
     pub fn lock_nested(&self, subclass: u8) {
+        self.lock_nested_inner(subclass);
+    }
+
+    #[inline(always)]
+    #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
+    fn lock_nested_inner(&self, subclass: u8) {
+        let saved = G::enter();
         self.dep_map.acquire(subclass, false, false);
+        #[cfg(debug_assertions)]
+        self.check_not_mine();
         self.arch.lock();
+        // SAFETY: held by this context, taken after `saved` was saved.
+        unsafe { self.keep(saved) };
+        #[cfg(debug_assertions)]
+        self.set_owner();
     }
 
     /// Takes the lock if that needs no waiting (see each algorithm's
-    /// `try_lock`).
+    /// `try_lock`); when it does not, what `G` disabled is enabled again.
     #[doc(alias = "spin_trylock")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     #[must_use = "the lock is held when this returns `true` and must be unlocked"]
     pub fn try_lock(&self) -> bool {
-        let locked = self.arch.try_lock();
-        if locked {
-            self.dep_map.acquire(0, true, false);
+        let saved = G::enter();
+        if !self.arch.try_lock() {
+            // SAFETY: the matching `enter`, just above.
+            unsafe { G::exit(saved) };
+            return false;
         }
-        locked
+        self.dep_map.acquire(0, true, false);
+        // SAFETY: held by this context, taken after `saved` was saved.
+        unsafe { self.keep(saved) };
+        #[cfg(debug_assertions)]
+        self.set_owner();
+        true
     }
 
-    /// Releases the lock.
+    /// Releases the lock, then enables what `G` disabled when it was
+    /// taken (the state kept in the lock: see
+    /// [`replace_saved`](Self::replace_saved)).
     ///
     /// # Safety
-    /// The lock must be held by the caller's context.
+    /// The lock must be held by the caller's context, or by a context of
+    /// this CPU that handed it over (a context switch); for a policy other
+    /// than [`NoGuard`], on the CPU that took it.
+    ///
+    /// # Panics
+    /// In debug builds (policies that record the owner), if the lock is
+    /// held by another CPU or by nobody.
     #[doc(alias = "spin_unlock")]
     #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
+    #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
     pub unsafe fn unlock(&self) {
         self.dep_map.release();
+        #[cfg(debug_assertions)]
+        self.clear_owner();
+        // SAFETY: held (caller contract), so the state it saved is there.
+        let saved = unsafe { self.take() };
         // SAFETY: forwarded caller contract.
-        unsafe { self.arch.unlock() }
+        unsafe { self.arch.unlock() };
+        // SAFETY: the holder's `enter`, on this CPU (caller contract);
+        // undone once the lock is free, as Linux's `spin_unlock`.
+        unsafe { G::exit(saved) };
     }
 
-    /// Whether the lock is held. A snapshot, stale the moment it returns:
-    /// do not use it for synchronization.
+    /// Whether the lock is held, by anyone. A snapshot, stale the moment
+    /// it returns: do not use it for synchronization.
     #[doc(alias = "spin_is_locked")]
     #[inline]
     pub fn is_locked(&self) -> bool {
         self.arch.is_locked()
     }
+
+    /// Whether this CPU holds the lock (Linux's `lockdep_is_held`): exact
+    /// with `lockdep` (while it checks) and, in debug builds, for policies
+    /// that record the owner; otherwise nothing records the holder and
+    /// this is [`is_locked`](Self::is_locked) (which another CPU's hold
+    /// also makes true).
+    #[doc(alias("lockdep_is_held", "spin_is_held"))]
+    #[inline]
+    pub fn is_held(&self) -> bool {
+        if let Some(held) = self.dep_map.is_held() {
+            return held;
+        }
+        #[cfg(debug_assertions)]
+        if G::RECORDS_OWNER {
+            return self.owner_tag() == this_cpu_tag();
+        }
+        self.is_locked()
+    }
+
+    /// Reports unless this CPU holds the lock (Linux's
+    /// `lockdep_assert_held`, for code that must run under it): with
+    /// `lockdep` through [`Kernel::lockdep_report`](crate::kernel::Kernel::lockdep_report)
+    /// ([`NotHeld`](crate::lockdep::ReportKind::NotHeld)); in debug builds
+    /// from the owner record (a panic naming the holder); a free lock is
+    /// caught in debug builds by every policy. Costs nothing in release
+    /// builds without `lockdep`.
+    #[doc(alias("lockdep_assert_held", "assert_spin_locked"))]
+    #[inline]
+    #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
+    pub fn assert_held(&self) {
+        if self.dep_map.is_held().is_some() {
+            self.dep_map.assert_held();
+            return;
+        }
+        #[cfg(debug_assertions)]
+        {
+            if G::RECORDS_OWNER {
+                let (owner, me) = (self.owner_tag(), this_cpu_tag());
+                if owner != me {
+                    not_held(owner, me);
+                }
+            } else if !self.is_locked() {
+                not_held(0, u32::MAX);
+            }
+        }
+    }
+
+    #[cfg(debug_assertions)]
+    #[inline]
+    fn owner_tag(&self) -> u32 {
+        // Relaxed: only the holder stores its own tag and clears it before
+        // releasing, so this CPU's tag is seen exactly while this CPU holds
+        // the lock (program order on one CPU); any other value is some
+        // other CPU's or none, which is all a check needs.
+        self.owner.load(core::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Debug builds: panics if this CPU holds the lock already.
+    #[cfg(debug_assertions)]
+    #[inline]
+    #[track_caller]
+    fn check_not_mine(&self) {
+        if G::RECORDS_OWNER && self.owner_tag() == this_cpu_tag() {
+            recursion(this_cpu_tag());
+        }
+    }
+
+    #[cfg(debug_assertions)]
+    #[inline]
+    fn set_owner(&self) {
+        if G::RECORDS_OWNER {
+            // Relaxed: see `owner_tag`.
+            self.owner
+                .store(this_cpu_tag(), core::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Debug builds: panics unless this CPU holds the lock, then forgets
+    /// the owner.
+    #[cfg(debug_assertions)]
+    #[inline]
+    #[track_caller]
+    fn clear_owner(&self) {
+        if G::RECORDS_OWNER {
+            let (owner, me) = (self.owner_tag(), this_cpu_tag());
+            if owner != me {
+                bad_unlock(owner, me);
+            }
+            // Relaxed: see `owner_tag`; the release that follows orders it
+            // before the next holder's store.
+            self.owner.store(0, core::sync::atomic::Ordering::Relaxed);
+        }
+    }
 }
 
-impl<A: FairArchSpinlock> RawSpinlock<A> {
+/// This CPU's owner tag: its id + 1 (0 is "free").
+#[cfg(debug_assertions)]
+#[inline]
+fn this_cpu_tag() -> u32 {
+    crate::kernel::cpu_id() as u32 + 1
+}
+
+#[cfg(debug_assertions)]
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn recursion(me: u32) -> ! {
+    panic!(
+        "ksync: spinlock recursion: CPU {} takes a lock it already holds (it would spin for ever; an interrupt handler taking a lock its CPU holds needs the IRQ-saving form outside handlers)",
+        me - 1
+    )
+}
+
+#[cfg(debug_assertions)]
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn bad_unlock(owner: u32, me: u32) -> ! {
+    if owner == 0 {
+        panic!(
+            "ksync: unlock of a spinlock that is not held, on CPU {}",
+            me - 1
+        )
+    }
+    panic!(
+        "ksync: spinlock released on CPU {} but held by CPU {} (a lock that disables preemption or interrupts is released on the CPU that took it)",
+        me - 1,
+        owner - 1
+    )
+}
+
+#[cfg(debug_assertions)]
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn not_held(owner: u32, me: u32) -> ! {
+    match (owner, me) {
+        (0, u32::MAX) => panic!("ksync: spinlock not held (assert_held)"),
+        (0, me) => panic!(
+            "ksync: spinlock not held by CPU {} (assert_held): it is free",
+            me - 1
+        ),
+        (owner, me) => panic!(
+            "ksync: spinlock not held by CPU {} (assert_held): CPU {} holds it",
+            me - 1,
+            owner - 1
+        ),
+    }
+}
+
+/// Holder checks on a `lock_api` mutex over a [`RawSpinlock`]
+/// ([`TicketMutex`](super::TicketMutex) and the others): the lock's
+/// [`is_held`](RawSpinlock::is_held) and
+/// [`assert_held`](RawSpinlock::assert_held).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::spinlock::{HolderCheck, TicketMutex};
+///
+/// static RUNQUEUE: TicketMutex<u32> = TicketMutex::new(0);
+///
+/// fn enqueue(len: &mut u32) {
+///     RUNQUEUE.assert_held(); // xv6's `holding(lock)`
+///     *len += 1;
+/// }
+/// enqueue(&mut RUNQUEUE.lock());
+/// assert!(!RUNQUEUE.is_locked());
+/// ```
+pub trait HolderCheck {
+    /// Whether this CPU holds the lock (see [`RawSpinlock::is_held`]).
+    fn is_held(&self) -> bool;
+    /// Reports unless this CPU holds the lock (see
+    /// [`RawSpinlock::assert_held`]).
+    #[track_caller]
+    fn assert_held(&self);
+}
+
+#[cfg(not(ksync_loom))] // lock_api's `RawMutex` is not implemented under loom
+impl<A: ArchSpinlock + Sync, G: SpinGuardian, T: ?Sized> HolderCheck
+    for lock_api::Mutex<RawSpinlock<A, G>, T>
+where
+    G::Saved: Send,
+{
+    #[inline]
+    fn is_held(&self) -> bool {
+        // SAFETY: the raw lock is only asked, never locked or unlocked.
+        unsafe { self.raw() }.is_held()
+    }
+
+    #[inline]
+    #[track_caller]
+    fn assert_held(&self) {
+        // SAFETY: as in `is_held`.
+        unsafe { self.raw() }.assert_held()
+    }
+}
+
+impl<A: FairArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     /// Whether other CPUs wait for the lock (a snapshot, like
     /// [`is_locked`](Self::is_locked)).
     #[doc(alias = "spin_is_contended")]
@@ -188,14 +558,14 @@ impl<A: FairArchSpinlock> RawSpinlock<A> {
     }
 }
 
-impl<A: fmt::Debug> fmt::Debug for RawSpinlock<A> {
+impl<A: fmt::Debug, G: SpinGuardian> fmt::Debug for RawSpinlock<A, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         self.arch.fmt(f)
     }
 }
 
 #[cfg(feature = "defmt")]
-impl<A: defmt::Format> defmt::Format for RawSpinlock<A> {
+impl<A: defmt::Format, G: SpinGuardian> defmt::Format for RawSpinlock<A, G> {
     fn format(&self, f: defmt::Formatter<'_>) {
         self.arch.format(f)
     }
@@ -229,10 +599,11 @@ macro_rules! tracked_constructors {
             }
         }
 
-        impl<R> $crate::spinlock::RawSpinlock<$arch<R>> {
+        impl<R, G: $crate::spinlock::SpinGuardian> $crate::spinlock::RawSpinlock<$arch<R>, G> {
             $crate::sync::const_fn! {
                 #[doc = concat!("A new, unlocked ", $name, " with the relax strategy `R` (name")]
-                #[doc = concat!("it: `", stringify!($alias), "::<Loop>::with_relax()`).")]
+                #[doc = concat!("it: `", stringify!($alias), "::<Loop>::with_relax()`) and the guard policy")]
+                #[doc = concat!("`G` (`", stringify!($alias), "::<Spin, NoGuard>::with_relax()`).")]
                 #[cfg_attr(feature = "lockdep", track_caller)]
                 pub fn with_relax() -> Self {
                     Self::from_arch($arch::with_relax())
@@ -240,7 +611,7 @@ macro_rules! tracked_constructors {
             }
         }
 
-        impl<R> Default for $crate::spinlock::RawSpinlock<$arch<R>> {
+        impl<R, G: $crate::spinlock::SpinGuardian> Default for $crate::spinlock::RawSpinlock<$arch<R>, G> {
             #[cfg_attr(feature = "lockdep", track_caller)]
             fn default() -> Self {
                 Self::with_relax()
@@ -254,15 +625,15 @@ pub(crate) use tracked_constructors;
 // SAFETY: exclusion and Acquire/Release are `A`'s (the `ArchSpinlock`
 // contract); forgetting a guard leaves the lock held, which is safe; a
 // lock cannot unwind.
-unsafe impl<A: ArchSpinlock> lock_api::RawMutex for RawSpinlock<A> {
+unsafe impl<A: ArchSpinlock + Sync, G: SpinGuardian> lock_api::RawMutex for RawSpinlock<A, G>
+where
+    G::Saved: Send,
+{
     // No call site to name a class after: with lockdep, each mutex built
     // from `INIT` (`Mutex::new`) is a class of its own.
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self {
-        arch: A::UNLOCKED,
-        dep_map: Map::per_instance(),
-    };
-    type GuardMarker = lock_api::GuardSend;
+    const INIT: Self = Self::with_map(A::UNLOCKED, Map::per_instance());
+    type GuardMarker = G::GuardMarker;
 
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -292,7 +663,11 @@ unsafe impl<A: ArchSpinlock> lock_api::RawMutex for RawSpinlock<A> {
 #[cfg(not(ksync_loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 // SAFETY: `A`'s plain unlock is its fair one (the `FairArchSpinlock`
 // contract).
-unsafe impl<A: FairArchSpinlock> lock_api::RawMutexFair for RawSpinlock<A> {
+unsafe impl<A: FairArchSpinlock + Sync, G: SpinGuardian> lock_api::RawMutexFair
+    for RawSpinlock<A, G>
+where
+    G::Saved: Send,
+{
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_fair(&self) {

@@ -5,7 +5,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use super::tracked::{ArchSpinlock, RawSpinlock, tracked_constructors};
-use super::{RelaxStrategy, Spin};
+use super::{PreemptDisabled, RelaxStrategy, Spin};
 use crate::kernel::{Waiter, kick_waiters, vcpu_preemptible};
 use crate::sync::{AtomicBool, Ordering, const_fn};
 
@@ -132,7 +132,7 @@ tracked_constructors!(TtasLock, RawTtasLock, "TTAS lock");
 /// The TTAS lock with its [lockdep](crate::lockdep) class (its class is the
 /// place it was built): what kernels use (through
 /// [`TtasMutex`](super::TtasMutex) or by hand).
-pub type RawTtasLock<R = Spin> = RawSpinlock<TtasLock<R>>;
+pub type RawTtasLock<R = Spin, G = PreemptDisabled> = RawSpinlock<TtasLock<R>, G>;
 
 // SAFETY: the compare-exchange from `false` to `true` succeeds for one CPU
 // at a time and only the holder stores `false`. Acquire on taking, Release

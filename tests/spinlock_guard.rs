@@ -1,0 +1,310 @@
+//! What a spinlock disables while held (its guard policy), handing a held
+//! lock to another function, and the holder checks.
+//!
+//! The host test hooks keep a per-thread preemption count
+//! (`ksync::host::preempt_count`) and can arm a preemption that happens at
+//! the next point where the count is zero (`preempt_at_next_point`), so a
+//! lock holder that could be preempted is seen.
+
+// Under loom the crate is built for the loom models only.
+#![cfg(not(ksync_loom))]
+
+use std::cell::Cell;
+use std::rc::Rc;
+use std::thread;
+
+use ksync::host;
+use ksync::lock_api::RawMutex;
+use ksync::spinlock::{
+    HolderCheck, IrqDisabled, IrqTicketMutex, NoGuard, QueuedLock, QueuedMutex, RawSpinlock,
+    RawTicketLock, SpinLock, SpinLockGuard, TicketMutex, TtasLock, TtasMutex,
+};
+
+/// Checks that holding `lock` (through `take`) keeps preemption disabled,
+/// and that an armed preemption happens only once it is released.
+fn holder_is_not_preempted<M>(what: &str, lock: &M, take: impl Fn(&M) -> Box<dyn FnOnce() + '_>) {
+    assert_eq!(host::preempt_count(), 0, "{what}: count before");
+    let release = take(lock);
+    assert!(
+        host::preempt_count() >= 1,
+        "{what}: preemption is enabled while the lock is held"
+    );
+    let preempted = Rc::new(Cell::new(false));
+    let seen = preempted.clone();
+    host::preempt_at_next_point(move || seen.set(true));
+    host::preemption_point();
+    assert!(!preempted.get(), "{what}: the holder was preempted");
+    release();
+    assert!(
+        preempted.get(),
+        "{what}: the unlock was no preemption point"
+    );
+    assert_eq!(host::preempt_count(), 0, "{what}: count after");
+}
+
+#[test]
+fn spinlocks_disable_preemption_while_held() {
+    let ticket = TicketMutex::new(0);
+    holder_is_not_preempted("ticket", &ticket, |m| {
+        let g = m.lock();
+        Box::new(move || drop(g))
+    });
+    let ttas = TtasMutex::new(0);
+    holder_is_not_preempted("TTAS", &ttas, |m| {
+        let g = m.lock();
+        Box::new(move || drop(g))
+    });
+    let queued = QueuedMutex::new(0);
+    holder_is_not_preempted("queued", &queued, |m| {
+        let g = m.lock();
+        Box::new(move || drop(g))
+    });
+    let irq = IrqTicketMutex::new(0);
+    holder_is_not_preempted("IRQ-saving ticket", &irq, |m| {
+        let g = m.lock();
+        Box::new(move || drop(g))
+    });
+    let irq_policy: SpinLock<u32, IrqDisabled, QueuedLock> = SpinLock::new(0);
+    holder_is_not_preempted("IrqDisabled queued", &irq_policy, |m| {
+        let g = m.lock();
+        Box::new(move || drop(g))
+    });
+    let raw = RawTicketLock::new();
+    holder_is_not_preempted("raw ticket", &raw, |l| {
+        l.lock();
+        // SAFETY: locked just above on this thread.
+        Box::new(move || unsafe { l.unlock() })
+    });
+    holder_is_not_preempted("try_lock", &ticket, |m| {
+        let g = m.try_lock().unwrap();
+        Box::new(move || drop(g))
+    });
+}
+
+#[test]
+fn a_failed_try_lock_gives_preemption_back() {
+    let lock = TicketMutex::new(0);
+    let held = lock.lock();
+    thread::scope(|s| {
+        s.spawn(|| {
+            assert!(lock.try_lock().is_none());
+            assert_eq!(host::preempt_count(), 0);
+        });
+    });
+    drop(held);
+}
+
+#[test]
+fn no_guard_disables_nothing() {
+    let lock: SpinLock<u32, NoGuard> = SpinLock::new(0);
+    let mut g = lock.lock();
+    *g += 1;
+    assert_eq!(host::preempt_count(), 0);
+    assert!(!host::irqs_disabled());
+    // A `NoGuard` guard is `Send`: nothing it holds belongs to this CPU
+    // (lockdep, which records holders per CPU, is told of the move).
+    // SAFETY: only told, not locked or unlocked.
+    unsafe { lock.raw() }.lockdep_release();
+    let lock = &lock;
+    thread::scope(|s| {
+        s.spawn(move || {
+            // SAFETY: as above.
+            unsafe { lock.raw() }.lockdep_acquire();
+            drop(g)
+        });
+    });
+    assert!(!lock.is_locked());
+}
+
+#[test]
+fn irq_disabled_masks_then_restores_before_preempting() {
+    let lock: SpinLock<u32, IrqDisabled> = SpinLock::new(0);
+    assert!(!host::irqs_disabled());
+    let g = lock.lock();
+    assert!(host::irqs_disabled());
+    assert_eq!(host::preempt_count(), 1);
+    // Linux's `spin_unlock_irqrestore`: interrupts back on before the
+    // preemption point that `preempt_enable` is.
+    let irqs_off_at_preemption = Rc::new(Cell::new(None));
+    let seen = irqs_off_at_preemption.clone();
+    host::preempt_at_next_point(move || seen.set(Some(host::irqs_disabled())));
+    drop(g);
+    assert_eq!(irqs_off_at_preemption.get(), Some(false));
+    assert!(!host::irqs_disabled());
+}
+
+/// The scheduler's hand-over: one function takes the run-queue lock, the
+/// "next task" (another function, another stack) releases it.
+#[test]
+fn a_held_lock_is_released_from_another_function() {
+    static RUNQUEUE: SpinLock<u32, IrqDisabled> = SpinLock::new(0);
+
+    fn schedule_out() {
+        let mut rq = RUNQUEUE.lock();
+        *rq += 1;
+        // The guard is given up: the next task releases the lock.
+        std::mem::forget(rq);
+        // SAFETY: held by this CPU, given up above.
+        unsafe { RUNQUEUE.raw() }.lockdep_release();
+    }
+
+    fn finish_switch() {
+        // SAFETY: the raw lock is only asked and told.
+        let raw = unsafe { RUNQUEUE.raw() };
+        raw.lockdep_acquire();
+        raw.assert_held();
+        // SAFETY: handed over by `schedule_out` on this CPU.
+        unsafe { RUNQUEUE.force_unlock() };
+    }
+
+    schedule_out();
+    assert!(RUNQUEUE.is_locked());
+    assert!(host::irqs_disabled(), "the saved state is kept in the lock");
+    finish_switch();
+    assert!(!RUNQUEUE.is_locked());
+    assert!(!host::irqs_disabled());
+    assert_eq!(host::preempt_count(), 0);
+    assert_eq!(*RUNQUEUE.lock(), 1);
+}
+
+/// The saved interrupt state can be taken out of a held lock and another
+/// put back (`into_flags`/`from_flags` on the caller's side).
+#[test]
+fn the_saved_state_is_replaced() {
+    let lock = RawTicketLock::<ksync::spinlock::Spin, IrqDisabled>::with_relax();
+    // Interrupts already off when the lock is taken: it saves "off".
+    let outer = ksync::kernel::irq::IrqState::save();
+    lock.lock();
+    // The next task's own state goes in: it was saved with interrupts on
+    // (`outer` is its save), so the unlock turns them on.
+    // SAFETY: held by this thread; `outer`'s flags are restored by the
+    // unlock instead of by `outer`, and the old state (interrupts off)
+    // owes nothing.
+    let old = unsafe { lock.replace_saved(outer.into_flags()) };
+    let _ = old;
+    // SAFETY: held by this thread.
+    unsafe { lock.unlock() };
+    assert!(!host::irqs_disabled());
+    assert_eq!(host::preempt_count(), 0);
+}
+
+#[test]
+fn guards_are_named_and_passed() {
+    fn push(mut queue: SpinLockGuard<'_, Vec<u32>, NoGuard, TtasLock>, v: u32) -> usize {
+        queue.push(v);
+        queue.len()
+    }
+    let queue: SpinLock<Vec<u32>, NoGuard, TtasLock> = SpinLock::new(Vec::new());
+    assert_eq!(push(queue.lock(), 1), 1);
+    assert_eq!(push(queue.lock(), 2), 2);
+}
+
+#[test]
+fn holder_checks() {
+    let lock = TicketMutex::new(0);
+    assert!(!lock.is_held());
+    let g = lock.lock();
+    assert!(lock.is_held());
+    lock.assert_held();
+    thread::scope(|s| {
+        s.spawn(|| {
+            // Another CPU: exact with an owner record (debug) or lockdep;
+            // release builds without lockdep can only say "held".
+            if cfg!(any(debug_assertions, feature = "lockdep")) {
+                assert!(!lock.is_held(), "another CPU's hold counted as ours");
+            } else {
+                assert!(lock.is_held());
+            }
+        });
+    });
+    drop(g);
+    assert!(!lock.is_held());
+    let raw = <RawSpinlock<QueuedLock> as RawMutex>::INIT;
+    assert!(!raw.is_held());
+    raw.lock();
+    assert!(raw.is_held());
+    // SAFETY: locked just above on this thread.
+    unsafe { raw.unlock() };
+}
+
+/// Debug builds (without lockdep, which reports these itself): the owner
+/// record reports each misuse clearly instead of hanging.
+#[cfg(all(debug_assertions, not(feature = "lockdep")))]
+mod owner_record {
+    use super::*;
+    use ksync::lock_api::Mutex;
+    use std::panic::{AssertUnwindSafe, catch_unwind};
+
+    fn panic_message(f: impl FnOnce()) -> String {
+        let err = catch_unwind(AssertUnwindSafe(f)).expect_err("no panic");
+        err.downcast_ref::<String>()
+            .cloned()
+            .or_else(|| err.downcast_ref::<&str>().map(|s| s.to_string()))
+            .unwrap_or_default()
+    }
+
+    #[test]
+    fn assert_held_names_the_holder() {
+        let lock = TicketMutex::new(0);
+        let msg = panic_message(|| lock.assert_held());
+        assert!(msg.contains("not held") && msg.contains("free"), "{msg}");
+        let g = lock.lock();
+        thread::scope(|s| {
+            s.spawn(|| {
+                let msg = panic_message(|| lock.assert_held());
+                assert!(msg.contains("holds it"), "{msg}");
+            });
+        });
+        drop(g);
+    }
+
+    #[test]
+    fn recursion_is_reported_not_spun_on() {
+        let lock = Mutex::<RawTicketLock, u32>::new(0);
+        let g = lock.lock();
+        let msg = panic_message(|| drop(lock.lock()));
+        assert!(msg.contains("spinlock recursion"), "{msg}");
+        drop(g);
+    }
+
+    #[test]
+    fn unlock_on_another_cpu_is_reported() {
+        let lock = TicketMutex::new(0);
+        std::mem::forget(lock.lock());
+        thread::scope(|s| {
+            s.spawn(|| {
+                // SAFETY: deliberately wrong (the test): the lock is held
+                // by the other thread; the debug check panics first.
+                let msg = panic_message(|| unsafe { lock.force_unlock() });
+                assert!(msg.contains("held by CPU"), "{msg}");
+            });
+        });
+        // SAFETY: held by this thread (forgotten guard above).
+        unsafe { lock.force_unlock() };
+    }
+}
+
+/// With lockdep, `assert_held` is lockdep's: a `NotHeld` report naming the
+/// lock and what this CPU holds.
+#[cfg(feature = "lockdep")]
+#[test]
+fn lockdep_reports_a_lock_not_held() {
+    let lock = TicketMutex::new(0);
+    let other = TtasMutex::new(0);
+    host::record_lockdep_reports(true);
+    let g = other.lock();
+    lock.assert_held();
+    drop(g);
+    let reports = host::take_lockdep_reports();
+    host::record_lockdep_reports(false);
+    assert_eq!(reports.len(), 1, "{reports:?}");
+    assert!(
+        reports[0].contains("lock not held by this CPU"),
+        "{}",
+        reports[0]
+    );
+    let held = lock.lock();
+    lock.assert_held();
+    drop(held);
+    assert!(host::take_lockdep_reports().is_empty());
+}
