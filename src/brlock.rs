@@ -103,6 +103,23 @@ impl<T> BrLock<T> {
         self.dep_map.set_class(key);
     }
 
+    /// Whether any CPU's lock is held (a local or the global locker): a
+    /// snapshot, stale the moment it returns.
+    #[doc(alias = "spin_is_locked")]
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        self.slots.iter().any(|slot| slot.lock.is_locked())
+    }
+
+    /// Whether CPU `cpu`'s lock is held (a snapshot).
+    ///
+    /// # Panics
+    /// If `cpu` is not below [`MAX_CPUS`](crate::kernel::MAX_CPUS).
+    #[inline]
+    pub fn is_cpu_locked(&self, cpu: usize) -> bool {
+        self.slots.cpu(cpu).lock.is_locked()
+    }
+
     /// Takes this CPU's lock (preemption disabled until the guard drops).
     #[doc(alias = "lg_local_lock")]
     #[cfg_attr(feature = "lockdep", track_caller)]

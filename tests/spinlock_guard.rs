@@ -308,3 +308,36 @@ fn lockdep_reports_a_lock_not_held() {
     drop(held);
     assert!(host::take_lockdep_reports().is_empty());
 }
+
+/// `is_locked` on every lock, not only the spinlocks.
+#[test]
+fn every_lock_says_whether_it_is_locked() {
+    use ksync::LockRef;
+    use ksync::brlock::BrLock;
+    use ksync::seqlock::SeqLock;
+
+    let lockref = LockRef::new(1);
+    assert!(!lockref.is_locked());
+    let g = lockref.lock();
+    assert!(lockref.is_locked());
+    drop(g);
+    assert!(!lockref.is_locked());
+
+    let seq = SeqLock::new(0u64);
+    assert!(!seq.is_locked());
+    let w = seq.write();
+    assert!(seq.is_locked());
+    drop(w);
+    assert!(!seq.is_locked());
+
+    let br: BrLock<u32> = BrLock::new();
+    assert!(!br.is_locked());
+    let local = br.local_lock();
+    let cpu = ksync::kernel::cpu_id();
+    assert!(br.is_locked() && br.is_cpu_locked(cpu));
+    drop(local);
+    let global = br.global_lock();
+    assert!(br.is_cpu_locked(0) && br.is_cpu_locked(ksync::kernel::MAX_CPUS - 1));
+    drop(global);
+    assert!(!br.is_locked());
+}

@@ -341,6 +341,11 @@ impl LockRef {
         word::count_of(self.word.load(Ordering::Relaxed))
     }
 
+    #[inline]
+    fn lock_held(&self) -> bool {
+        !word::lock_is_free(self.word.load(Ordering::Relaxed))
+    }
+
     /// # Safety
     /// The caller holds the lock and `old` is the current count.
     unsafe fn store_count_locked(&self, old: i32, new: i32) {
@@ -403,6 +408,11 @@ impl LockRef {
     unsafe fn raw_unlock(&self, _ticket: u16) {
         // SAFETY: forwarded caller contract.
         unsafe { self.lock.unlock() }
+    }
+
+    #[inline]
+    fn lock_held(&self) -> bool {
+        self.lock.is_locked()
     }
 
     #[inline]
@@ -674,6 +684,14 @@ impl LockRef {
     #[inline]
     pub fn is_dead(&self) -> bool {
         self.load_count() < 0
+    }
+
+    /// Whether the embedded lock is held (by anyone): a snapshot, stale
+    /// the moment it returns (Linux's `spin_is_locked(&lockref->lock)`).
+    #[doc(alias = "spin_is_locked")]
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        self.lock_held()
     }
 }
 

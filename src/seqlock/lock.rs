@@ -249,6 +249,14 @@ impl<T: SeqData> SeqLock<T> {
         Some(unsafe { value_of(&buf) })
     }
 
+    /// Whether a writer holds the lock: a snapshot, stale the moment it
+    /// returns (Linux's `spin_is_locked(&sl->lock)`).
+    #[doc(alias = "spin_is_locked")]
+    #[inline]
+    pub fn is_locked(&self) -> bool {
+        self.lock.is_locked()
+    }
+
     /// Takes the writers' lock (spinning) and returns a guard that derefs
     /// to a copy of the data; dropping the guard publishes the copy and
     /// unlocks.
