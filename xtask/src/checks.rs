@@ -321,6 +321,41 @@ fn check_builds(t: &mut Tally) {
         .env("CARGO_TARGET_DIR", root().join("target/lse"));
     let (ok, _) = run_logged("build aarch64-unknown-none +lse", &mut lse);
     t.check("build aarch64-unknown-none +lse", ok);
+    check_embedding_example(t);
+}
+
+/// The README's embedding example (examples/embedding): a bare-metal
+/// kernel that links for x86_64-unknown-none, debug and release, shown in
+/// the README unchanged.
+fn check_embedding_example(t: &mut Tally) {
+    let dir = root().join("examples/embedding");
+    for profile in [&[][..], &["--release"][..]] {
+        let mut args = vec!["build", "--target", "x86_64-unknown-none"];
+        args.extend_from_slice(profile);
+        let name = format!(
+            "build examples/embedding x86_64-unknown-none {}",
+            profile.join(" ")
+        );
+        let mut cmd = cargo(&args);
+        cmd.current_dir(&dir)
+            .env_remove("RUSTFLAGS")
+            .env("CARGO_TARGET_DIR", root().join("target/embedding"));
+        let (ok, _) = run_logged(&name, &mut cmd);
+        t.check(name.trim_end(), ok);
+    }
+    let example = std::fs::read_to_string(dir.join("src/main.rs")).unwrap_or_default();
+    let readme = std::fs::read_to_string(root().join("README.md")).unwrap_or_default();
+    let shown = format!("```rust,ignore\n{example}```");
+    let same = !example.is_empty() && readme.contains(&shown);
+    if !same {
+        println!(
+            "  README.md must show examples/embedding/src/main.rs whole, in a ```rust,ignore block"
+        );
+    }
+    t.check(
+        "README shows examples/embedding/src/main.rs unchanged",
+        same,
+    );
 }
 
 /// The published crate: package, MSRV and nightly, public API, loom dependent, portable-atomic.
