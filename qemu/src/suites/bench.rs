@@ -3,17 +3,28 @@
 //!
 //! * `lockref`: [`LockRef::get`] + [`LockRef::put_return`];
 //! * `spinlock`: a [`TicketMutex`]-protected count, `+= 1` then `-= 1`;
-//! * `atomic`: `fetch_add(1)` + `fetch_sub(1)`, the one-line ceiling.
+//! * `atomic`: `fetch_add(1)` + `fetch_sub(1)`, the one-line ceiling;
+//! * `xv6-irq-lock`: the lock a hobby kernel writes itself, xv6's
+//!   test-and-set spinlock with `push_off`/`pop_off` interrupt counting
+//!   ([`Xv6Lock`]), `+= 1` then `-= 1`: the baseline of
+//! * `irq-ticket`, `irq-queued`, `irq-ttas`: the same with ksync's
+//!   IRQ-saving locks ([`IrqTicketMutex`], [`IrqQueuedMutex`],
+//!   [`IrqTtasMutex`]).
 //!
 //! Each phase runs for [`PHASE_MS`]; every CPU reports its operations and the
 //! counter ticks it spent (TSC on x86_64, `CNTVCT_EL0` on aarch64), as
 //! `KSYNC-BENCH` lines. Under TCG these figures are emulation costs, not
 //! hardware performance: the host runner labels them so.
 
-use core::sync::atomic::{AtomicU64, Ordering};
+use core::cell::UnsafeCell;
+use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
 use ksync::LockRef;
-use ksync::spinlock::TicketMutex;
+use ksync::spinlock::{
+    ArchIrq, IrqControl, IrqQueuedMutex, IrqTicketMutex, IrqTtasMutex, TicketMutex,
+};
+
+use crate::kernel::cpu::{self, MAX_CPUS};
 
 use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::barrier::Barrier;
@@ -31,6 +42,10 @@ enum Op {
     Lockref,
     Spinlock,
     Atomic,
+    Xv6,
+    IrqTicket,
+    IrqQueued,
+    IrqTtas,
 }
 
 impl Op {
@@ -39,11 +54,122 @@ impl Op {
             Op::Lockref => "lockref-get-put",
             Op::Spinlock => "spinlock-inc-dec",
             Op::Atomic => "atomic-add-sub",
+            Op::Xv6 => "xv6-irq-lock",
+            Op::IrqTicket => "irq-ticket",
+            Op::IrqQueued => "irq-queued",
+            Op::IrqTtas => "irq-ttas",
         }
     }
 }
 
-const OPS: [Op; 3] = [Op::Lockref, Op::Spinlock, Op::Atomic];
+const OPS: [Op; 7] = [
+    Op::Lockref,
+    Op::Spinlock,
+    Op::Atomic,
+    Op::Xv6,
+    Op::IrqTicket,
+    Op::IrqQueued,
+    Op::IrqTtas,
+];
+
+/// One CPU's interrupt-disable nesting, as xv6's `struct cpu` keeps it.
+struct Xv6Cpu {
+    /// Depth of `push_off` nesting (xv6's `noff`).
+    noff: UnsafeCell<usize>,
+    /// The interrupt state before the outermost `push_off` (xv6's
+    /// `intena`; here the saved flags).
+    intena: UnsafeCell<Option<<ArchIrq as IrqControl>::Flags>>,
+}
+
+/// Per CPU, each on its own line.
+struct Xv6Cpus([crossbeam_utils::CachePadded<Xv6Cpu>; MAX_CPUS]);
+
+// SAFETY: each CPU touches only its own entry, with interrupts masked
+// (between its `push_off` and `pop_off`), as xv6 does.
+unsafe impl Sync for Xv6Cpus {}
+
+static XV6_CPUS: Xv6Cpus = Xv6Cpus(
+    [const {
+        crossbeam_utils::CachePadded::new(Xv6Cpu {
+            noff: UnsafeCell::new(0),
+            intena: UnsafeCell::new(None),
+        })
+    }; MAX_CPUS],
+);
+
+/// xv6's `push_off`: interrupts off, counting the nesting.
+fn push_off() {
+    let flags = ArchIrq::save();
+    let me = &XV6_CPUS.0[cpu::current()];
+    // SAFETY: this CPU's entry, interrupts masked (see `Xv6Cpus`).
+    unsafe {
+        if *me.noff.get() == 0 {
+            *me.intena.get() = Some(flags);
+        }
+        *me.noff.get() += 1;
+    }
+}
+
+/// xv6's `pop_off`: the outermost one restores the interrupt state.
+fn pop_off() {
+    let me = &XV6_CPUS.0[cpu::current()];
+    // SAFETY: as in `push_off`.
+    unsafe {
+        *me.noff.get() -= 1;
+        if *me.noff.get() == 0 {
+            if let Some(flags) = (*me.intena.get()).take() {
+                // SAFETY: the outermost `push_off`'s save on this CPU.
+                ArchIrq::restore(flags);
+            }
+        }
+    }
+}
+
+/// xv6's spinlock as a hobby kernel ports it: test-and-set, interrupts
+/// counted off with `push_off`/`pop_off`, the holder's CPU recorded.
+struct Xv6Lock {
+    locked: AtomicBool,
+    cpu: AtomicUsize,
+    value: UnsafeCell<u64>,
+}
+
+// SAFETY: `value` is touched only while `locked` is held.
+unsafe impl Sync for Xv6Lock {}
+
+impl Xv6Lock {
+    const fn new() -> Self {
+        Self {
+            locked: AtomicBool::new(false),
+            cpu: AtomicUsize::new(usize::MAX),
+            value: UnsafeCell::new(0),
+        }
+    }
+
+    /// xv6's `acquire` + the update + `release`.
+    #[inline(always)]
+    fn update(&self, f: impl FnOnce(&mut u64)) {
+        push_off();
+        // Acquire pairs with the Release store below (xv6: the
+        // test-and-set, then `__sync_synchronize`).
+        while self.locked.swap(true, Ordering::Acquire) {
+            core::hint::spin_loop();
+        }
+        // Relaxed: xv6's `lk->cpu = mycpu()`, read only by its holder.
+        self.cpu.store(cpu::current(), Ordering::Relaxed);
+        // SAFETY: the lock is held.
+        f(unsafe { &mut *self.value.get() });
+        self.cpu.store(usize::MAX, Ordering::Relaxed);
+        // Release pairs with the Acquire swap above.
+        self.locked.store(false, Ordering::Release);
+        pop_off();
+    }
+
+    fn value(&self) -> u64 {
+        let mut v = 0;
+        self.update(|x| v = *x);
+        v
+    }
+}
 
 /// The benchmark's state.
 pub struct Bench {
@@ -51,6 +177,10 @@ pub struct Bench {
     lockref: LockRef,
     spinlock: TicketMutex<u64>,
     atomic: AtomicU64,
+    xv6: Xv6Lock,
+    irq_ticket: IrqTicketMutex<u64>,
+    irq_queued: IrqQueuedMutex<u64>,
+    irq_ttas: IrqTtasMutex<u64>,
     barrier: Barrier,
     phase_end: AtomicU64,
     ops: Counters,
@@ -68,6 +198,10 @@ pub static BENCH: Bench = Bench {
     lockref: LockRef::new(1),
     spinlock: TicketMutex::new(0),
     atomic: AtomicU64::new(0),
+    xv6: Xv6Lock::new(),
+    irq_ticket: IrqTicketMutex::new(0),
+    irq_queued: IrqQueuedMutex::new(0),
+    irq_ttas: IrqTtasMutex::new(0),
     barrier: Barrier::new(),
     phase_end: AtomicU64::new(0),
     ops: Counters::new(),
@@ -99,6 +233,22 @@ impl Bench {
                 // The orderings of lockref's get (Relaxed) and put (Release).
                 self.atomic.fetch_add(1, Ordering::Relaxed);
                 self.atomic.fetch_sub(1, Ordering::Release);
+            }
+            Op::Xv6 => {
+                self.xv6.update(|v| *v += 1);
+                self.xv6.update(|v| *v -= 1);
+            }
+            Op::IrqTicket => {
+                *self.irq_ticket.lock() += 1;
+                *self.irq_ticket.lock() -= 1;
+            }
+            Op::IrqQueued => {
+                *self.irq_queued.lock() += 1;
+                *self.irq_queued.lock() -= 1;
+            }
+            Op::IrqTtas => {
+                *self.irq_ttas.lock() += 1;
+                *self.irq_ttas.lock() -= 1;
             }
         }
     }
@@ -180,7 +330,11 @@ impl Suite for Bench {
     fn finish(&self, _cpus: usize) -> Summary {
         let intact = self.lockref.count() == 1
             && *self.spinlock.lock() == 0
-            && self.atomic.load(Ordering::Relaxed) == 0;
+            && self.atomic.load(Ordering::Relaxed) == 0
+            && self.xv6.value() == 0
+            && *self.irq_ticket.lock() == 0
+            && *self.irq_queued.lock() == 0
+            && *self.irq_ttas.lock() == 0;
         Summary::new(
             self.total_ops.load(Ordering::Relaxed),
             (0, 0),
