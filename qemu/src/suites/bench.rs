@@ -116,11 +116,10 @@ fn pop_off() {
     // SAFETY: as in `push_off`.
     unsafe {
         *me.noff.get() -= 1;
-        if *me.noff.get() == 0 {
-            if let Some(flags) = (*me.intena.get()).take() {
-                // SAFETY: the outermost `push_off`'s save on this CPU.
-                ArchIrq::restore(flags);
-            }
+        let outermost = *me.noff.get() == 0;
+        if let Some(flags) = (*me.intena.get()).take_if(|_| outermost) {
+            // SAFETY: the outermost `push_off`'s save on this CPU.
+            ArchIrq::restore(flags);
         }
     }
 }
