@@ -88,6 +88,23 @@
 //! locks do not disable preemption: keep it off across the critical
 //! section, see [lockdep](crate::lockdep#where-it-runs-and-what-it-costs)).
 //!
+//! # Zeroed memory
+//!
+//! All-zero bytes are a valid unlocked lock for every lock here, in every
+//! build: the algorithms ([`TicketLock`], [`TtasLock`], [`QueuedLock`])
+//! are a zero word, exactly what `new` builds; their tracked forms
+//! ([`RawTicketLock`], [`RawTtasLock`], [`RawQueuedLock`]) add a lockdep
+//! [`Map`](crate::lockdep::Map), which is nothing without `lockdep` and a
+//! lock that is its own class with it; [`RawIrqSave<L, I>`] is valid at
+//! zero whenever `L` is (its saved flags are `MaybeUninit`). With the
+//! `bytemuck` feature they are all `bytemuck::Zeroable`. The `lock_api`
+//! mutexes ([`TicketMutex<T>`] and the others) hold the raw lock and an
+//! `UnsafeCell<T>`, so a zeroed one is an unlocked mutex around a zeroed
+//! `T` when that is a valid `T`; `lock_api` does not promise its layout
+//! and ksync cannot implement `Zeroable` for its types, so a structure
+//! meant for zero-filled memory embeds the raw lock (or builds the mutex
+//! with `Mutex::from_raw`).
+//!
 //! # Example
 //!
 #![cfg_attr(feature = "test-hooks", doc = " ```")]

@@ -281,6 +281,12 @@ impl Drop for Nesting {
 /// bit is set by at most one CPU at a time as its owner (others may set it
 /// for an instant and clear it again when they see it was theirs to clear);
 /// a non-zero tail names a node whose CPU is queued on this lock.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked lock, the one [`new`](Self::new)
+/// builds (not locked, not pending, no tail). `bytemuck::Zeroable` with the
+/// `bytemuck` feature.
 #[doc(alias("qspinlock", "arch_spinlock_t", "queued_spin_lock"))]
 #[repr(transparent)]
 pub struct QueuedLock<R = Spin> {
@@ -585,6 +591,12 @@ tracked_constructors!(QueuedLock, RawQueuedLock, "queued lock");
 /// The queued lock with its [lockdep](crate::lockdep) class (the place the
 /// lock was built): what kernels use (through [`QueuedMutex`] or by hand).
 /// The algorithm and the word's layout are [`QueuedLock`]'s documentation.
+///
+/// # Zeroed memory
+///
+/// As for [`RawTicketLock`](super::RawTicketLock#zeroed-memory): all-zero
+/// bytes are a valid unlocked lock in every build (with `lockdep`, its own
+/// class).
 #[doc(alias("qspinlock", "queued_spin_lock"))]
 pub type RawQueuedLock<R = Spin> = RawSpinlock<QueuedLock<R>>;
 

@@ -62,6 +62,12 @@ const fn next_of(word: u32) -> u32 {
 /// # Invariants
 /// `owner` only changes by the holder's unlock, by +1 (mod 2^16), and
 /// `next - owner` (mod 2^16) is the number of holders plus waiters.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked lock, the one [`new`](Self::new)
+/// builds (owner 0, next 0: equal tickets). `bytemuck::Zeroable` with the
+/// `bytemuck` feature.
 #[doc(alias = "arch_spinlock_t")]
 #[repr(C, align(4))]
 pub struct TicketLock<R = Spin> {
@@ -254,6 +260,13 @@ tracked_constructors!(TicketLock, RawTicketLock, "ticket lock");
 
 /// The ticket lock with its [lockdep](crate::lockdep) class: what kernels
 /// use (through [`TicketMutex`](super::TicketMutex) or by hand).
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked lock in every build (`Zeroable` with
+/// the `bytemuck` feature). Without `lockdep` they are exactly what `new`
+/// builds; with it, a zeroed lock is its own lockdep class, as `lock_api`'s
+/// `INIT` is (see [`Map`](crate::lockdep::Map#zeroed-memory)).
 #[doc(alias = "arch_spinlock_t")]
 pub type RawTicketLock<R = Spin> = RawSpinlock<TicketLock<R>>;
 

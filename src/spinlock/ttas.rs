@@ -15,6 +15,11 @@ use crate::sync::{AtomicBool, Ordering, const_fn};
 ///
 /// The algorithm alone: it tells [`lockdep`](crate::lockdep) nothing;
 /// [`RawTtasLock`] is the same lock with its lockdep class.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked lock, the one [`new`](Self::new)
+/// builds (`false`). `bytemuck::Zeroable` with the `bytemuck` feature.
 #[repr(transparent)]
 pub struct TtasLock<R = Spin> {
     locked: AtomicBool,
@@ -132,6 +137,12 @@ tracked_constructors!(TtasLock, RawTtasLock, "TTAS lock");
 /// The TTAS lock with its [lockdep](crate::lockdep) class (its class is the
 /// place it was built): what kernels use (through
 /// [`TtasMutex`](super::TtasMutex) or by hand).
+///
+/// # Zeroed memory
+///
+/// As for [`RawTicketLock`](super::RawTicketLock#zeroed-memory): all-zero
+/// bytes are a valid unlocked lock in every build (with `lockdep`, its own
+/// class).
 pub type RawTtasLock<R = Spin> = RawSpinlock<TtasLock<R>>;
 
 // SAFETY: the compare-exchange from `false` to `true` succeeds for one CPU
