@@ -127,7 +127,7 @@ pub const HOST_CHECKS: &[Check] = &[
     },
     Check {
         name: "lints",
-        about: "cargo fmt, clippy (host, lockdep, bare metal, ksync_generic, loom), rustdoc",
+        about: "cargo fmt, clippy (host, lockdep with bytemuck, bare metal, ksync_generic, loom), rustdoc",
         run: check_lints,
     },
     Check {
@@ -144,6 +144,11 @@ pub const HOST_CHECKS: &[Check] = &[
         name: "host-tests",
         about: "host tests and doc tests: debug, release, lockdep",
         run: check_host_tests,
+    },
+    Check {
+        name: "zeroed",
+        about: "tests/zeroed.rs with the bytemuck feature, with and without lockdep",
+        run: check_zeroed,
     },
     Check {
         name: "benches",
@@ -239,7 +244,7 @@ fn check_lints(t: &mut Tally) {
             "--workspace",
             "--all-targets",
             "--features",
-            "ksync/test-hooks,ksync/lockdep",
+            "ksync/test-hooks,ksync/lockdep,ksync/bytemuck",
             "--",
             "-D",
             "warnings",
@@ -299,7 +304,7 @@ fn check_builds(t: &mut Tally) {
     for target in toolchain_targets().unwrap_or_default() {
         for features in [
             &[][..],
-            &["--features", "defmt,alloc"][..],
+            &["--features", "defmt,alloc,bytemuck"][..],
             &["--features", "lockdep"][..],
         ] {
             let mut args = vec!["build", "--lib", "--target", &target];
@@ -349,6 +354,26 @@ fn check_host_tests(t: &mut Tally) {
         ),
     ] {
         let (ok, text) = run_logged(name, &mut cargo(args));
+        tally_tests(t, name, ok, &text);
+    }
+}
+
+/// tests/zeroed.rs with the bytemuck feature, with and without lockdep.
+fn check_zeroed(t: &mut Tally) {
+    // The host suite runs tests/zeroed.rs without `bytemuck`; here its
+    // `Zeroable` test too, in both lockdep configurations (the impls must
+    // hold in every build).
+    for (name, features) in [
+        ("zeroed (bytemuck)", "test-hooks,alloc,bytemuck"),
+        (
+            "zeroed (bytemuck, lockdep)",
+            "test-hooks,alloc,bytemuck,lockdep",
+        ),
+    ] {
+        let (ok, text) = run_logged(
+            name,
+            &mut cargo(&["test", "--test", "zeroed", "--features", features]),
+        );
         tally_tests(t, name, ok, &text);
     }
 }
