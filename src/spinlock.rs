@@ -129,6 +129,7 @@ mod queued;
 mod ticket;
 mod tracked;
 mod ttas;
+mod up;
 pub use irq::{ArchIrq, IrqControl, IrqState, KernelIrq, RawIrqSave};
 pub use queued::{IrqQueuedMutex, QueuedLock, QueuedMutex, RawQueuedLock};
 #[cfg(ksync_loom)]
