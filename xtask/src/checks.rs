@@ -497,9 +497,9 @@ fn atomic_instructions(asm: &str, prefix: &str) -> Vec<(String, Vec<String>)> {
         } else if inside
             && (text.starts_with("lock") || text.starts_with("xchg") || text.starts_with("mfence"))
         {
-            if let Some((_, found)) = out.last_mut() {
-                found.push(text.split_whitespace().collect::<Vec<_>>().join(" "));
-            }
+            // `inside` only after a label pushed an entry.
+            let found = &mut out.last_mut().expect("a function's entry").1;
+            found.push(text.split_whitespace().collect::<Vec<_>>().join(" "));
         }
     }
     out
