@@ -88,6 +88,65 @@
 //! locks do not disable preemption: keep it off across the critical
 //! section, see [lockdep](crate::lockdep#where-it-runs-and-what-it-costs)).
 //!
+//! # One CPU
+//!
+//! Built with `KSYNC_MAX_CPUS=1` ([`MAX_CPUS`](crate::kernel::MAX_CPUS)
+//! is 1), the ticket, TTAS and queued locks take and release themselves
+//! with a relaxed load and a relaxed store of their word and a compiler
+//! fence: no atomic read-modify-write, no memory barrier (on x86_64 no
+//! `lock`-prefixed instruction; on a Cortex-M0, whose "atomics" are
+//! critical sections, no interrupt masking). `try_lock` of a held lock
+//! still fails. Every other build is unchanged: the choice is a `const`
+//! at the top of each fast path, and the dead branch compiles away.
+//!
+//! Why a load and a store exclude there: on one CPU, the only code that
+//! can run between two instructions of a lock operation is an interrupt
+//! handler on that CPU (the build's promise, below), and a handler runs
+//! to its end before the code it interrupted goes on, seeing that code's
+//! writes in program order (a CPU sees its own accesses in order; the
+//! compiler fences keep the compiler from moving the critical section
+//! across the lock word's accesses). A handler that lands between a
+//! lock's load and its store
+//!
+//! * takes *and releases* the lock: the word means "free" again when it
+//!   returns (the ticket lock's two fields may both have moved on by one;
+//!   the store writes the state computed from the older word, also a
+//!   valid "held once" state), and the interrupted operation goes on as
+//!   if the handler had run before it;
+//! * only tries and fails, or reads: the word is unchanged;
+//! * cannot find the lock held by the code it interrupted and *wait*:
+//!   that code cannot run again until the handler returns, so on an SMP
+//!   machine this is a deadlock too (the reason a lock shared with
+//!   handlers is taken with interrupts masked, [`RawIrqSave`]). On one CPU
+//!   ksync can tell: `lock` of a held lock is such a recursion (the same
+//!   context taking it twice, or a handler taking a lock that the code it
+//!   interrupted holds). Debug builds panic with "spinlock recursion";
+//!   release builds spin, as the SMP lock would.
+//!
+//! `unlock` needs no read-modify-write either: while a lock is held
+//! nobody changes its word (a handler that tries fails without writing,
+//! one that waits never returns), so the queued lock never sees a
+//! pending bit or a tail and never calls a kernel hook.
+//!
+//! What a single-CPU build promises: (1) ksync's locks run on one CPU
+//! only (as its per-CPU types need: CPU id 0 is the only id); (2) no other
+//! *thread* runs on that CPU in the middle of a lock operation: the kernel
+//! does not preempt kernel code, or keeps preemption off while it takes,
+//! holds and releases ksync spinlocks (Linux's rule: on a uniprocessor
+//! kernel, `spin_lock` is `preempt_disable`). Interrupt handlers may run
+//! anywhere. A kernel that cannot promise this builds with
+//! `KSYNC_MAX_CPUS=2` and gets the SMP locks.
+//!
+//! The lock inside [`LockRef`](crate::LockRef) keeps its read-modify-
+//! writes on targets with 64-bit atomics: its word also holds the count,
+//! which a handler may change for good between a load and a store (a
+//! lockless `get`), so a plain store could lose that change. Without
+//! 64-bit atomics the lockref's lock is a [`TicketLock`] and takes the
+//! single-CPU path too. `cargo xtask check single-cpu` runs the
+//! single-CPU tests (`tests/uniprocessor.rs`, whose "interrupts" are
+//! signals to the test's one thread) and checks the x86_64 assembly of
+//! each lock operation for `lock` prefixes, `xchg` and fences.
+//!
 //! # Zeroed memory
 //!
 //! All-zero bytes are a valid unlocked lock for every lock here, in every
