@@ -65,10 +65,8 @@ fn every_lock_locks_and_refuses_try_lock_while_held() {
     check("RawTicketLock", &RawTicketLock::new());
     check("RawTtasLock", &RawTtasLock::new());
     check("RawQueuedLock", &RawQueuedLock::new());
-    check(
-        "RawIrqSave<RawTicketLock>",
-        &<ksync::spinlock::RawIrqSave<RawTicketLock> as RawMutex>::INIT,
-    );
+    let irq_lock = <ksync::spinlock::RawIrqSave<RawTicketLock> as RawMutex>::INIT;
+    check("RawIrqSave<RawTicketLock>", &irq_lock);
     // The algorithms' inherent API.
     let (t, s, q) = (TicketLock::new(), TtasLock::new(), QueuedLock::new());
     t.lock();
@@ -299,10 +297,11 @@ mod signal {
     /// of the loop's own lock operations, the case the single-CPU build's
     /// argument is about).
     pub(super) fn handlers_interleave_with_lock_operations() {
-        // SAFETY: a zeroed `sigaction` is a valid "no flags, empty mask"
-        // value; the handler is async-signal-safe (above); the previous
-        // action is restored below.
+        // SAFETY: a zeroed `sigaction` is a valid "default action, no
+        // flags, empty mask" value (a C struct of integers and a mask).
         let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
+        // SAFETY: as above for `action`; the handler is async-signal-safe
+        // (above); the previous action is restored below.
         unsafe {
             let mut action: libc::sigaction = core::mem::zeroed();
             action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;

@@ -90,14 +90,14 @@ fn check_raw_mutex<L: RawMutex>(what: &str, lock: &L) {
 
 #[test]
 fn the_algorithms_are_zero_and_work_from_zero() {
-    // SAFETY (each `assert_new_is_zero`): one atomic word, no padding, and
+    // SAFETY: (each `assert_new_is_zero`) one atomic word, no padding, and
     // the value is a local nobody else writes.
     unsafe {
         assert_new_is_zero("TicketLock", TicketLock::new());
         assert_new_is_zero("TtasLock", TtasLock::new());
         assert_new_is_zero("QueuedLock", QueuedLock::new());
     }
-    // SAFETY (each `zeroed`): the types' docs: zero is `new()`.
+    // SAFETY: (each `zeroed`) the types' docs: zero is `new()`.
     let (ticket, ttas, queued): (TicketLock, TtasLock, QueuedLock) =
         unsafe { (zeroed(), zeroed(), zeroed()) };
     assert_eq!(format!("{ticket:?}"), format!("{:?}", TicketLock::new()));
@@ -159,14 +159,14 @@ dyn_lock!(TicketLock, TtasLock, QueuedLock);
 fn the_tracked_and_irq_saving_locks_work_from_zero() {
     // Without lockdep the tracked locks are the algorithm: `new` is zero.
     #[cfg(not(feature = "lockdep"))]
-    // SAFETY (each): one atomic word (the map is zero-sized), a local.
+    // SAFETY: (each) one atomic word (the map is zero-sized), a local.
     unsafe {
         assert_new_is_zero("RawTicketLock", RawTicketLock::new());
         assert_new_is_zero("RawTtasLock", RawTtasLock::new());
         assert_new_is_zero("RawQueuedLock", RawQueuedLock::new());
         assert_new_is_zero("Map", Map::new());
     }
-    // SAFETY (each `zeroed`): the docs of each type (`RawIrqSave`: zero
+    // SAFETY: (each `zeroed`) the docs of each type (`RawIrqSave`: zero
     // is valid when it is for the inner lock).
     unsafe {
         check_raw_mutex("RawTicketLock", &zeroed::<RawTicketLock>());
@@ -183,16 +183,17 @@ fn the_tracked_and_irq_saving_locks_work_from_zero() {
     }
     // A zeroed lock in lockdep's eyes: a class of its own, not registered
     // until first taken; taking it in order reports nothing.
-    // SAFETY: `Map`'s docs.
-    let map: Map = unsafe { zeroed() };
-    map.acquire(0, false, false);
-    map.release();
-    #[cfg(feature = "lockdep")]
-    assert!(format!("{map:?}").contains("Instance"), "{map:?}");
-    drop(map);
+    {
+        // SAFETY: `Map`'s docs.
+        let map: Map = unsafe { zeroed() };
+        map.acquire(0, false, false);
+        map.release();
+        #[cfg(feature = "lockdep")]
+        assert!(format!("{map:?}").contains("Instance"), "{map:?}");
+    } // the map drops: with lockdep, its class is freed
     // Two zeroed locks nest in one order, again and again: no report (with
     // lockdep a report panics).
-    // SAFETY: as above.
+    // SAFETY: `RawTicketLock`'s docs.
     let (a, b): (RawTicketLock, RawTicketLock) = unsafe { (zeroed(), zeroed()) };
     for _ in 0..2 {
         a.lock();
@@ -328,7 +329,7 @@ fn check_raw_rwlock<L: RawRwLock>(what: &str, lock: &L) {
 
 #[test]
 fn percpu_rwlocks_from_zero() {
-    // SAFETY (each): `RawPerCpuRwLock`'s docs, for both flavours.
+    // SAFETY: (each) `RawPerCpuRwLock`'s docs, for both flavours.
     unsafe {
         check_raw_rwlock("RawPerCpuRwLock", &zeroed::<RawPerCpuRwLock<Fenced>>());
         check_raw_rwlock(
@@ -350,7 +351,7 @@ impl_linked!(Node, link);
 
 #[test]
 fn rcu_types_from_zero() {
-    // SAFETY (each): pointers and words without padding, locals.
+    // SAFETY: (each) pointers and words without padding, locals.
     unsafe {
         assert_new_is_zero("RcuPtr", RcuPtr::<u32>::null());
         assert_new_is_zero("Link", Link::new());
@@ -360,7 +361,7 @@ fn rcu_types_from_zero() {
         assert_new_is_zero("RcuHead", RcuHead::new());
     }
     rcu::cpu_online();
-    // SAFETY (each `zeroed` below): the types' docs.
+    // SAFETY: (each `zeroed` below) the types' docs.
     let ptr: RcuPtr<u32> = unsafe { zeroed() };
     {
         let guard = rcu::read_lock();
