@@ -920,7 +920,7 @@ fn check_with(t: &mut Tally, toolchain: &str, targets: &[&str]) {
         cmd
     };
     for target in [None].into_iter().chain(targets.iter().copied().map(Some)) {
-        for features in [None, Some("defmt,alloc,lockdep")] {
+        for features in [None, Some("defmt,alloc,lockdep,bytemuck")] {
             let mut args = vec!["check", "--lib", "-p", "ksync"];
             if let Some(target) = target {
                 args.extend(["--target", target]);
