@@ -126,16 +126,28 @@
 //! `unlock` needs no read-modify-write either: while a lock is held
 //! nobody changes its word (a handler that tries fails without writing,
 //! one that waits never returns), so the queued lock never sees a
-//! pending bit or a tail and never calls a kernel hook.
+//! pending bit or a tail and never calls a kernel hook. Nor does `unlock`
+//! kick halted waiters ([`SpinWait`](crate::kernel::SpinWait)): on one
+//! CPU the only waiter there can be is a recursion's, which nothing
+//! releases.
 //!
-//! What a single-CPU build promises: (1) ksync's locks run on one CPU
-//! only (as its per-CPU types need: CPU id 0 is the only id); (2) no other
-//! *thread* runs on that CPU in the middle of a lock operation: the kernel
-//! does not preempt kernel code, or keeps preemption off while it takes,
-//! holds and releases ksync spinlocks (Linux's rule: on a uniprocessor
-//! kernel, `spin_lock` is `preempt_disable`). Interrupt handlers may run
-//! anywhere. A kernel that cannot promise this builds with
-//! `KSYNC_MAX_CPUS=2` and gets the SMP locks.
+//! What a single-CPU build promises:
+//!
+//! 1. ksync's locks run on one CPU only (as its per-CPU types need: 0 is
+//!    the only CPU id);
+//! 2. no other *thread* runs on that CPU in the middle of a lock
+//!    operation, and none waits in `lock` for a lock whose holder was
+//!    switched out (debug builds would report it as a recursion): the
+//!    kernel does not preempt kernel code, or keeps preemption off while
+//!    it takes, holds and releases ksync spinlocks (Linux's rule: on a
+//!    uniprocessor kernel, `spin_lock` is `preempt_disable`);
+//! 3. an interrupt handler releases every ksync spinlock it takes before
+//!    it returns (a lock taken in a handler and released by another
+//!    context could be taken at the same time by the operation the
+//!    handler interrupted).
+//!
+//! Interrupt handlers may otherwise run anywhere. A kernel that cannot
+//! promise this builds with `KSYNC_MAX_CPUS=2` and gets the SMP locks.
 //!
 //! The lock inside [`LockRef`](crate::LockRef) keeps its read-modify-
 //! writes on targets with 64-bit atomics: its word also holds the count,
