@@ -51,6 +51,13 @@ crate::sync::const_init! {
 }
 
 /// Per-CPU spinlocks, each guarding its CPU's `T`.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid `BrLock<T>`, every CPU's lock free, whenever
+/// they are a valid `T` (every slot's `T` zeroed; [`new`](Self::new) when
+/// `T::INIT` is all zeroes). `Zeroable` for `T: Zeroable` with the
+/// `bytemuck` feature.
 #[doc(alias("lglock", "br_lock"))]
 pub struct BrLock<T = ()> {
     slots: PerCpu<Slot<T>>,

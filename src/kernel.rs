@@ -61,6 +61,54 @@
 //! cores) and what a waiter may do about it. They are settings, not hooks,
 //! so plain spinlocks keep working without `set_kernel!`.
 //!
+//! # Early boot: which paths call the hooks
+//!
+//! A kernel takes its first locks long before every hook works: on the
+//! boot CPU before its per-CPU area (and so `cpu_id`) is set up, before
+//! interrupts are configured, before it knows how many CPUs there are.
+//! What each primitive calls, on which path, says when it may first be
+//! used. "None" means no hook at all, so the primitive also works in a
+//! binary that never calls [`set_kernel!`](crate::set_kernel).
+//!
+//! | primitive | hooks, and on which paths | may first be used |
+//! |---|---|---|
+//! | [`TicketLock`](crate::spinlock::TicketLock), [`TtasLock`](crate::spinlock::TtasLock) (the algorithms), and any lock with the [`NoGuard`](crate::spinlock::NoGuard) policy | none | any time |
+//! | [`RawTicketLock`](crate::spinlock::RawTicketLock), [`RawTtasLock`](crate::spinlock::RawTtasLock) and their mutexes (policy [`PreemptDisabled`](crate::spinlock::PreemptDisabled)) | `preempt_disable` on taking, `preempt_enable` after releasing; in debug builds also `cpu_id` (the owner record) | release builds: once the preemption hooks work (no-ops: any time); debug builds: once `cpu_id` works |
+//! | [`LockRef`](crate::LockRef), [`SeqCount`](crate::seqlock::SeqCount), [`SeqLock`](crate::seqlock::SeqLock) (`write`, `read`) | none | any time |
+//! | [`QueuedLock`](crate::spinlock::QueuedLock), [`RawQueuedLock`](crate::spinlock::RawQueuedLock) | as the row above for `RawQueuedLock`; then none uncontended, nor for the first waiter (the pending bit); a later waiter queues on its CPU's node: `preempt_disable`, `cpu_id`, `preempt_enable`. None at all in the single-CPU build | uncontended: any time; once a second CPU can contend, `cpu_id` must work on every CPU that takes it |
+//! | IRQ-saving locks with [`KernelIrq`](irq::KernelIrq) ([`IrqTicketMutex`](crate::spinlock::IrqTicketMutex), ...), [`IrqState::save`](irq::IrqState::save), `SeqLock::write_irqsave`, `BrLock::*_irqsave` | `irq_save`, `irq_restore` (the default is the CPU's own instructions on x86_64, aarch64 and riscv64 bare metal; elsewhere `critical-section` and, for its per-CPU save stack, `cpu_id`) | once the kernel's masking works: with the default on those three targets, any time |
+//! | IRQ-saving locks with [`ArchIrq`](irq::ArchIrq) ([`ArchIrqTicketMutex`](crate::spinlock::ArchIrqTicketMutex), ...) | none | any time |
+//! | [`PerCpu::get`](crate::percpu::PerCpu::get), `PerCpuCounter::{add, inc, dec}`, `BrLock::local_lock`, the per-CPU rw locks' readers | `preempt_disable`, `cpu_id`, `preempt_enable` (with the default batch, the counter's first `add` also reads `nr_cpus` once) | when `cpu_id` is right on the calling CPU |
+//! | `PerCpu::{iter, cpu}`, `PerCpuCounter::{sum, set, compare, error_bound}`, `BrLock::global_lock`, the per-CPU rw locks' writers, `Srcu::synchronize` | `nr_cpus`, plus the above (the counter's fold lock masks interrupts: `irq_save`) | when `nr_cpus` returns its final value |
+//! | [`rcu`](crate::rcu) (read sections, quiescent states, grace periods, `call_rcu`, `barrier`, [`RcuSync`](crate::rcu::RcuSync)), [`Srcu`](crate::rcu::srcu::Srcu), [`GatedPerCpuRwLock`](crate::percpu_rwlock::GatedPerCpuRwLock) | `preempt_*`, `cpu_id`, `nr_cpus`, `irq_*`; `rcu_stall` from `check_stall` | once `cpu_id` and `nr_cpus` work; each CPU calls `rcu::cpu_online` before its first read section |
+//! | [`RcuPtr`](crate::rcu::RcuPtr), [`RcuList`](crate::rcu::RcuList), [`Hlist`](crate::rcu::Hlist) writers (`publish`, insertion, removal under the writers' lock) | none (readers need an RCU read section, above) | any time |
+//! | every lock, with the `lockdep` feature | each lock operation: `cpu_id`, `in_interrupt`, `irqs_disabled`, `irq_save`/`irq_restore`, and `lockdep_report` on a report | only once `cpu_id` works: a `lockdep` build must not take any ksync lock earlier |
+//!
+//! The FIFO locks (ticket, queued, the lock in `LockRef`) also read two
+//! settings, not hooks ([`set_vcpu_preemptible`], [`set_spin_wait`]): the
+//! first acquisition detects the first one (on x86_64 with one `cpuid`),
+//! which works at any time too.
+//!
+//! [`Kernel::nr_cpus`] is a constant upper bound: the number of *possible*
+//! CPUs (Linux's `nr_cpu_ids`), not of the online ones, and the same from
+//! the first call on; the configured maximum (up to [`MAX_CPUS`]) is a
+//! fine answer. The per-CPU sums (`PerCpu::iter`, the counters' `sum`, the
+//! rw lock's writers, SRCU's and RCU's grace periods) read slots
+//! `0..nr_cpus()`: a CPU whose id is not below it would keep counts that no
+//! sum sees (a writer that misses a reader frees memory under it), and a
+//! value that grew between two sums would make them disagree. CPUs that
+//! come and go stay below the bound; RCU learns who is online from
+//! `rcu::cpu_online`/`cpu_offline`, not from `nr_cpus`.
+//!
+//! # One CPU
+//!
+//! Built with `KSYNC_MAX_CPUS=1` (see [`MAX_CPUS`]), every per-CPU type
+//! has one slot, `cpu_id` must always be 0, and the ticket, TTAS and
+//! queued locks take and release themselves with a plain load and store:
+//! no atomic read-modify-write, no barrier (see
+//! [`spinlock`'s "One CPU"](crate::spinlock#one-cpu), which also says
+//! what such a build promises).
+//!
 //! # Host tests
 //!
 //! The `test-hooks` feature (for tests only: it pulls in `std`) provides an
@@ -82,6 +130,10 @@
 /// and every CPU has four contexts that can wait at once (thread, softirq,
 /// hardirq, NMI); 4 x 16 383 tickets stay below the 65 536 at which a held
 /// lock would look free. A larger value fails the build.
+///
+/// `KSYNC_MAX_CPUS=1` is the single-CPU build: the spinlocks then cost no
+/// atomic read-modify-write (see [`spinlock`'s "One
+/// CPU"](crate::spinlock#one-cpu) for what that build promises).
 pub const MAX_CPUS: usize = match option_env!("KSYNC_MAX_CPUS") {
     Some(text) => parse_max_cpus(text),
     None => 64,
@@ -137,7 +189,10 @@ pub(crate) const fn parse_setting(text: &str, max: usize) -> Option<usize> {
 ///   on its CPU and no other thread context runs on that CPU (interrupt
 ///   handlers may). Calls nest.
 /// * [`nr_cpus`](Kernel::nr_cpus) returns the same value every time, at
-///   most [`MAX_CPUS`].
+///   most [`MAX_CPUS`]: a constant upper bound on the CPU ids, counting
+///   the possible CPUs, not the online ones (the configured maximum is
+///   fine). Per-CPU sums read slots `0..nr_cpus()` only; see the
+///   [module docs](self#early-boot-which-paths-call-the-hooks).
 ///
 /// ksync's per-CPU data relies on these for memory safety.
 pub unsafe trait Kernel {
@@ -146,7 +201,11 @@ pub unsafe trait Kernel {
     fn cpu_id() -> usize;
 
     /// The number of possible CPUs (every id is below it), at most
-    /// [`MAX_CPUS`].
+    /// [`MAX_CPUS`]: a constant, the same from the first call on, never
+    /// the number of CPUs online now (CPUs that are offline, or not
+    /// started yet, still count). Returning the configured maximum is
+    /// always correct; a smaller exact value only makes the per-CPU sums
+    /// shorter.
     #[doc(alias = "nr_cpu_ids")]
     fn nr_cpus() -> usize;
 

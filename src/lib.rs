@@ -57,8 +57,44 @@
 //! * `alloc`: `rcu::defer_free` (Linux's `kfree_rcu`), which allocates.
 //! * `lockdep`: lock-order checking for every ksync lock ([`lockdep`]); a
 //!   debug aid, off by default (off, the locks are unchanged).
+//! * `bytemuck`: `bytemuck::Zeroable` for the types of the table below.
 //! * `test-hooks`: kernel hooks for host tests in which threads play CPUs
 //!   (`host`); pulls in `std`, never for kernels.
+//!
+//! # Zeroed memory
+//!
+//! Linux embeds locks, counters and list heads in objects that come from
+//! zero-filled memory (`kzalloc`) and relies on all-zero bytes being their
+//! initial state. In ksync that holds for every type a kernel embeds, in
+//! every build (`lockdep` included: a zeroed lock is then a class of its
+//! own, see [`lockdep::Map`]), and each type's docs say so under "Zeroed
+//! memory". With the `bytemuck` feature they implement
+//! `bytemuck::Zeroable`. `tests/zeroed.rs` checks every entry against the
+//! type's constructor (and that `new` still writes only zeroes, where the
+//! table says zero *is* `new`).
+//!
+//! | type | all-zero bytes are |
+//! |---|---|
+//! | [`spinlock::TicketLock`], [`spinlock::TtasLock`], [`spinlock::QueuedLock`] | `new()`: unlocked |
+//! | [`spinlock::RawTicketLock`], [`spinlock::RawTtasLock`], [`spinlock::RawQueuedLock`] | unlocked; `new()` without `lockdep`, a lock of its own class with it |
+//! | [`spinlock::RawIrqSave<L, I>`] | unlocked, when zero is a valid `L` |
+//! | [`LockRef`] | `LockRef::new(0)` |
+//! | [`seqlock::SeqCount`] | `new()` |
+//! | [`seqlock::SeqLock<T>`], [`brlock::BrLock<T>`], [`percpu::PerCpu<T>`] | the value with zeroed `T`s, when zero is a valid `T` |
+//! | [`percpu_counter::PerCpuCounter`] | `new()`: 0, default batch |
+//! | [`percpu_rwlock::RawPerCpuRwLock`] (both flavours) | `new()` / `gated()`: unlocked |
+//! | [`rcu::RcuPtr<T>`] | `null()` |
+//! | [`rcu::Link`], [`rcu::RcuList`], [`rcu::Hlist`], [`rcu::RcuHashTable`] (`N > 0`) | `new()`: unlinked, empty |
+//! | [`rcu::RcuHead`] | `new()`: not queued |
+//! | [`rcu::srcu::Srcu`], [`rcu::RcuSync`] | `new()` |
+//! | [`lockdep::Map`] | a map of its own class, not yet registered |
+//!
+//! Not valid as zero bytes, and not meant to be embedded in zeroed objects:
+//! [`lockdep::LockClassKey`] and [`kernel::SpinWait`] (they hold a
+//! reference and function pointers; both live in `static`s), and the
+//! guards, which only a lock hands out. The `lock_api` mutexes: see
+//! [`spinlock`'s "Zeroed memory"](spinlock#zeroed-memory). Under loom no
+//! type is (its atomics are registered with the model).
 
 #![no_std]
 #![cfg_attr(docsrs, feature(doc_cfg))]
@@ -93,6 +129,8 @@ pub mod percpu_rwlock;
 pub mod rcu;
 pub mod seqlock;
 pub mod spinlock;
+#[cfg(all(feature = "bytemuck", not(ksync_loom)))]
+mod zeroable;
 
 pub use lock_api;
 pub use lockref::{LockRef, LockRefGuard};

@@ -70,6 +70,13 @@ crate::sync::const_init! {
 }
 
 /// One cache-padded `T` per possible CPU.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid `PerCpu<T>` whenever they are a valid `T`:
+/// every slot holds a zeroed `T`, which is what [`new`](Self::new) builds
+/// when `T::INIT` is all zeroes (the integers, atomics and `()`).
+/// `Zeroable` for `T: Zeroable` with the `bytemuck` feature.
 #[doc(alias = "DEFINE_PER_CPU")]
 pub struct PerCpu<T> {
     slots: [CachePadded<T>; MAX_CPUS],

@@ -73,6 +73,11 @@ const NESTED_CONTEXTS: i64 = 4;
 const _: () = assert!(NESTED_CONTEXTS * (MAX_BATCH as i64) <= i32::MAX as i64 + 1);
 
 /// A counter with a per-CPU part and a shared total.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are [`new`](Self::new): count 0, the default batch
+/// (stored as 0), every CPU's part 0, the fold lock free.
 #[doc(alias = "percpu_counter")]
 pub struct PerCpuCounter {
     /// Serialises folds into `total` with `sum` and `set`.

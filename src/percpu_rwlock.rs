@@ -166,6 +166,10 @@ impl Flavour for Fenced {
 /// neither a writer nor a reader is inside. A caller that wants the lock
 /// soon after a failure calls [`write`](RawPerCpuRwLock::write), which
 /// waits.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid, idle gate (an [`RcuSync`]).
 #[derive(Debug)]
 pub struct Gated {
     gate: RcuSync,
@@ -223,6 +227,14 @@ pub type GatedPercpuRwLock<T> = GatedPerCpuRwLock<T>;
 pub type RawPercpuRwLock<F = Fenced, R = Spin> = RawPerCpuRwLock<F, R>;
 
 /// The raw scalable reader-writer lock (see the [module docs](self)).
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked lock of either flavour:
+/// [`new`](RawPerCpuRwLock::new) or [`gated`](RawPerCpuRwLock::gated) (no
+/// reader counted, writers not blocking, the gate idle), with `lockdep` in
+/// a class of its own. `Zeroable` for `F: Zeroable` ([`Fenced`], [`Gated`])
+/// with the `bytemuck` feature.
 #[doc(alias = "percpu_rw_semaphore")]
 pub struct RawPerCpuRwLock<F = Fenced, R = Spin> {
     /// Readers per CPU (incremented on lock, decremented on unlock, maybe

@@ -126,6 +126,96 @@
 //! deliberate move with [`RawSpinlock::lockdep_release`] before and
 //! [`RawSpinlock::lockdep_acquire`] after.
 //!
+//! # One CPU
+//!
+//! Built with `KSYNC_MAX_CPUS=1` ([`MAX_CPUS`](crate::kernel::MAX_CPUS)
+//! is 1), the ticket, TTAS and queued locks take and release themselves
+//! with a relaxed load and a relaxed store of their word and a compiler
+//! fence: no atomic read-modify-write, no memory barrier (on x86_64 no
+//! `lock`-prefixed instruction; on a Cortex-M0, whose "atomics" are
+//! critical sections, no interrupt masking). `try_lock` of a held lock
+//! still fails. Every other build is unchanged: the choice is a `const`
+//! at the top of each fast path, and the dead branch compiles away.
+//!
+//! Why a load and a store exclude there: on one CPU, the only code that
+//! can run between two instructions of a lock operation is an interrupt
+//! handler on that CPU (the build's promise, below), and a handler runs
+//! to its end before the code it interrupted goes on, seeing that code's
+//! writes in program order (a CPU sees its own accesses in order; the
+//! compiler fences keep the compiler from moving the critical section
+//! across the lock word's accesses). A handler that lands between a
+//! lock's load and its store
+//!
+//! * takes *and releases* the lock: the word means "free" again when it
+//!   returns (the ticket lock's two fields may both have moved on by one;
+//!   the store writes the state computed from the older word, also a
+//!   valid "held once" state), and the interrupted operation goes on as
+//!   if the handler had run before it;
+//! * only tries and fails, or reads: the word is unchanged;
+//! * cannot find the lock held by the code it interrupted and *wait*:
+//!   that code cannot run again until the handler returns, so on an SMP
+//!   machine this is a deadlock too (the reason a lock shared with
+//!   handlers is taken with interrupts masked, [`RawIrqSave`]). On one CPU
+//!   ksync can tell: `lock` of a held lock is such a recursion (the same
+//!   context taking it twice, or a handler taking a lock that the code it
+//!   interrupted holds). Debug builds panic with "spinlock recursion";
+//!   release builds spin, as the SMP lock would.
+//!
+//! `unlock` needs no read-modify-write either: while a lock is held
+//! nobody changes its word (a handler that tries fails without writing,
+//! one that waits never returns), so the queued lock never sees a
+//! pending bit or a tail and never calls a kernel hook. Nor does `unlock`
+//! kick halted waiters ([`SpinWait`](crate::kernel::SpinWait)): on one
+//! CPU the only waiter there can be is a recursion's, which nothing
+//! releases.
+//!
+//! What a single-CPU build promises:
+//!
+//! 1. ksync's locks run on one CPU only (as its per-CPU types need: 0 is
+//!    the only CPU id);
+//! 2. no other *thread* runs on that CPU in the middle of a lock
+//!    operation, and none waits in `lock` for a lock whose holder was
+//!    switched out (debug builds would report it as a recursion): the
+//!    kernel does not preempt kernel code, or keeps preemption off while
+//!    it takes, holds and releases ksync spinlocks (Linux's rule: on a
+//!    uniprocessor kernel, `spin_lock` is `preempt_disable`). The locks'
+//!    default policy, [`PreemptDisabled`], does exactly that through the
+//!    kernel's hooks; a [`NoGuard`] lock leaves it to the kernel;
+//! 3. an interrupt handler releases every ksync spinlock it takes before
+//!    it returns (a lock taken in a handler and released by another
+//!    context could be taken at the same time by the operation the
+//!    handler interrupted).
+//!
+//! Interrupt handlers may otherwise run anywhere. A kernel that cannot
+//! promise this builds with `KSYNC_MAX_CPUS=2` and gets the SMP locks.
+//!
+//! The lock inside [`LockRef`](crate::LockRef) keeps its read-modify-
+//! writes on targets with 64-bit atomics: its word also holds the count,
+//! which a handler may change for good between a load and a store (a
+//! lockless `get`), so a plain store could lose that change. Without
+//! 64-bit atomics the lockref's lock is a [`TicketLock`] and takes the
+//! single-CPU path too. `cargo xtask check single-cpu` runs the
+//! single-CPU tests (`tests/uniprocessor.rs`, whose "interrupts" are
+//! signals to the test's one thread) and checks the x86_64 assembly of
+//! each lock operation for `lock` prefixes, `xchg` and fences.
+//!
+//! # Zeroed memory
+//!
+//! All-zero bytes are a valid unlocked lock for every lock here, in every
+//! build: the algorithms ([`TicketLock`], [`TtasLock`], [`QueuedLock`])
+//! are a zero word, exactly what `new` builds; their tracked forms
+//! ([`RawTicketLock`], [`RawTtasLock`], [`RawQueuedLock`]) add a lockdep
+//! [`Map`](crate::lockdep::Map), which is nothing without `lockdep` and a
+//! lock that is its own class with it; [`RawIrqSave<L, I>`] is valid at
+//! zero whenever `L` is (its saved flags are `MaybeUninit`). With the
+//! `bytemuck` feature they are all `bytemuck::Zeroable`. The `lock_api`
+//! mutexes ([`TicketMutex<T>`] and the others) hold the raw lock and an
+//! `UnsafeCell<T>`, so a zeroed one is an unlocked mutex around a zeroed
+//! `T` when that is a valid `T`; `lock_api` does not promise its layout
+//! and ksync cannot implement `Zeroable` for its types, so a structure
+//! meant for zero-filled memory embeds the raw lock (or builds the mutex
+//! with `Mutex::from_raw`).
+//!
 //! # Example
 //!
 #![cfg_attr(feature = "test-hooks", doc = " ```")]
@@ -151,6 +241,7 @@ mod queued;
 mod ticket;
 mod tracked;
 mod ttas;
+mod up;
 pub use guardian::{IrqDisabled, NoGuard, PreemptDisabled, SpinGuardian};
 pub use irq::{ArchIrq, IrqControl, IrqState, KernelIrq, RawIrqSave};
 pub use queued::{IrqQueuedMutex, QueuedLock, QueuedMutex, RawQueuedLock};

@@ -15,6 +15,10 @@
 #[cfg(not(ksync_loom))]
 pub(crate) use core::sync::atomic::{Ordering, fence};
 
+/// A fence against the compiler only (loom has none, and needs none: its
+/// models never take the single-CPU paths that use it).
+pub(crate) use core::sync::atomic::compiler_fence;
+
 #[cfg(all(not(ksync_loom), target_has_atomic = "32"))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize};
 

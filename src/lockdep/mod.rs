@@ -418,6 +418,16 @@ pub fn assert_no_locks_held(what: &'static str) {
 /// MAP.acquire(0, false, false); // before spinning on the lock it tracks
 /// MAP.release(); // when unlocking it
 /// ```
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid `Map` in every build: without `lockdep` it
+/// has no bytes; with it, zero is a map that is its own class
+/// ([`per_instance`](Self::per_instance), named by its address in
+/// reports) with no class registered yet. So a lock in zero-filled memory
+/// (Linux's `kzalloc`) is a valid, unlocked lock with `lockdep` too; give
+/// it a named class with `set_lock_class` before first use if its reports
+/// should name one.
 #[doc(alias = "lockdep_map")]
 pub struct Map {
     #[cfg(feature = "lockdep")]
@@ -430,15 +440,22 @@ pub struct Map {
 }
 
 /// Where a [`Map`]'s class comes from.
+///
+/// `repr(usize)` with `Instance` at discriminant 0: the layout is defined
+/// (a tag word, then the variant's fields), so an all-zero `Map` is a
+/// valid per-instance map with no class registered yet, and a lock in
+/// zero-filled memory is a valid lock in `lockdep` builds too (see
+/// [`Map`]'s "Zeroed memory").
 #[cfg(feature = "lockdep")]
 #[derive(Clone, Copy, Debug)]
+#[repr(usize)]
 pub(crate) enum MapKey {
+    /// The lock itself (what all-zero bytes are).
+    Instance = 0,
     /// The constructor's call site.
     Location(&'static core::panic::Location<'static>),
     /// An explicit key.
     Named(&'static LockClassKey),
-    /// The lock itself.
-    Instance,
 }
 
 // Off, a `Map` costs nothing: the size check every lock relies on.

@@ -160,6 +160,13 @@ const MAX: i32 = i32::MAX;
 ///
 /// See the [module documentation](self) for the contract, the orderings and
 /// what happens on overflow.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are `LockRef::new(0)`: unlocked, count 0 (with
+/// `lockdep`, its lock is its own class, see
+/// [`Map`](crate::lockdep::Map#zeroed-memory)). `bytemuck::Zeroable` with
+/// the `bytemuck` feature.
 #[doc(alias = "lockref")]
 #[cfg_attr(target_has_atomic = "64", repr(C, align(8)))]
 pub struct LockRef {

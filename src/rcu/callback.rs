@@ -56,6 +56,10 @@ pub type Callback = unsafe fn(*mut RcuHead);
 ///
 /// A head may be queued again once its callback has started (the callback
 /// itself may re-queue it); queuing it while it is still queued panics.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are [`new`](Self::new): not queued.
 #[doc(alias("rcu_head", "callback_head"))]
 pub struct RcuHead {
     next: UnsafeCell<*mut RcuHead>,

@@ -139,6 +139,11 @@ pub use self::table::RcuHashTable;
 
 /// The intrusive node: embed one in each object per list it can be on, and
 /// name it with [`impl_linked!`](crate::impl_linked). Three words.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are [`new`](Self::new): on no list (unlike Linux's
+/// `list_head`, no pointer to itself needs writing).
 #[doc(alias("list_head", "hlist_node"))]
 #[repr(C)]
 pub struct Link {
@@ -677,6 +682,10 @@ list_type! {
     /// An RCU-protected doubly linked list, with O(1) insertion at both ends
     /// and removal of any node (Linux's `list_head` under `rculist.h`).
     /// Three words. See the [module docs](self) for the writers' contract.
+    ///
+    /// # Zeroed memory
+    ///
+    /// All-zero bytes are `new()`: empty, no writers' lock bound yet.
     #[doc(alias = "list_head")]
     RcuList { last: AtomicPtr<Link> = AtomicPtr::new(ptr::null_mut()), } "LIST_HEAD_INIT"
 }
@@ -685,6 +694,10 @@ list_type! {
     /// An RCU-protected hash chain (Linux's `hlist_head`): insertion at the
     /// front or after a node, removal of any node. Two words. See the
     /// [module docs](self) for the writers' contract.
+    ///
+    /// # Zeroed memory
+    ///
+    /// All-zero bytes are `new()`: empty, no writers' lock bound yet.
     #[doc(alias = "hlist_head")]
     Hlist {} "HLIST_HEAD_INIT"
 }

@@ -37,6 +37,10 @@ use crate::sync::Ordering;
 /// # drop(unsafe { Box::from_raw(CONFIG.publish(core::ptr::null_mut())) });
 /// # rcu::cpu_offline();
 /// ```
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are [`null`](Self::null).
 #[doc(alias = "__rcu")]
 pub struct RcuPtr<T> {
     ptr: crate::sync::AtomicPtr<T>,

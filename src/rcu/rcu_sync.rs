@@ -47,6 +47,10 @@ const EXIT: u32 = 3;
 
 /// A reader/writer gate backed by RCU grace periods (Linux's
 /// `struct rcu_sync`).
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are [`new`](Self::new): idle, no writer.
 #[doc(alias = "rcu_sync")]
 pub struct RcuSync {
     state: AtomicU32,

@@ -228,6 +228,11 @@ crate::sync::const_init! {
 /// std::thread::spawn(move || drop(guard)).join().unwrap();
 /// DOMAIN.synchronize();
 /// ```
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are [`new`](Self::new): index 0, no grace period
+/// started, every CPU's counts 0.
 #[doc(alias("srcu_struct", "DEFINE_SRCU", "DEFINE_STATIC_SRCU"))]
 pub struct Srcu {
     /// Bit 0: the index new readers use. `+1` per flip, under `lock`.

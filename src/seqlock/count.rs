@@ -52,6 +52,11 @@ use super::SeqLock;
 ///     .read(|| (STATS.packets.load(Relaxed), STATS.bytes.load(Relaxed)));
 /// assert_eq!((packets, bytes), (2, 1540));
 /// ```
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are [`new`](Self::new): sequence 0, no write in
+/// progress.
 #[doc(alias = "seqcount_t")]
 pub struct SeqCount {
     /// Even: no write in progress. Odd: a writer is between

@@ -34,6 +34,14 @@ use crate::sync::const_fn;
 /// assert_eq!(pair.read(), [2, 1]);
 /// assert_eq!(pair.read_with(|p| p[0] + p[1]), 3);
 /// ```
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid `SeqLock<T>` whenever they are a valid `T`
+/// (the integers and their arrays, not references or `NonZero*`): the same
+/// as `SeqLock::new` of a zeroed `T`, sequence even, writers' lock free
+/// (with `lockdep`, its own class). `Zeroable` for `T: Zeroable` with the
+/// `bytemuck` feature.
 #[doc(alias("seqlock_t", "DEFINE_SEQLOCK", "seqlock_init"))]
 pub struct SeqLock<T> {
     seq: SeqCount,

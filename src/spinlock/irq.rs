@@ -29,6 +29,14 @@ pub use crate::kernel::irq::{ArchIrq, IrqControl, IrqState, KernelIrq};
 ///
 /// `I` is how interrupts are masked ([`KernelIrq`]: the kernel's hooks;
 /// [`ArchIrq`]: the architecture's instructions, no hooks needed).
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked `RawIrqSave<L, I>` whenever they are
+/// a valid `L` (every lock of this crate): the saved flags are
+/// `MaybeUninit`, written by each holder before they are read, and `I` has
+/// no bytes here. So the IRQ-saving mutexes in zero-filled memory are
+/// unlocked too (see [`spinlock`](super#zeroed-memory)).
 #[doc(alias = "spin_lock_irqsave")]
 pub struct RawIrqSave<L, I: IrqControl = KernelIrq> {
     inner: L,

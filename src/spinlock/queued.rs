@@ -7,10 +7,11 @@ use core::marker::PhantomData;
 use core::sync::atomic::{Ordering::SeqCst, compiler_fence};
 
 use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
+use super::up::{self, UP};
 use super::{PreemptDisabled, RawIrqSave, RelaxStrategy, Spin};
 use crate::kernel::{self, Backoff, MAX_CPUS, Waiter, kick_waiters, vcpu_preemptible};
 use crate::percpu::{CachePadded, PerCpu};
-use crate::sync::{AtomicU32, Ordering, const_fn};
+use crate::sync::{AtomicU32, Ordering, const_fn, relax};
 use Ordering::{AcqRel, Acquire, Relaxed, Release};
 
 /// A [`lock_api::Mutex`] over a [`RawQueuedLock`] (preemption disabled
@@ -282,6 +283,12 @@ impl Drop for Nesting {
 /// bit is set by at most one CPU at a time as its owner (others may set it
 /// for an instant and clear it again when they see it was theirs to clear);
 /// a non-zero tail names a node whose CPU is queued on this lock.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked lock, the one [`new`](Self::new)
+/// builds (not locked, not pending, no tail). `bytemuck::Zeroable` with the
+/// `bytemuck` feature.
 #[doc(alias("qspinlock", "arch_spinlock_t", "queued_spin_lock"))]
 #[repr(transparent)]
 pub struct QueuedLock<R = Spin> {
@@ -318,6 +325,9 @@ impl<R> QueuedLock<R> {
     #[inline]
     #[must_use = "the lock is held when this returns `true` and must be unlocked"]
     pub fn try_lock(&self) -> bool {
+        if UP {
+            return self.try_lock_up();
+        }
         // Read first: a failed compare-exchange would still take the line
         // exclusively. Acquire pairs with the Release `fetch_sub` in
         // `unlock` (directly, or through the read-modify-writes after it).
@@ -354,6 +364,18 @@ impl<R> QueuedLock<R> {
     #[doc(alias = "queued_spin_unlock")]
     #[inline]
     pub unsafe fn unlock(&self) {
+        if UP {
+            debug_assert!(
+                self.val.load(Relaxed) == LOCKED,
+                "unlock of a queued lock that is not held"
+            );
+            up::releasing();
+            // Relaxed, a store: on one CPU nobody sets pending or a tail
+            // (that is the contended path, which a recursion never takes
+            // here), and `releasing` keeps the critical section above it.
+            self.val.store(0, Relaxed);
+            return;
+        }
         // Release pairs with the Acquire in `lock`, `try_lock` and the
         // waiters' loads of the word. Subtracting clears the locked byte
         // without touching pending or the tail, which others may be
@@ -377,6 +399,12 @@ impl<R: RelaxStrategy> QueuedLock<R> {
     #[doc(alias = "queued_spin_lock")]
     #[inline]
     pub fn lock(&self) {
+        if UP {
+            if !self.try_lock_up() {
+                self.lock_up_held();
+            }
+            return;
+        }
         // Acquire pairs with the Release `fetch_sub` in `unlock`.
         if let Err(val) = self.val.compare_exchange(0, LOCKED, Acquire, Relaxed) {
             self.lock_slow(val);
@@ -547,6 +575,39 @@ impl<R: RelaxStrategy> QueuedLock<R> {
     }
 }
 
+// ---- the single-CPU build (`KSYNC_MAX_CPUS=1`, see `up`) -------------------
+
+impl<R> QueuedLock<R> {
+    /// [`try_lock`](Self::try_lock) on one CPU: a load and a store. The
+    /// word is only ever 0 or `LOCKED` in this build.
+    #[inline(always)]
+    fn try_lock_up(&self) -> bool {
+        // Relaxed load and store: on one CPU only an interrupt handler can
+        // run between them, and it leaves the word as it found it (the
+        // `up` module's argument).
+        if self.val.load(Relaxed) != 0 {
+            return false;
+        }
+        self.val.store(LOCKED, Relaxed);
+        up::acquired();
+        true
+    }
+}
+
+impl<R: RelaxStrategy> QueuedLock<R> {
+    /// The lock is held on the only CPU: a recursion (panics in debug
+    /// builds); release builds spin, as the SMP lock would (on the word:
+    /// there is no other CPU to queue behind).
+    #[cold]
+    #[inline(never)]
+    fn lock_up_held(&self) {
+        up::held_on_entry("queued lock");
+        while !self.try_lock_up() {
+            relax::<R>();
+        }
+    }
+}
+
 impl<R> Default for QueuedLock<R> {
     fn default() -> Self {
         Self::with_relax()
@@ -586,6 +647,12 @@ tracked_constructors!(QueuedLock, RawQueuedLock, "queued lock");
 /// The queued lock with its [lockdep](crate::lockdep) class (the place the
 /// lock was built): what kernels use (through [`QueuedMutex`] or by hand).
 /// The algorithm and the word's layout are [`QueuedLock`]'s documentation.
+///
+/// # Zeroed memory
+///
+/// As for [`RawTicketLock`](super::RawTicketLock#zeroed-memory): all-zero
+/// bytes are a valid unlocked lock in every build (with `lockdep`, its own
+/// class).
 #[doc(alias("qspinlock", "queued_spin_lock"))]
 pub type RawQueuedLock<R = Spin, G = PreemptDisabled> = RawSpinlock<QueuedLock<R>, G>;
 

@@ -6,6 +6,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
+use super::up::{self, UP};
 use super::{IrqState, PreemptDisabled, RelaxStrategy, Spin};
 use crate::kernel::{Backoff, kick_waiters, vcpu_preemptible};
 use crate::sync::{AtomicU32, Ordering, const_fn, relax};
@@ -62,6 +63,12 @@ const fn next_of(word: u32) -> u32 {
 /// # Invariants
 /// `owner` only changes by the holder's unlock, by +1 (mod 2^16), and
 /// `next - owner` (mod 2^16) is the number of holders plus waiters.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked lock, the one [`new`](Self::new)
+/// builds (owner 0, next 0: equal tickets). `bytemuck::Zeroable` with the
+/// `bytemuck` feature.
 #[doc(alias = "arch_spinlock_t")]
 #[repr(C, align(4))]
 pub struct TicketLock<R = Spin> {
@@ -100,6 +107,9 @@ impl<R> TicketLock<R> {
     #[inline]
     #[must_use = "the lock is held when this returns `true` and must be unlocked"]
     pub fn try_lock(&self) -> bool {
+        if UP {
+            return self.try_lock_up();
+        }
         // Read first, so that a held lock costs no exclusive access to its
         // line (the exchange below would fail anyway). Relaxed: only the
         // exchange's outcome counts.
@@ -146,6 +156,10 @@ impl<R> TicketLock<R> {
     #[doc(alias = "arch_spin_unlock")]
     #[inline]
     pub unsafe fn unlock(&self) {
+        if UP {
+            // SAFETY: forwarded caller contract.
+            return unsafe { self.unlock_up() };
+        }
         // Relaxed: only the holder (this CPU) writes `owner`.
         let word = self.word.load(Ordering::Relaxed);
         let owner = owner_of(word);
@@ -175,6 +189,9 @@ impl<R: RelaxStrategy> TicketLock<R> {
     #[doc(alias = "arch_spin_lock")]
     #[inline]
     pub fn lock(&self) {
+        if UP {
+            return self.lock_up();
+        }
         if vcpu_preemptible() {
             return self.lock_preemptible();
         }
@@ -222,6 +239,70 @@ impl<R: RelaxStrategy> TicketLock<R> {
     }
 }
 
+// ---- the single-CPU build (`KSYNC_MAX_CPUS=1`, see `up`) -------------------
+
+impl<R> TicketLock<R> {
+    /// [`try_lock`](Self::try_lock) on one CPU: a load and a store.
+    #[inline(always)]
+    fn try_lock_up(&self) -> bool {
+        // Relaxed load and store: on one CPU only an interrupt handler can
+        // run between them, and it leaves the word meaning what it read
+        // (the `up` module's argument).
+        let word = self.word.load(Ordering::Relaxed);
+        if owner_of(word) != next_of(word) {
+            return false;
+        }
+        self.word
+            .store(word.wrapping_add(NEXT_ONE), Ordering::Relaxed);
+        up::acquired();
+        true
+    }
+
+    /// [`unlock`](Self::unlock) on one CPU: serve the next ticket with a
+    /// store (nobody else writes the word while it is held).
+    ///
+    /// # Safety
+    /// As for [`unlock`](Self::unlock).
+    #[inline(always)]
+    unsafe fn unlock_up(&self) {
+        let word = self.word.load(Ordering::Relaxed);
+        debug_assert!(
+            owner_of(word) != next_of(word),
+            "unlock of a ticket lock that is not held"
+        );
+        let served = if owner_of(word) == TICKET_MASK {
+            word - TICKET_MASK
+        } else {
+            word + 1
+        };
+        up::releasing();
+        // Relaxed: `releasing` keeps the critical section above it; a
+        // handler that takes the lock next runs after it on this CPU.
+        self.word.store(served, Ordering::Relaxed);
+    }
+}
+
+impl<R: RelaxStrategy> TicketLock<R> {
+    /// [`lock`](Self::lock) on one CPU.
+    #[inline(always)]
+    fn lock_up(&self) {
+        if !self.try_lock_up() {
+            self.lock_up_held();
+        }
+    }
+
+    /// The lock is held on the only CPU: a recursion (panics in debug
+    /// builds); release builds spin, as the SMP lock would.
+    #[cold]
+    #[inline(never)]
+    fn lock_up_held(&self) {
+        up::held_on_entry("ticket lock");
+        while !self.try_lock_up() {
+            relax::<R>();
+        }
+    }
+}
+
 impl<R> Default for TicketLock<R> {
     fn default() -> Self {
         Self::with_relax()
@@ -254,6 +335,13 @@ tracked_constructors!(TicketLock, RawTicketLock, "ticket lock");
 
 /// The ticket lock with its [lockdep](crate::lockdep) class: what kernels
 /// use (through [`TicketMutex`](super::TicketMutex) or by hand).
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked lock in every build (`Zeroable` with
+/// the `bytemuck` feature). Without `lockdep` they are exactly what `new`
+/// builds; with it, a zeroed lock is its own lockdep class, as `lock_api`'s
+/// `INIT` is (see [`Map`](crate::lockdep::Map#zeroed-memory)).
 #[doc(alias = "arch_spinlock_t")]
 pub type RawTicketLock<R = Spin, G = PreemptDisabled> = RawSpinlock<TicketLock<R>, G>;
 

@@ -5,9 +5,10 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use super::tracked::{ArchSpinlock, RawSpinlock, tracked_constructors};
+use super::up::{self, UP};
 use super::{PreemptDisabled, RelaxStrategy, Spin};
 use crate::kernel::{Waiter, kick_waiters, vcpu_preemptible};
-use crate::sync::{AtomicBool, Ordering, const_fn};
+use crate::sync::{AtomicBool, Ordering, const_fn, relax};
 
 /// A test-and-test-and-set spinlock: waiters read the flag until it looks
 /// free and only then try to take it, so they do not steal the cache line
@@ -15,6 +16,11 @@ use crate::sync::{AtomicBool, Ordering, const_fn};
 ///
 /// The algorithm alone: it tells [`lockdep`](crate::lockdep) nothing;
 /// [`RawTtasLock`] is the same lock with its lockdep class.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked lock, the one [`new`](Self::new)
+/// builds (`false`). `bytemuck::Zeroable` with the `bytemuck` feature.
 #[repr(transparent)]
 pub struct TtasLock<R = Spin> {
     locked: AtomicBool,
@@ -42,6 +48,9 @@ impl<R> TtasLock<R> {
     #[inline]
     #[must_use = "the lock is held when this returns `true` and must be unlocked"]
     pub fn try_lock(&self) -> bool {
+        if UP {
+            return self.try_lock_up();
+        }
         // Acquire pairs with the Release store in `unlock`.
         !self.locked.load(Ordering::Relaxed)
             && self
@@ -63,6 +72,13 @@ impl<R> TtasLock<R> {
     #[inline]
     pub unsafe fn unlock(&self) {
         debug_assert!(self.is_locked(), "unlock of a TTAS lock that is not held");
+        if UP {
+            up::releasing();
+            // Relaxed: `releasing` keeps the critical section above it
+            // (the `up` module's argument).
+            self.locked.store(false, Ordering::Relaxed);
+            return;
+        }
         // Release pairs with the Acquire exchange in `lock`/`try_lock`.
         self.locked.store(false, Ordering::Release);
         // In every mode: a waiter from before a mode switch may be halted
@@ -80,6 +96,12 @@ impl<R: RelaxStrategy> TtasLock<R> {
     /// run.
     #[inline]
     pub fn lock(&self) {
+        if UP {
+            if !self.try_lock_up() {
+                self.lock_up_held();
+            }
+            return;
+        }
         // Acquire pairs with the Release store in `unlock`.
         if self
             .locked
@@ -113,6 +135,37 @@ impl<R: RelaxStrategy> TtasLock<R> {
     }
 }
 
+// ---- the single-CPU build (`KSYNC_MAX_CPUS=1`, see `up`) -------------------
+
+impl<R> TtasLock<R> {
+    /// [`try_lock`](Self::try_lock) on one CPU: a load and a store.
+    #[inline(always)]
+    fn try_lock_up(&self) -> bool {
+        // Relaxed load and store: on one CPU only an interrupt handler can
+        // run between them, and it leaves the flag as it found it (the
+        // `up` module's argument).
+        if self.locked.load(Ordering::Relaxed) {
+            return false;
+        }
+        self.locked.store(true, Ordering::Relaxed);
+        up::acquired();
+        true
+    }
+}
+
+impl<R: RelaxStrategy> TtasLock<R> {
+    /// The lock is held on the only CPU: a recursion (panics in debug
+    /// builds); release builds spin, as the SMP lock would.
+    #[cold]
+    #[inline(never)]
+    fn lock_up_held(&self) {
+        up::held_on_entry("TTAS lock");
+        while !self.try_lock_up() {
+            relax::<R>();
+        }
+    }
+}
+
 impl<R> Default for TtasLock<R> {
     fn default() -> Self {
         Self::with_relax()
@@ -132,6 +185,12 @@ tracked_constructors!(TtasLock, RawTtasLock, "TTAS lock");
 /// The TTAS lock with its [lockdep](crate::lockdep) class (its class is the
 /// place it was built): what kernels use (through
 /// [`TtasMutex`](super::TtasMutex) or by hand).
+///
+/// # Zeroed memory
+///
+/// As for [`RawTicketLock`](super::RawTicketLock#zeroed-memory): all-zero
+/// bytes are a valid unlocked lock in every build (with `lockdep`, its own
+/// class).
 pub type RawTtasLock<R = Spin, G = PreemptDisabled> = RawSpinlock<TtasLock<R>, G>;
 
 // SAFETY: the compare-exchange from `false` to `true` succeeds for one CPU

@@ -127,7 +127,7 @@ pub const HOST_CHECKS: &[Check] = &[
     },
     Check {
         name: "lints",
-        about: "cargo fmt, clippy (host, lockdep, bare metal, ksync_generic, loom), rustdoc",
+        about: "cargo fmt, clippy (host, lockdep with bytemuck, bare metal, ksync_generic, loom), rustdoc",
         run: check_lints,
     },
     Check {
@@ -144,6 +144,16 @@ pub const HOST_CHECKS: &[Check] = &[
         name: "host-tests",
         about: "host tests and doc tests: debug, release, lockdep",
         run: check_host_tests,
+    },
+    Check {
+        name: "zeroed",
+        about: "tests/zeroed.rs with the bytemuck feature, with and without lockdep",
+        run: check_zeroed,
+    },
+    Check {
+        name: "single-cpu",
+        about: "KSYNC_MAX_CPUS=1: tests/uniprocessor.rs (debug, release) and tests/zeroed.rs, and the x86_64 fast paths without a lock prefix",
+        run: check_single_cpu,
     },
     Check {
         name: "benches",
@@ -239,7 +249,7 @@ fn check_lints(t: &mut Tally) {
             "--workspace",
             "--all-targets",
             "--features",
-            "ksync/test-hooks,ksync/lockdep",
+            "ksync/test-hooks,ksync/lockdep,ksync/bytemuck",
             "--",
             "-D",
             "warnings",
@@ -299,7 +309,7 @@ fn check_builds(t: &mut Tally) {
     for target in toolchain_targets().unwrap_or_default() {
         for features in [
             &[][..],
-            &["--features", "defmt,alloc"][..],
+            &["--features", "defmt,alloc,bytemuck"][..],
             &["--features", "lockdep"][..],
         ] {
             let mut args = vec!["build", "--lib", "--target", &target];
@@ -386,6 +396,148 @@ fn check_host_tests(t: &mut Tally) {
         let (ok, text) = run_logged(name, &mut cargo(args));
         tally_tests(t, name, ok, &text);
     }
+}
+
+/// tests/zeroed.rs with the bytemuck feature, with and without lockdep.
+fn check_zeroed(t: &mut Tally) {
+    // The host suite runs tests/zeroed.rs without `bytemuck`; here its
+    // `Zeroable` test too, in both lockdep configurations (the impls must
+    // hold in every build).
+    for (name, features) in [
+        ("zeroed (bytemuck)", "test-hooks,alloc,bytemuck"),
+        (
+            "zeroed (bytemuck, lockdep)",
+            "test-hooks,alloc,bytemuck,lockdep",
+        ),
+    ] {
+        let (ok, text) = run_logged(
+            name,
+            &mut cargo(&["test", "--test", "zeroed", "--features", features]),
+        );
+        tally_tests(t, name, ok, &text);
+    }
+}
+
+/// The single-CPU build (`KSYNC_MAX_CPUS=1`, `src/spinlock/up.rs`): its
+/// tests, and the fast paths' instructions.
+fn check_single_cpu(t: &mut Tally) {
+    // One directory for the build with one CPU (the setting is compiled
+    // in: sharing `target` would rebuild the suite's artefacts each time).
+    let dir = root().join("target/max-cpus-1");
+    for (name, args) in [
+        // One test at a time: there is one CPU id for the host threads.
+        (
+            "single-cpu tests (debug)",
+            &[
+                "test",
+                "--test",
+                "uniprocessor",
+                "--test",
+                "zeroed",
+                "--",
+                "--test-threads=1",
+            ][..],
+        ),
+        (
+            "single-cpu tests (release)",
+            &["test", "--release", "--test", "uniprocessor"][..],
+        ),
+    ] {
+        let mut cmd = cargo(args);
+        cmd.env("KSYNC_MAX_CPUS", "1").env("CARGO_TARGET_DIR", &dir);
+        let (ok, text) = run_logged(name, &mut cmd);
+        tally_tests(t, name, ok, &text);
+    }
+    // The instructions: the fixture's functions (one per lock operation)
+    // built for x86_64 bare metal. With one CPU they must hold no atomic
+    // read-modify-write (a `lock` prefix, or `xchg` with memory, which is
+    // locked without one) and no fence; with the default, the same
+    // functions must show them (so that the scan is known to look at the
+    // right code).
+    let target = "x86_64-unknown-none";
+    if let Err(e) = ensure_rust_targets(&[target]) {
+        println!("    {e}");
+    }
+    for (max_cpus, sub, expect_atomics) in [("1", "up", false), ("64", "smp", true)] {
+        let name = format!(
+            "{target} KSYNC_MAX_CPUS={max_cpus}: lock operations {} atomic RMW or fence",
+            if expect_atomics { "with" } else { "without" }
+        );
+        let out_dir = root().join("target/uniprocessor-asm").join(sub);
+        let mut cmd = cargo(&[
+            "rustc",
+            "--release",
+            "--lib",
+            "--target",
+            target,
+            "--",
+            "--emit",
+            "asm",
+        ]);
+        cmd.current_dir(root().join("xtask/fixtures/uniprocessor-asm"))
+            .env("KSYNC_MAX_CPUS", max_cpus)
+            .env("CARGO_TARGET_DIR", &out_dir);
+        let (ok, _) = run_logged(&name, &mut cmd);
+        let asm = ok
+            .then(|| {
+                newest_file(
+                    &out_dir.join(target).join("release/deps"),
+                    "uniprocessor_asm",
+                    ".s",
+                )
+            })
+            .flatten()
+            .and_then(|file| fs::read_to_string(file).ok());
+        let Some(asm) = asm else {
+            t.check(&format!("{name}: assembly built"), false);
+            continue;
+        };
+        let functions = atomic_instructions(&asm, "ksync_asm_");
+        let mut good = functions.len() == 6;
+        for (function, found) in &functions {
+            println!("    {function}: {found:?}");
+            good &= found.is_empty() != expect_atomics;
+        }
+        t.check(&name, good);
+    }
+}
+
+/// The newest file in `dir` whose name starts with `prefix` and ends with
+/// `suffix`.
+fn newest_file(dir: &std::path::Path, prefix: &str, suffix: &str) -> Option<std::path::PathBuf> {
+    fs::read_dir(dir)
+        .ok()?
+        .filter_map(Result::ok)
+        .filter(|e| {
+            let name = e.file_name().to_string_lossy().into_owned();
+            name.starts_with(prefix) && name.ends_with(suffix)
+        })
+        .max_by_key(|e| e.metadata().and_then(|m| m.modified()).ok())
+        .map(|e| e.path())
+}
+
+/// For each function of the (AT&T syntax) assembly `asm` whose label
+/// starts with `prefix`: its atomic read-modify-writes and fences (`lock`
+/// prefixed instructions, `xchg`, `mfence`), as written.
+fn atomic_instructions(asm: &str, prefix: &str) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    let mut inside = false;
+    for line in asm.lines() {
+        let text = line.trim();
+        if let Some(label) = text.strip_suffix(':').filter(|l| l.starts_with(prefix)) {
+            out.push((label.to_string(), Vec::new()));
+            inside = true;
+        } else if text.starts_with(".Lfunc_end") {
+            inside = false;
+        } else if inside
+            && (text.starts_with("lock") || text.starts_with("xchg") || text.starts_with("mfence"))
+        {
+            // `inside` only after a label pushed an entry.
+            let found = &mut out.last_mut().expect("a function's entry").1;
+            found.push(text.split_whitespace().collect::<Vec<_>>().join(" "));
+        }
+    }
+    out
 }
 
 /// The benches and the seed workloads, --quick (results checked, timings not).
@@ -803,7 +955,7 @@ fn check_with(t: &mut Tally, toolchain: &str, targets: &[&str]) {
         cmd
     };
     for target in [None].into_iter().chain(targets.iter().copied().map(Some)) {
-        for features in [None, Some("defmt,alloc,lockdep")] {
+        for features in [None, Some("defmt,alloc,lockdep,bytemuck")] {
             let mut args = vec!["check", "--lib", "-p", "ksync"];
             if let Some(target) = target {
                 args.extend(["--target", target]);

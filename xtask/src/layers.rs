@@ -27,6 +27,7 @@ pub const LAYERS: &[&str] = &[
     "percpu_counter",
     "rcu",
     "percpu_rwlock",
+    "zeroable",
     "host",
 ];
 

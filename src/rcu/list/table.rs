@@ -32,6 +32,11 @@ use crate::sync::{Ordering, array, const_fn};
 /// assert!(found.is_some_and(|n| core::ptr::eq(n, name)));
 /// assert!(NAMES.find(0x9e37, &guard, |n| n.text == "usr").is_none());
 /// ```
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are [`new`](Self::new) (every bucket empty) for any
+/// `N > 0`.
 #[doc(alias("hlist_bl_head", "DEFINE_HASHTABLE"))]
 pub struct RcuHashTable<T, const N: usize, Tag = ()> {
     buckets: [Hlist<T, Tag>; N],

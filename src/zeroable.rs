@@ -1,0 +1,139 @@
+//! [`bytemuck::Zeroable`] for the types whose all-zero bytes are a valid
+//! new value (feature `bytemuck`). The table of which types those are, and
+//! why the others are not, is the crate docs' "Zeroed memory"; each type's
+//! own docs have a "Zeroed memory" section, and `tests/zeroed.rs` checks
+//! every claim made here against the type's constructor.
+//!
+//! Every impl holds in every build of the crate, `lockdep` included (its
+//! [`Map`] is valid at zero, see there), so turning a feature on never
+//! takes an impl away. Not under loom, whose atomics are registered with
+//! the running model and are never valid as zero bytes.
+
+use bytemuck::Zeroable;
+
+use crate::brlock::BrLock;
+use crate::kernel::irq::{ArchIrq, IrqControl, KernelIrq};
+use crate::lockdep::Map;
+use crate::lockref::LockRef;
+use crate::percpu::PerCpu;
+use crate::percpu_counter::PerCpuCounter;
+use crate::percpu_rwlock::{Fenced, Gated, RawPerCpuRwLock};
+use crate::rcu::list::{Hlist, Link, RcuHashTable, RcuList};
+use crate::rcu::srcu::Srcu;
+use crate::rcu::{RcuHead, RcuPtr, RcuSync};
+use crate::seqlock::{SeqCount, SeqData, SeqLock};
+use crate::spinlock::{QueuedLock, RawIrqSave, RawSpinlock, SpinGuardian, TicketLock, TtasLock};
+
+// ---- locks ---------------------------------------------------------------------
+
+// SAFETY: one `AtomicU32` (zero: owner 0, next 0, which is free: the
+// tickets are equal) and a `PhantomData`. Zero is what `new` builds.
+unsafe impl<R> Zeroable for TicketLock<R> {}
+
+// SAFETY: one `AtomicBool` (zero: `false`, unlocked) and a `PhantomData`.
+unsafe impl<R> Zeroable for TtasLock<R> {}
+
+// SAFETY: one `AtomicU32` (zero: not locked, nobody pending, empty queue
+// tail) and a `PhantomData`.
+unsafe impl<R> Zeroable for QueuedLock<R> {}
+
+// SAFETY: the algorithm `A` (zero-valid by the bound); the guard policy's
+// saved state, a `MaybeUninit` in an `UnsafeCell` (valid whatever its
+// bytes: each holder writes it before it is read); in debug builds the
+// owner record, an `AtomicU32` whose zero means "free"; a `Map`
+// (zero-valid in every build, see its impl below); a `PhantomData`.
+unsafe impl<A: Zeroable, G: SpinGuardian> Zeroable for RawSpinlock<A, G> {}
+
+// SAFETY: the inner lock (zero-valid by the bound); the saved flags are a
+// `MaybeUninit` in an `UnsafeCell`, valid whatever their bytes (they are
+// written by each holder before they are read); `PhantomData<I>` has no
+// bytes.
+unsafe impl<L: Zeroable, I: IrqControl> Zeroable for RawIrqSave<L, I> {}
+
+// SAFETY: unit structs, no bytes.
+unsafe impl Zeroable for KernelIrq {}
+// SAFETY: as above.
+unsafe impl Zeroable for ArchIrq {}
+
+// SAFETY: without `lockdep`, `()`. With it, a `MapKey` (`repr(usize)`,
+// discriminant 0 is the fieldless `Instance`) and an `AtomicU32` class
+// cache (0: not registered yet): the map of a per-instance class that has
+// not been taken yet, which `Drop` and the engine handle as any other.
+unsafe impl Zeroable for Map {}
+
+// SAFETY: with 64-bit atomics, an `AtomicU64` whose zero has the lock half
+// free and the count 0 (`LockRef::new(0)`); without, a `TicketLock` and an
+// `AtomicI32`, both zero-valid, the same value. Plus a `Map`.
+unsafe impl Zeroable for LockRef {}
+
+// ---- seqlock ---------------------------------------------------------------------
+
+// SAFETY: one `AtomicU32`; zero is even (no write in progress).
+unsafe impl Zeroable for SeqCount {}
+
+// SAFETY: a `SeqCount`, a `TicketLock` and a `Map` (all zero-valid), and
+// the storage: an `UnsafeCell` of `T` (zero-valid by the bound) with zero
+// tail bytes (what `new` writes there). `T: SeqData` already promises no
+// padding; its layout check runs where `SeqLock::new` is compiled, which a
+// zeroed value skips, so the type's `SeqData` contract is what counts.
+unsafe impl<T: SeqData + Zeroable> Zeroable for SeqLock<T> {}
+
+// ---- per-CPU data ----------------------------------------------------------------
+
+// SAFETY: an array of `CachePadded<T>`, each a `T` (zero-valid by the
+// bound) and padding.
+unsafe impl<T: Zeroable> Zeroable for PerCpu<T> {}
+
+// SAFETY: a `RawTicketLock`, the total (an `AtomicI64`, or an
+// `UnsafeCell<i64>` without 64-bit atomics), `batch` 0 (which means the
+// default batch, as `new` stores), and a `PerCpu<AtomicI32>` of zeros:
+// exactly `PerCpuCounter::new()`.
+unsafe impl Zeroable for PerCpuCounter {}
+
+// SAFETY: a unit struct.
+unsafe impl Zeroable for Fenced {}
+
+// SAFETY: one `RcuSync` (zero-valid, below).
+unsafe impl Zeroable for Gated {}
+
+// SAFETY: a `PerCpu<AtomicI32>` (no readers), an `AtomicBool` (`block`
+// false), the flavour (zero-valid by the bound), a `PhantomData` and a
+// `Map`.
+unsafe impl<F: Zeroable, R> Zeroable for RawPerCpuRwLock<F, R> {}
+
+// SAFETY: a `PerCpu` of slots, each a `TicketLock` and an `UnsafeCell<T>`
+// (zero-valid by the bound), and a `Map`.
+unsafe impl<T: Zeroable> Zeroable for BrLock<T> {}
+
+// ---- RCU -------------------------------------------------------------------------
+
+// SAFETY: one `AtomicPtr<T>`; zero is null, what `RcuPtr::null` builds.
+unsafe impl<T> Zeroable for RcuPtr<T> {}
+
+// SAFETY: two `AtomicPtr`s (null) and an `AtomicUsize` state 0 (on no
+// list): `Link::new()`.
+unsafe impl Zeroable for Link {}
+
+// SAFETY: a head (a null first pointer and a zero, unbound writers' lock
+// id), a null last pointer and a `PhantomData`: `RcuList::new()`.
+unsafe impl<T, Tag> Zeroable for RcuList<T, Tag> {}
+
+// SAFETY: a head as above and a `PhantomData`: `Hlist::new()`.
+unsafe impl<T, Tag> Zeroable for Hlist<T, Tag> {}
+
+// SAFETY: an array of `Hlist`s (zero-valid, above). A zeroed table with
+// `N == 0` (which `new` refuses) has no bucket; its methods then panic on
+// the modulo by zero, they do not misbehave.
+unsafe impl<T, const N: usize, Tag> Zeroable for RcuHashTable<T, N, Tag> {}
+
+// SAFETY: a null `next` in an `UnsafeCell` and an `AtomicUsize` function
+// word 0 (not queued): `RcuHead::new()`.
+unsafe impl Zeroable for RcuHead {}
+
+// SAFETY: two `AtomicU32` (state 0 is `IDLE`, no writers), an
+// `AtomicUsize` cookie 0 and a `RawTicketLock`: `RcuSync::new()`.
+unsafe impl Zeroable for RcuSync {}
+
+// SAFETY: two `AtomicUsize` (index 0, sequence 0), a `RawTicketLock` and
+// a `PerCpu` of zero counts: `Srcu::new()`.
+unsafe impl Zeroable for Srcu {}
