@@ -29,6 +29,7 @@
 mod arch;
 mod harness;
 mod kernel;
+mod sched;
 mod suites;
 
 use harness::{args, runner};
@@ -42,6 +43,7 @@ const CPU_ARRIVAL_TIMEOUT_MS: u64 = 5_000;
 /// where each CPU tells RCU it is up.
 extern "C" fn kernel_entry(cpu: usize) -> ! {
     arch::init_cpu(cpu);
+    sched::init_cpu(cpu);
     if cpu == 0 {
         boot_cpu()
     } else {
@@ -57,6 +59,7 @@ fn boot_cpu() -> ! {
     kernel::spin::init(true);
     arch::upcalls::set(arch::Upcalls {
         timer_tick: irq::timer_tick,
+        irq_exit: sched::irq_exit,
         print_line: console::print_line,
         fatal: kernel::fatal,
     });
@@ -103,10 +106,13 @@ fn boot_cpu() -> ! {
 /// Every timer interrupt, after `irq::timer_tick`'s accounting (interrupts
 /// off; `now` is the counter at the interrupt): the harness's work
 /// (watchdog, the active suite's handler), then RCU's (stall check, ready
-/// callbacks). If the CPU was idle, RCU watches it while they run.
+/// callbacks). If the CPU was idle, RCU watches it while they run. Last,
+/// the scheduler's time slice (the switch itself comes at the end of the
+/// interrupt, `sched::irq_exit`).
 fn timer_tick(cpu: usize, now: u64) {
     rcu::interrupt(|| {
         runner::on_tick(cpu, now);
         rcu::tick(now);
     });
+    sched::tick(cpu);
 }

@@ -35,6 +35,16 @@
 //! long as some CPU still takes interrupts; the runner's QEMU timeout covers
 //! the rest.
 //!
+//! Scheduler mode (`sched` or `sched=N` in the arguments, [`set_threads`]):
+//! on every CPU the suite's `run` runs as N kernel threads (`crate::sched`)
+//! at once, preempted by the timer: the CPU's boot thread, which keeps the
+//! lock step above, and N - 1 workers it starts on its own CPU after the
+//! opening barrier. Each has its own [`Ctx`] with the CPU's index; workers
+//! stay on their CPU. The boot thread waits for its workers to end
+//! (yielding to them) before it disables interrupts for step 3, so the
+//! barriers, the deadline and the quiescing still count CPUs. No churn in
+//! this mode.
+//!
 //! Output lines that start with `KSYNC-` are the protocol with the host
 //! runner (`xtask/src/qemu.rs`); README.md lists them.
 
@@ -49,6 +59,7 @@ use crate::kernel::barrier::Barrier;
 use crate::kernel::cpu::{Counters, MAX_CPUS};
 use crate::kernel::{self, hooks, hotplug, irq, rcu, time};
 use crate::println;
+use crate::sched;
 
 /// How long past its budget a suite may run before the watchdog fails it.
 pub const WATCHDOG_GRACE_MS: u64 = 10_000;
@@ -92,6 +103,13 @@ static HOTPLUG: AtomicBool = AtomicBool::new(false);
 static CHURN: AtomicBool = AtomicBool::new(false);
 /// `ksync::rcu::gp_seq()` when the active suite started.
 static GP_START: AtomicUsize = AtomicUsize::new(0);
+/// Threads per CPU that run each suite's `run` (1: the boot thread alone;
+/// see the module docs, "Scheduler mode").
+static THREADS: AtomicUsize = AtomicUsize::new(1);
+/// The most threads per CPU `sched=N` may ask for: the boot thread and
+/// every worker slot of the CPU.
+pub const MAX_THREADS: usize = 1 + sched::WORKERS_PER_CPU;
+
 /// Per CPU: whether it has returned from the active suite's `run`.
 static FINISHED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 
@@ -180,6 +198,21 @@ pub fn set_hotplug(on: bool) {
     HOTPLUG.store(on, Ordering::Relaxed);
 }
 
+/// Runs every suite's `run` as `n` threads per CPU (boot CPU, while
+/// parsing the arguments).
+pub fn set_threads(n: usize) -> Result<(), &'static str> {
+    if !(1..=MAX_THREADS).contains(&n) {
+        return Err("sched=N wants 1 to 6 threads per CPU");
+    }
+    THREADS.store(n, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Threads per CPU in this run.
+pub fn threads() -> usize {
+    THREADS.load(Ordering::Relaxed)
+}
+
 /// Appends suite `index` to the plan (boot CPU, before [`release`]).
 pub fn plan_push(index: usize) -> Result<(), &'static str> {
     let len = PLAN_LEN.load(Ordering::Relaxed);
@@ -221,7 +254,7 @@ pub fn run(cpu: usize) -> ! {
             prepare(index, suite, cpus);
         }
         BARRIER.wait(cpus);
-        suite.run(&ctx);
+        run_threads(cpu, index, suite, &ctx);
         if cpu == 0
             && let Err(reason) = hotplug::settle()
         {
@@ -253,6 +286,32 @@ pub fn run(cpu: usize) -> ! {
     rcu::halt()
 }
 
+/// This CPU's part of a suite: `suite.run` on the boot thread and, in
+/// scheduler mode, on its workers; returns once every one has returned.
+fn run_threads(cpu: usize, index: usize, suite: &dyn Suite, ctx: &Ctx) {
+    let mut workers = [usize::MAX; MAX_THREADS - 1];
+    for slot in workers.iter_mut().take(threads() - 1) {
+        *slot = sched::spawn_on(cpu, worker, index)
+            .unwrap_or_else(|| kernel::fatal(format_args!("KSYNC-PANIC cpu={cpu} no free thread slot")));
+    }
+    suite.run(ctx);
+    for &id in workers.iter().take(threads() - 1) {
+        while !sched::is_free(id) {
+            // The boot thread holds no RCU reference here.
+            ksync::rcu::quiescent_state();
+            sched::yield_now();
+        }
+    }
+}
+
+/// A worker of scheduler mode: the suite at `index` on the CPU it was
+/// started on (workers do not migrate).
+fn worker(index: usize) {
+    let cpu = crate::kernel::cpu::current();
+    let ctx = Ctx::new(cpu, CPUS.load(Ordering::Relaxed));
+    registry().get(index).run(&ctx);
+}
+
 /// The registry [`release`] was given.
 fn registry() -> &'static Registry {
     REGISTRY
@@ -266,6 +325,12 @@ fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
     *FAILURE.lock() = None;
     IRQ_WORK.reset();
     IRQ_SKIPPED.reset();
+    // No thread switches now: the other CPUs wait at the barrier with
+    // preemption off and no workers exist.
+    sched::SWITCH_OUT.reset();
+    sched::SWITCH_IN.reset();
+    sched::PREEMPTIONS.reset();
+    sched::MIGRATIONS.reset();
     for (done, end) in FINISHED.iter().zip(&IRQ_WORK_END) {
         done.store(false, Ordering::Relaxed);
         end.store(0, Ordering::Relaxed);
@@ -279,6 +344,10 @@ fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
     GP_START.store(ksync::rcu::gp_seq(), Ordering::Relaxed);
     let churn = HOTPLUG.load(Ordering::Relaxed)
         && match (hotplug::supported(), suite.hotplug(), cpus) {
+            _ if threads() > 1 => {
+                note_no_churn(suite, "scheduler mode (sched) runs without churn");
+                false
+            }
             (false, _, _) => {
                 note_no_churn(suite, "this architecture has no CPU hotplug yet");
                 false
@@ -302,9 +371,10 @@ fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
         );
     }
     println!(
-        "KSYNC-START suite={} kind={} cpus={cpus} budget_ms={} hotplug={}",
+        "KSYNC-START suite={} kind={} cpus={cpus} threads={} budget_ms={} hotplug={}",
         suite.name(),
         suite.kind().word(),
+        threads(),
         suite.budget_ms(),
         if churn { "on" } else { "off" }
     );
@@ -362,12 +432,30 @@ fn judge(suite: &dyn Suite, cpus: usize) -> bool {
         SEED.load(Ordering::Relaxed),
         failure.unwrap_or("-"),
     );
+    sched_line(suite, cpus);
     if suite.kind() == Kind::Control && failure.is_some() {
         println!(
             "  (a control: this failure is the expected outcome, it proves the checks can fire)"
         );
     }
     failure.is_none()
+}
+
+/// The scheduler's statistics for the suite that just ended, as a
+/// `KSYNC-SCHED` line: context switches (the run-queue lock taken by the
+/// outgoing thread and released by the incoming one: the two counts
+/// match), how many were preemptions, and migrations.
+fn sched_line(suite: &dyn Suite, cpus: usize) {
+    let out = sched::SWITCH_OUT.sum(cpus);
+    let inn = sched::SWITCH_IN.sum(cpus);
+    let (pre_min, pre_max) = sched::PREEMPTIONS.min_max(cpus);
+    println!(
+        "KSYNC-SCHED suite={} threads={} switches_out={out} switches_in={inn} preemptions={} preempt_cpu_min={pre_min} preempt_cpu_max={pre_max} migrations={}",
+        suite.name(),
+        threads(),
+        sched::PREEMPTIONS.sum(cpus),
+        sched::MIGRATIONS.sum(cpus),
+    );
 }
 
 fn verdict_word(pass: bool) -> &'static str {
