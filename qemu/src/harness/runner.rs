@@ -139,6 +139,12 @@ impl Ctx {
         }
     }
 
+    /// A context for a thread a suite started itself (`crate::sched`),
+    /// with the CPU it runs on now and the run's CPU count.
+    pub fn for_thread(cpus: usize) -> Self {
+        Self::new(crate::kernel::cpu::current(), cpus)
+    }
+
     /// Whether the budget is spent or some CPU flagged a failure.
     ///
     /// Suites call it between two operations, so it is also this kernel's
@@ -287,7 +293,8 @@ pub fn run(cpu: usize) -> ! {
 }
 
 /// This CPU's part of a suite: `suite.run` on the boot thread and, in
-/// scheduler mode, on its workers; returns once every one has returned.
+/// scheduler mode, on its workers; returns once every worker thread of
+/// the machine has ended.
 fn run_threads(cpu: usize, index: usize, suite: &dyn Suite, ctx: &Ctx) {
     let mut workers = [usize::MAX; MAX_THREADS - 1];
     for slot in workers.iter_mut().take(threads() - 1) {
@@ -295,12 +302,13 @@ fn run_threads(cpu: usize, index: usize, suite: &dyn Suite, ctx: &Ctx) {
             .unwrap_or_else(|| kernel::fatal(format_args!("KSYNC-PANIC cpu={cpu} no free thread slot")));
     }
     suite.run(ctx);
-    for &id in workers.iter().take(threads() - 1) {
-        while !sched::is_free(id) {
-            // The boot thread holds no RCU reference here.
-            ksync::rcu::quiescent_state();
-            sched::yield_now();
-        }
+    // Every worker of every CPU, not only ours: a suite's threads may
+    // migrate (the `sched-*` suites), and once this boot thread meets the
+    // others at the barrier (preemption off) nothing else runs here.
+    while sched::workers_busy() {
+        // The boot thread holds no RCU reference here.
+        ksync::rcu::quiescent_state();
+        sched::yield_now();
     }
 }
 

@@ -439,6 +439,14 @@ pub fn is_free(id: usize) -> bool {
     THREADS[id].state.load(Ordering::Acquire) == FREE
 }
 
+/// Whether any worker thread exists (on any CPU, in any state but
+/// `FREE`). A boot thread that is about to stop switching (interrupts or
+/// preemption off for a while) waits until this is false: a worker that
+/// migrated to its CPU must not be left on its queue.
+pub fn workers_busy() -> bool {
+    (MAX_CPUS..NR_THREADS).any(|id| !is_free(id))
+}
+
 /// Whether CPU `cpu`'s run-queue lock is held (a snapshot for checks).
 pub fn rq_locked(cpu: usize) -> bool {
     RQ[cpu].lock.is_locked()
