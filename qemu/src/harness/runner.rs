@@ -120,6 +120,11 @@ pub struct Ctx {
     pub cpu: usize,
     /// CPUs running the suite (indices `0..cpus`).
     pub cpus: usize,
+    /// Which of the CPU's threads this is: 0 for its boot thread (the only
+    /// one outside scheduler mode), `1..` for the workers the runner
+    /// starts in scheduler mode. A suite that gives one CPU a role of its
+    /// own (the RCU torture's writer) gives it to thread 0.
+    pub thread: usize,
     polls: Cell<u32>,
 }
 
@@ -131,18 +136,20 @@ pub struct Ctx {
 const POLLS_PER_CLOCK_READ: u32 = 64;
 
 impl Ctx {
-    fn new(cpu: usize, cpus: usize) -> Self {
+    fn new(cpu: usize, cpus: usize, thread: usize) -> Self {
         Self {
             cpu,
             cpus,
+            thread,
             polls: Cell::new(0),
         }
     }
 
     /// A context for a thread a suite started itself (`crate::sched`),
     /// with the CPU it runs on now and the run's CPU count.
+    /// Its [`thread`](Self::thread) is `usize::MAX`.
     pub fn for_thread(cpus: usize) -> Self {
-        Self::new(crate::kernel::cpu::current(), cpus)
+        Self::new(crate::kernel::cpu::current(), cpus, usize::MAX)
     }
 
     /// Whether the budget is spent or some CPU flagged a failure.
@@ -251,7 +258,7 @@ pub fn run(cpu: usize) -> ! {
     let registry = registry();
     arch::timer_start();
     irq::enable();
-    let ctx = Ctx::new(cpu, cpus);
+    let ctx = Ctx::new(cpu, cpus, 0);
     let (mut passed, mut failed) = (0, 0);
     for slot in PLAN.iter().take(PLAN_LEN.load(Ordering::Relaxed)) {
         let index = slot.load(Ordering::Relaxed);
@@ -296,10 +303,10 @@ pub fn run(cpu: usize) -> ! {
 /// scheduler mode, on its workers; returns once every worker thread of
 /// the machine has ended.
 fn run_threads(cpu: usize, index: usize, suite: &dyn Suite, ctx: &Ctx) {
-    let mut workers = [usize::MAX; MAX_THREADS - 1];
-    for slot in workers.iter_mut().take(threads() - 1) {
-        *slot = sched::spawn_on(cpu, worker, index)
-            .unwrap_or_else(|| kernel::fatal(format_args!("KSYNC-PANIC cpu={cpu} no free thread slot")));
+    for thread in 1..threads() {
+        if sched::spawn_on(cpu, worker, index * MAX_THREADS + thread).is_none() {
+            kernel::fatal(format_args!("KSYNC-PANIC cpu={cpu} no free thread slot"));
+        }
     }
     suite.run(ctx);
     // Every worker of every CPU, not only ours: a suite's threads may
@@ -312,12 +319,13 @@ fn run_threads(cpu: usize, index: usize, suite: &dyn Suite, ctx: &Ctx) {
     }
 }
 
-/// A worker of scheduler mode: the suite at `index` on the CPU it was
-/// started on (workers do not migrate).
-fn worker(index: usize) {
+/// A worker of scheduler mode, `arg` = suite index * `MAX_THREADS` +
+/// thread: that suite's `run` on the CPU it was started on (the runner's
+/// workers do not migrate by themselves).
+fn worker(arg: usize) {
     let cpu = crate::kernel::cpu::current();
-    let ctx = Ctx::new(cpu, CPUS.load(Ordering::Relaxed));
-    registry().get(index).run(&ctx);
+    let ctx = Ctx::new(cpu, CPUS.load(Ordering::Relaxed), arg % MAX_THREADS);
+    registry().get(arg / MAX_THREADS).run(&ctx);
 }
 
 /// The registry [`release`] was given.
@@ -505,7 +513,7 @@ pub fn on_tick(cpu: usize, now: u64) {
         IRQ_SKIPPED.add(cpu, 1);
         return;
     }
-    suite.irq(&Ctx::new(cpu, cpus));
+    suite.irq(&Ctx::new(cpu, cpus, 0));
     IRQ_WORK.add(cpu, 1);
     IRQ_WORK_END[cpu].store(time::now(), Ordering::Relaxed);
 }

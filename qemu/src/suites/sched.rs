@@ -47,7 +47,7 @@ use crate::sched;
 pub const SPAWN: usize = 3;
 /// The critical section's length (`busy_work` iterations): long enough
 /// that timer ticks often land inside one.
-pub const HOLD_WORK: u32 = 2_000;
+pub const HOLD_WORK: u32 = 20_000;
 /// A worker moves to a random CPU once per this many sections, on average.
 const MIGRATE_ONE_IN: u64 = 32;
 /// A thread yields once per this many sections, on average.
