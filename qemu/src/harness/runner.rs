@@ -523,6 +523,9 @@ fn watchdog_fire(suite: &dyn Suite, cpus: usize) -> ! {
     if FIRED.swap(true, Ordering::Relaxed) {
         arch::park();
     }
+    if threads() > 1 || sched::workers_busy() {
+        sched::dump();
+    }
     let mut stuck = 0u32;
     for (cpu, done) in FINISHED.iter().enumerate().take(cpus) {
         if !done.load(Ordering::Relaxed) {

@@ -68,10 +68,21 @@
 //!
 //! [`cpu::current`] reads the CPU's own register (GS base, `TPIDR_EL1`,
 //! `tp`), which the switch does not touch: a thread that migrated reads
-//! its new CPU. A thread moves only by its own [`migrate_to`]; a thread
-//! switched out by preemption is put back on the queue of the CPU it ran
-//! on. That is what lets the preempt count be a plain per-CPU word
-//! updated by load and store (see [`preempt_disable`]).
+//! its new CPU. A thread moves only when it switches out voluntarily: by
+//! its own [`migrate_to`], or by blocking ([`block`]) and being woken
+//! onto another CPU ([`wake`]); a thread switched out by preemption is put
+//! back on the queue of the CPU it ran on. That is what lets the preempt
+//! count be a plain per-CPU word updated by load and store (see
+//! [`preempt_disable`]).
+//!
+//! # Blocking
+//!
+//! [`block`] takes a worker off every run queue until [`wake`];
+//! [`WaitQueue`] (`wait.rs`) builds "wait until a condition holds" on it.
+
+mod wait;
+
+pub use wait::WaitQueue;
 
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
@@ -121,15 +132,19 @@ struct Thread {
     preempt: AtomicU32,
     /// The CPU it moves to (`MIGRATING`).
     target: AtomicUsize,
+    /// The CPU it last ran on.
+    cpu: AtomicUsize,
     /// What it runs, written before it is first queued.
     entry: UnsafeCell<fn(usize)>,
     arg: AtomicUsize,
     /// Times it was switched out by preemption.
     preempted: AtomicU64,
-    /// Set by [`wake`] before it makes the thread runnable; cleared by
-    /// [`block`]: a wake-up between the waiter's check and its switch is
-    /// not lost.
-    woken: AtomicBool,
+    /// Wake-ups sent to it ([`wake`] counts before it looks at the state).
+    wakes: AtomicU64,
+    /// `wakes` as the thread last returned from [`block`]: a `wakes` past
+    /// it is a wake-up the thread has not consumed, and its next `block`
+    /// returns at once.
+    wakes_seen: AtomicU64,
 }
 
 // SAFETY: `entry` is written only by `spawn_on` while the slot is claimed
@@ -149,10 +164,12 @@ impl Thread {
             irqs_on: AtomicBool::new(false),
             preempt: AtomicU32::new(0),
             target: AtomicUsize::new(0),
+            cpu: AtomicUsize::new(0),
             entry: UnsafeCell::new(nothing),
             arg: AtomicUsize::new(0),
             preempted: AtomicU64::new(0),
-            woken: AtomicBool::new(false),
+            wakes: AtomicU64::new(0),
+            wakes_seen: AtomicU64::new(0),
         }
     }
 }
@@ -263,6 +280,7 @@ pub static MIGRATIONS: Counters = Counters::new();
 /// becomes its boot thread.
 pub fn init_cpu(cpu: usize) {
     THREADS[cpu].state.store(RUNNABLE, Ordering::Relaxed);
+    THREADS[cpu].cpu.store(cpu, Ordering::Relaxed);
     // Relaxed: only this CPU reads its `current` (or a diagnostic).
     RQ[cpu].current.store(cpu, Ordering::Relaxed);
 }
@@ -291,7 +309,8 @@ pub fn preempt_count() -> u32 {
 /// context and its interrupt handlers change the word, handlers leave it as
 /// they found it, and a thread preempted between the load and the store
 /// resumes on this CPU with the word back at its own value (saved and
-/// restored by the switch), so the store is right whenever it happens.
+/// restored by the switch), so the store is right whenever it happens
+/// (preempted threads never change CPU: see the module docs).
 pub fn preempt_disable() {
     let count = &RQ[cpu::current()].preempt;
     // Relaxed: this CPU's own word (see above).
@@ -357,20 +376,31 @@ pub fn yield_now() {
 /// or for a CPU that has not come up.
 pub fn migrate_to(target: usize) {
     assert!(current() >= MAX_CPUS, "a boot thread never migrates");
-    assert!(target < cpu::online(), "migrate_to CPU {target}, not online");
+    assert!(
+        target < cpu::online(),
+        "migrate_to CPU {target}, not online"
+    );
     switch_out(How::Migrate(target));
 }
 
 /// Blocks the calling worker until [`wake`] — unless a `wake` came since
-/// the last `block` returned (the flag is cleared here): the waker sets the
-/// flag before it queues the thread, so a waiter that checked its condition,
-/// then blocks, misses no wake-up that came after the check.
+/// the last `block` returned: then it returns at once. A waker makes its
+/// condition true before it wakes, and a woken thread re-checks, so the
+/// wake-ups `block` consumes when it returns (all those sent so far) are
+/// covered by that re-check. Only wake-ups sent to *this* thread count: a
+/// waiter must make itself findable (a wait queue) before it checks.
 ///
 /// # Panics
 /// On a boot thread, or with preemption disabled.
 pub fn block() {
-    assert!(current() >= MAX_CPUS, "a boot thread never blocks");
+    let me = current();
+    assert!(me >= MAX_CPUS, "a boot thread never blocks");
     switch_out(How::Block);
+    let thread = &THREADS[me];
+    // SeqCst: pairs with the waker's SeqCst count, so the caller's re-check
+    // of its condition sees what every consumed waker published before.
+    let wakes = thread.wakes.load(Ordering::SeqCst);
+    thread.wakes_seen.store(wakes, Ordering::Relaxed);
 }
 
 /// Makes thread `id` runnable on `cpu` if it is blocked (or about to
@@ -378,13 +408,17 @@ pub fn block() {
 /// context or interrupt handler.
 pub fn wake(id: usize, cpu: usize) {
     let thread = &THREADS[id];
-    // SeqCst pairs with the SeqCst store and swap in `finish_switch`:
+    // SeqCst pairs with the SeqCst store and load in `finish_switch`:
     // either this compare-exchange sees BLOCKED, or the waiter's switch
-    // sees the flag and queues it itself.
-    thread.woken.store(true, Ordering::SeqCst);
+    // sees the count and queues it itself. The compare-exchange's failure
+    // ordering must be SeqCst too: a failed one is a load in this
+    // store-then-load pattern, and a Relaxed failure let both sides miss
+    // each other on aarch64 (a lost wake-up the `sched-waitqueue` suite
+    // caught).
+    thread.wakes.fetch_add(1, Ordering::SeqCst);
     if thread
         .state
-        .compare_exchange(BLOCKED, RUNNABLE, Ordering::SeqCst, Ordering::Relaxed)
+        .compare_exchange(BLOCKED, RUNNABLE, Ordering::SeqCst, Ordering::SeqCst)
         .is_ok()
     {
         let was_on = arch::irq_enabled();
@@ -409,7 +443,11 @@ pub fn spawn_on(cpu: usize, entry: fn(usize), arg: usize) -> Option<usize> {
             .is_ok()
     })?;
     let thread = &THREADS[id];
-    let stack = STACKS.0.get().cast::<u8>().wrapping_add((id - MAX_CPUS) * STACK_SIZE);
+    let stack = STACKS
+        .0
+        .get()
+        .cast::<u8>()
+        .wrapping_add((id - MAX_CPUS) * STACK_SIZE);
     // SAFETY: the slot is ours (claimed above) and its thread is not
     // started, so nobody uses its stack; it is STACK_SIZE bytes.
     let sp = unsafe { arch::init_context(stack, STACK_SIZE, thread_entry) };
@@ -420,7 +458,9 @@ pub fn spawn_on(cpu: usize, entry: fn(usize), arg: usize) -> Option<usize> {
     thread.arg.store(arg, Ordering::Relaxed);
     thread.preempt.store(0, Ordering::Relaxed);
     thread.preempted.store(0, Ordering::Relaxed);
-    thread.woken.store(false, Ordering::Relaxed);
+    thread
+        .wakes_seen
+        .store(thread.wakes.load(Ordering::Relaxed), Ordering::Relaxed);
     let was_on = arch::irq_enabled();
     arch::irq_disable();
     // The queue's lock (Release here, Acquire by whoever switches to the
@@ -430,6 +470,12 @@ pub fn spawn_on(cpu: usize, entry: fn(usize), arg: usize) -> Option<usize> {
         arch::irq_enable();
     }
     Some(id)
+}
+
+/// The CPU thread `id` last ran on (a snapshot: where to wake it).
+pub fn last_cpu(id: usize) -> usize {
+    // Relaxed: a placement hint.
+    THREADS[id].cpu.load(Ordering::Relaxed)
 }
 
 /// Whether thread `id` has ended and its slot is free again.
@@ -445,6 +491,44 @@ pub fn is_free(id: usize) -> bool {
 /// migrated to its CPU must not be left on its queue.
 pub fn workers_busy() -> bool {
     (MAX_CPUS..NR_THREADS).any(|id| !is_free(id))
+}
+
+/// Prints every thread that is not free (state, last CPU, preemptions)
+/// and every run queue's length and current thread, one
+/// `KSYNC-SCHED-THREAD` / `KSYNC-SCHED-RQ` line each: for the watchdog's
+/// report of a hang.
+pub fn dump() {
+    const NAMES: [&str; 6] = [
+        "free",
+        "runnable",
+        "exited",
+        "migrating",
+        "blocked",
+        "blocking",
+    ];
+    for (id, thread) in THREADS.iter().enumerate() {
+        let state = thread.state.load(Ordering::Relaxed);
+        if state != FREE {
+            crate::println!(
+                "KSYNC-SCHED-THREAD id={id} state={} cpu={} preempted={} wakes={} wakes_seen={}",
+                NAMES.get(usize::from(state)).unwrap_or(&"?"),
+                thread.cpu.load(Ordering::Relaxed),
+                thread.preempted.load(Ordering::Relaxed),
+                thread.wakes.load(Ordering::Relaxed),
+                thread.wakes_seen.load(Ordering::Relaxed),
+            );
+        }
+    }
+    for (cpu, rq) in RQ.iter().enumerate().take(cpu::online()) {
+        crate::println!(
+            "KSYNC-SCHED-RQ cpu={cpu} current={} len={} locked={} preempt={} need_resched={}",
+            rq.current.load(Ordering::Relaxed),
+            rq.len.load(Ordering::Relaxed),
+            rq.lock.is_locked(),
+            rq.preempt.load(Ordering::Relaxed),
+            rq.need_resched.load(Ordering::Relaxed),
+        );
+    }
 }
 
 /// Whether CPU `cpu`'s run-queue lock is held (a snapshot for checks).
@@ -536,6 +620,7 @@ fn switch_out(how: How) {
     );
     rq.prev.store(prev, Ordering::Relaxed);
     rq.current.store(next, Ordering::Relaxed);
+    incoming.cpu.store(cpu, Ordering::Relaxed);
     SWITCH_OUT.add(cpu, 1);
     // SAFETY: interrupts are off; `thread.sp` is this thread's slot;
     // `next` is off every queue (popped under the lock we hold) and not
@@ -572,13 +657,14 @@ fn finish_switch() {
             // Its registers are saved: from now on a waker may queue it.
             // SeqCst pairs with the SeqCst store and compare-exchange in
             // `wake`: either the waker's compare-exchange sees BLOCKED (and
-            // queues it), or this swap sees the waker's flag.
+            // queues it), or this load sees the waker's count.
             outgoing.state.store(BLOCKED, Ordering::SeqCst);
-            let woken = outgoing.woken.swap(false, Ordering::SeqCst);
+            let woken = outgoing.wakes.load(Ordering::SeqCst)
+                != outgoing.wakes_seen.load(Ordering::Relaxed);
             let claimed = woken
                 && outgoing
                     .state
-                    .compare_exchange(BLOCKED, RUNNABLE, Ordering::SeqCst, Ordering::Relaxed)
+                    .compare_exchange(BLOCKED, RUNNABLE, Ordering::SeqCst, Ordering::SeqCst)
                     .is_ok();
             claimed.then_some(cpu)
         }

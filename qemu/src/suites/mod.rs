@@ -32,6 +32,7 @@ pub mod rcu_stall;
 pub mod rwlock;
 pub mod rwlock_flood;
 pub mod sched;
+pub mod sched_wait;
 pub mod seeds;
 pub mod spinlock;
 pub mod spinlock_halt;
@@ -58,6 +59,7 @@ pub static REGISTRY: Registry = Registry::new(&[
     bench::SUITES,
     seeds::SUITES,
     sched::SUITES,
+    sched_wait::SUITES,
 ]);
 
 /// A small per-CPU pseudo-random generator (xorshift64*), to vary the mix of

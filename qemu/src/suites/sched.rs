@@ -118,6 +118,9 @@ impl LockHolder {
             HOLD_WORK,
             "torn update inside the critical section",
         );
+        if self.preempt_off && sched::preempt_count() == 0 {
+            ctx.fail("a lock holder's preempt count is 0");
+        }
         if sched::preemptions_of(me) != before {
             self.preempted_holders.add(cpu::current(), 1);
             ctx.fail("a spinlock holder was preempted inside its critical section");
@@ -201,8 +204,8 @@ impl Suite for LockHolder {
         let switches = sched::SWITCH_OUT.sum(cpus);
         let preemptions = sched::PREEMPTIONS.sum(cpus);
         let moves = self.moves.load(Ordering::Relaxed);
-        let handed_over = (0..cpus)
-            .all(|cpu| sched::SWITCH_OUT.get(cpu) == sched::SWITCH_IN.get(cpu));
+        let handed_over =
+            (0..cpus).all(|cpu| sched::SWITCH_OUT.get(cpu) == sched::SWITCH_IN.get(cpu));
         let rq_free = (0..cpus).all(|cpu| !sched::rq_locked(cpu));
         self.info.report(format_args!(
             "{sections} sections, {preempted} holders found preempted; {switches} switches ({preemptions} preemptions), {moves} migrations; counters {}/{}",
@@ -224,8 +227,10 @@ impl Suite for LockHolder {
             .or((!rq_free).then_some("a run-queue lock is still held after the suite"))
             .or((preemptions == 0).then_some("no thread was ever preempted by the timer"))
             .or((cpus > 1 && moves == 0).then_some("no thread migrated"))
-            .or((self.first.load(Ordering::Relaxed) != self.second.load(Ordering::Relaxed))
-                .then_some("lost updates: the two counters differ"));
+            .or(
+                (self.first.load(Ordering::Relaxed) != self.second.load(Ordering::Relaxed))
+                    .then_some("lost updates: the two counters differ"),
+            );
         Summary::new(sections, self.sections.min_max(cpus), failure)
     }
 }

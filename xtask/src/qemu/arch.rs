@@ -425,7 +425,8 @@ pub const OVERSUBSCRIBED: &[Oversubscribed] = &[
 /// kernel's `sched` word (every suite's per-CPU body as 3 kernel threads
 /// per CPU, preempted by the timer; `qemu/src/harness/runner.rs`): the
 /// lock suites, per-CPU counter, brlock, RCU and interrupt masking with
-/// their controls, and the scheduler's own suites. Not here: the rw locks
+/// their controls, and the scheduler's own suites (lock holders, wait
+/// queue). Not here: the rw locks
 /// (their readers may be preempted while their writers wait with
 /// interrupts off: a deadlock on one CPU), FIFO and halting lock waits,
 /// the floods and stall suites, the seed workloads (per-CPU roles), the
@@ -449,6 +450,8 @@ pub const SCHED_SUITES: &[&str] = &[
     "irq-mask-global",
     "sched-lock-holder",
     "sched-lock-holder-preemptible",
+    "sched-waitqueue",
+    "sched-waitqueue-checkfirst",
 ];
 
 /// A scheduler configuration: an image booted once with the kernel's
@@ -705,7 +708,9 @@ mod tests {
         for arch in ARCHES {
             for cpus in [4, 8] {
                 assert!(
-                    scheduled.iter().any(|s| s.arch.name == arch.name && s.cpus == cpus),
+                    scheduled
+                        .iter()
+                        .any(|s| s.arch.name == arch.name && s.cpus == cpus),
                     "{} at -smp {cpus} in scheduler mode",
                     arch.name
                 );

@@ -134,7 +134,9 @@ fn run_configs(configs: &[Config]) -> Vec<Outcome> {
             .filter(|s| config.runs(&s.name))
             .collect();
         // One boot for all (the scheduler configurations), or one each.
-        let together = config.one_boot().then(|| run_together(config, kernel, &planned));
+        let together = config
+            .one_boot()
+            .then(|| run_together(config, kernel, &planned));
         for suite in planned {
             let mut outcome = match &together {
                 Some(Ok(run)) => judge(config, run, suite),

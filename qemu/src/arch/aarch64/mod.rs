@@ -19,8 +19,8 @@
 mod boot;
 mod gic;
 mod hotplug;
-mod switch;
 mod mmu;
+mod switch;
 
 use core::fmt;
 use core::ptr::NonNull;

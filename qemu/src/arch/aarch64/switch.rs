@@ -97,8 +97,10 @@ pub unsafe fn init_context(stack: *mut u8, len: usize, entry: extern "C" fn() ->
     }
     // SAFETY: as above: word 0 is x19, word 11 is x30.
     unsafe {
-        frame.write(entry as usize as u64);
-        frame.add(11).write(ksync_thread_start as usize as u64);
+        frame.write(entry as *const () as usize as u64);
+        frame
+            .add(11)
+            .write(ksync_thread_start as *const () as usize as u64);
     }
     sp
 }

@@ -127,8 +127,8 @@ pub unsafe fn init_context(stack: *mut u8, len: usize, entry: extern "C" fn() ->
     }
     // SAFETY: as above: word 0 is ra, word 2 is s1.
     unsafe {
-        frame.write(ksync_thread_start as usize as u64);
-        frame.add(2).write(entry as usize as u64);
+        frame.write(ksync_thread_start as *const () as usize as u64);
+        frame.add(2).write(entry as *const () as usize as u64);
     }
     sp
 }

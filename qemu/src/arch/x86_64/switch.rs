@@ -81,14 +81,14 @@ pub unsafe fn init_context(stack: *mut u8, len: usize, entry: extern "C" fn() ->
     let sp = top - 8 * (FRAME_WORDS + 1);
     let frame = sp as *mut u64;
     let words = [
-        0,                                   // r15
-        0,                                   // r14
-        0,                                   // r13
-        entry as usize as u64,               // r12: what thread_start calls
-        0,                                   // rbx
-        0,                                   // rbp
-        ksync_thread_start as usize as u64, // the first `ret`
-        0,                                   // padding to the top
+        0,                                               // r15
+        0,                                               // r14
+        0,                                               // r13
+        entry as *const () as usize as u64,              // r12: what thread_start calls
+        0,                                               // rbx
+        0,                                               // rbp
+        ksync_thread_start as *const () as usize as u64, // the first `ret`
+        0,                                               // padding to the top
     ];
     for (i, word) in words.into_iter().enumerate() {
         // SAFETY: `sp + 8 * i` for i < 8 lies below `top`, inside the
