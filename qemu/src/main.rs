@@ -12,6 +12,10 @@
 //! * `kernel/`: the kernel services: console, time, fw_cfg, CPUs, interrupt
 //!   accounting, ksync's kernel hooks (`kernel::hooks`), the RCU policy
 //!   (`kernel::rcu`), a barrier, the panic handler;
+//! * `sched/`: kernel threads, per-CPU run queues, preemption (a kernel
+//!   service between `kernel::irq` and `kernel::hooks`, which implements
+//!   ksync's preempt hooks with it; it uses only `arch` and
+//!   `kernel::{cpu, irq}`);
 //! * `harness/`: what a suite is (`Suite`, `Ctx`, `Info`, `Summary`), the
 //!   run's arguments and the runner;
 //! * `suites/`: the torture suites, their controls and the benchmark, and
