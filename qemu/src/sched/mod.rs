@@ -84,6 +84,20 @@ mod wait;
 
 pub use wait::WaitQueue;
 
+// # Orderings
+//
+// Most words here are Relaxed, for one of two reasons, said once here:
+// a run queue's words and the fields of a thread that is not running are
+// read and written with that run-queue lock held (the lock's Acquire and
+// Release order them, including across a switch, where the lock is held
+// from the outgoing thread's `switch_out` to the incoming thread's
+// `finish_switch`); and a CPU's `preempt`, `current`, `prev` and
+// `need_resched` are touched only by that CPU (thread context and its
+// interrupt handlers, which leave them as they found them) or read as
+// hints. The exceptions say what they pair with where they are: a slot
+// freed (Release) and claimed (Acquire), and the SeqCst pairs of `wake`
+// and `finish_switch`.
+
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU32, AtomicU64, AtomicUsize, Ordering};
 
@@ -540,6 +554,7 @@ pub fn rq_locked(cpu: usize) -> bool {
 fn enqueue(cpu: usize, id: usize) {
     let rq = &RQ[cpu];
     rq.lock.lock();
+    // Relaxed: under the lock (see "Orderings").
     THREADS[id].state.store(RUNNABLE, Ordering::Relaxed);
     // SAFETY: the lock is held, for this block only.
     let queue = unsafe { rq.queue() };

@@ -34,6 +34,13 @@
 //! `arch_spinlock_t`), which does not disable preemption: the timer
 //! preempts holders, and the suite must catch it.
 
+// Orderings: the holder word and the counter pair are Relaxed on purpose
+// (the lock under test orders them; a broken lock shows in them); the
+// statistics (`moves`, the per-CPU counters) and `RUN_CPUS` are Relaxed,
+// written before or during the run and read after the harness's closing
+// barrier (or, for `RUN_CPUS`, after the spawn that publishes it through
+// the run-queue lock).
+
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use ksync::spinlock::{TicketLock, TicketMutex};

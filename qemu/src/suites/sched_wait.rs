@@ -21,6 +21,11 @@
 //! the queueing find the taker not queued, and it sleeps through the
 //! round. It must be caught.
 
+// Orderings: the generation, the close and the registrations are SeqCst
+// (see `now`); each taker's `seen` is Relaxed (the poster only waits for
+// it to arrive); the round count, the per-CPU statistics and `setup`'s
+// resets are Relaxed, ordered by the harness's barriers.
+
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
 use super::{Rng, busy_work};
