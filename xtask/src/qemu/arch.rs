@@ -426,10 +426,10 @@ pub const OVERSUBSCRIBED: &[Oversubscribed] = &[
 /// per CPU, preempted by the timer; `qemu/src/harness/runner.rs`): the
 /// lock suites, per-CPU counter, brlock, RCU and interrupt masking with
 /// their controls, and the scheduler's own suites (lock holders, wait
-/// queue). Not here: the rw locks
+/// queue). Not here (`qemu/README.md`, "The scheduler"): the rw locks
 /// (their readers may be preempted while their writers wait with
 /// interrupts off: a deadlock on one CPU), FIFO and halting lock waits,
-/// the floods and stall suites, the seed workloads (per-CPU roles), the
+/// the stall suite, the seed workloads (per-CPU roles and barriers), the
 /// benchmarks.
 pub const SCHED_SUITES: &[&str] = &[
     "lockref",
@@ -446,6 +446,8 @@ pub const SCHED_SUITES: &[&str] = &[
     "rcu",
     "rcu-nowait",
     "rcu-callnow",
+    "rcu-flood",
+    "rcu-flood-stuck",
     "irq-mask",
     "irq-mask-global",
     "sched-lock-holder",
