@@ -12,6 +12,10 @@
 //! * `kernel/`: the kernel services: console, time, fw_cfg, CPUs, interrupt
 //!   accounting, ksync's kernel hooks (`kernel::hooks`), the RCU policy
 //!   (`kernel::rcu`), a barrier, the panic handler;
+//! * `sched/`: kernel threads, per-CPU run queues, preemption (a kernel
+//!   service between `kernel::irq` and `kernel::hooks`, which implements
+//!   ksync's preempt hooks with it; it uses only `arch` and
+//!   `kernel::{cpu, irq}`);
 //! * `harness/`: what a suite is (`Suite`, `Ctx`, `Info`, `Summary`), the
 //!   run's arguments and the runner;
 //! * `suites/`: the torture suites, their controls and the benchmark, and
@@ -29,6 +33,7 @@
 mod arch;
 mod harness;
 mod kernel;
+mod sched;
 mod suites;
 
 use harness::{args, runner};
@@ -42,6 +47,7 @@ const CPU_ARRIVAL_TIMEOUT_MS: u64 = 5_000;
 /// where each CPU tells RCU it is up.
 extern "C" fn kernel_entry(cpu: usize) -> ! {
     arch::init_cpu(cpu);
+    sched::init_cpu(cpu);
     if cpu == 0 {
         boot_cpu()
     } else {
@@ -57,6 +63,7 @@ fn boot_cpu() -> ! {
     kernel::spin::init(true);
     arch::upcalls::set(arch::Upcalls {
         timer_tick: irq::timer_tick,
+        irq_exit: sched::irq_exit,
         print_line: console::print_line,
         fatal: kernel::fatal,
     });
@@ -103,10 +110,13 @@ fn boot_cpu() -> ! {
 /// Every timer interrupt, after `irq::timer_tick`'s accounting (interrupts
 /// off; `now` is the counter at the interrupt): the harness's work
 /// (watchdog, the active suite's handler), then RCU's (stall check, ready
-/// callbacks). If the CPU was idle, RCU watches it while they run.
+/// callbacks). If the CPU was idle, RCU watches it while they run. Last,
+/// the scheduler's time slice (the switch itself comes at the end of the
+/// interrupt, `sched::irq_exit`).
 fn timer_tick(cpu: usize, now: u64) {
     rcu::interrupt(|| {
         runner::on_tick(cpu, now);
         rcu::tick(now);
     });
+    sched::tick(cpu);
 }

@@ -752,6 +752,21 @@ pub fn run_named(names: &[String]) -> ExitCode {
     let mut t = Tally::default();
     let all: Vec<String> = PUBLISH_CHECKS.iter().map(|c| c.name.to_string()).collect();
     for name in if names.is_empty() { &all } else { names } {
+        if name == "qemu-sched" {
+            // The scheduler configurations of `test` alone.
+            match crate::qemu::ensure_tools() {
+                Ok(()) => {
+                    for outcome in crate::qemu::test_sched() {
+                        if !outcome.passed {
+                            println!("    {}", outcome.detail);
+                        }
+                        t.check(&format!("qemu {}", outcome.name), outcome.passed);
+                    }
+                }
+                Err(e) => t.check(&format!("qemu setup: {e}"), false),
+            }
+            continue;
+        }
         if name == "cortex-m" {
             // The firmware boots (part of `test` without `--host-only`).
             for (name, passed, detail) in crate::mcu::run_all() {

@@ -11,6 +11,12 @@ pub struct Upcalls {
     /// Every timer interrupt, interrupts off, with the address it
     /// interrupted.
     pub timer_tick: fn(pc: u64),
+    /// The end of every timer interrupt, after the interrupt controller
+    /// was told it is done, interrupts off, with whether the interrupted
+    /// context had them on: where the scheduler may preempt the
+    /// interrupted thread (switching stacks from inside the handler; the
+    /// trap frame stays on the thread's stack until it is switched back).
+    pub irq_exit: fn(interrupted_irqs_on: bool),
     /// Prints one line on the console.
     pub print_line: fn(fmt::Arguments<'_>),
     /// Reports an unrecoverable error and stops the machine with a failure
@@ -34,6 +40,13 @@ fn get() -> Option<&'static Upcalls> {
 pub fn timer_tick(pc: u64) {
     if let Some(upcalls) = get() {
         (upcalls.timer_tick)(pc);
+    }
+}
+
+/// Hands the end of a timer interrupt on (ignored before [`set`]).
+pub fn irq_exit(interrupted_irqs_on: bool) {
+    if let Some(upcalls) = get() {
+        (upcalls.irq_exit)(interrupted_irqs_on);
     }
 }
 

@@ -13,6 +13,9 @@
 //!   (`kernel::hotplug`, `Suite::hotplug`);
 //! * `seed=N`: the seed of the churn and of the suites' generators
 //!   (default 0), so that a failing run can be replayed.
+//! * `sched`, `sched=N`: scheduler mode: every suite's per-CPU `run` as N
+//!   kernel threads per CPU (3 for `sched`), preempted by the timer
+//!   (`runner`, "Scheduler mode").
 //! * `fifo`: strict FIFO hand-off in the ticket and queued locks and
 //!   lockref's lock for the whole boot, instead of the test-and-set hand-off
 //!   of a guest whose vCPUs may be descheduled (`kernel::spin`).
@@ -52,6 +55,13 @@ pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
                 runner::set_seed(seed);
             }
             "fifo" => spin::init(false),
+            "sched" => runner::set_threads(3)?,
+            threads if threads.starts_with("sched=") => {
+                let n = threads["sched=".len()..]
+                    .parse()
+                    .map_err(|_| "sched=N wants a decimal number")?;
+                runner::set_threads(n)?;
+            }
             "tests" => push_kind(registry, Kind::Test)?,
             "controls" => push_kind(registry, Kind::Control)?,
             "bench" => push_kind(registry, Kind::Bench)?,

@@ -35,6 +35,16 @@
 //! long as some CPU still takes interrupts; the runner's QEMU timeout covers
 //! the rest.
 //!
+//! Scheduler mode (`sched` or `sched=N` in the arguments, [`set_threads`]):
+//! on every CPU the suite's `run` runs as N kernel threads (`crate::sched`)
+//! at once, preempted by the timer: the CPU's boot thread, which keeps the
+//! lock step above, and N - 1 workers it starts on its own CPU after the
+//! opening barrier. Each has its own [`Ctx`] with the CPU's index; workers
+//! stay on their CPU. The boot thread waits for its workers to end
+//! (yielding to them) before it disables interrupts for step 3, so the
+//! barriers, the deadline and the quiescing still count CPUs. No churn in
+//! this mode.
+//!
 //! Output lines that start with `KSYNC-` are the protocol with the host
 //! runner (`xtask/src/qemu.rs`); README.md lists them.
 
@@ -49,6 +59,7 @@ use crate::kernel::barrier::Barrier;
 use crate::kernel::cpu::{Counters, MAX_CPUS};
 use crate::kernel::{self, hooks, hotplug, irq, rcu, time};
 use crate::println;
+use crate::sched;
 
 /// How long past its budget a suite may run before the watchdog fails it.
 pub const WATCHDOG_GRACE_MS: u64 = 10_000;
@@ -92,6 +103,13 @@ static HOTPLUG: AtomicBool = AtomicBool::new(false);
 static CHURN: AtomicBool = AtomicBool::new(false);
 /// `ksync::rcu::gp_seq()` when the active suite started.
 static GP_START: AtomicUsize = AtomicUsize::new(0);
+/// Threads per CPU that run each suite's `run` (1: the boot thread alone;
+/// see the module docs, "Scheduler mode").
+static THREADS: AtomicUsize = AtomicUsize::new(1);
+/// The most threads per CPU `sched=N` may ask for: the boot thread and
+/// every worker slot of the CPU.
+pub const MAX_THREADS: usize = 1 + sched::WORKERS_PER_CPU;
+
 /// Per CPU: whether it has returned from the active suite's `run`.
 static FINISHED: [AtomicBool; MAX_CPUS] = [const { AtomicBool::new(false) }; MAX_CPUS];
 
@@ -102,6 +120,11 @@ pub struct Ctx {
     pub cpu: usize,
     /// CPUs running the suite (indices `0..cpus`).
     pub cpus: usize,
+    /// Which of the CPU's threads this is: 0 for its boot thread (the only
+    /// one outside scheduler mode), `1..` for the workers the runner
+    /// starts in scheduler mode. A suite that gives one CPU a role of its
+    /// own (the RCU torture's writer) gives it to thread 0.
+    pub thread: usize,
     polls: Cell<u32>,
 }
 
@@ -113,12 +136,20 @@ pub struct Ctx {
 const POLLS_PER_CLOCK_READ: u32 = 64;
 
 impl Ctx {
-    fn new(cpu: usize, cpus: usize) -> Self {
+    fn new(cpu: usize, cpus: usize, thread: usize) -> Self {
         Self {
             cpu,
             cpus,
+            thread,
             polls: Cell::new(0),
         }
+    }
+
+    /// A context for a thread a suite started itself (`crate::sched`),
+    /// with the CPU it runs on now and the run's CPU count.
+    /// Its [`thread`](Self::thread) is `usize::MAX`.
+    pub fn for_thread(cpus: usize) -> Self {
+        Self::new(crate::kernel::cpu::current(), cpus, usize::MAX)
     }
 
     /// Whether the budget is spent or some CPU flagged a failure.
@@ -180,6 +211,21 @@ pub fn set_hotplug(on: bool) {
     HOTPLUG.store(on, Ordering::Relaxed);
 }
 
+/// Runs every suite's `run` as `n` threads per CPU (boot CPU, while
+/// parsing the arguments).
+pub fn set_threads(n: usize) -> Result<(), &'static str> {
+    if !(1..=MAX_THREADS).contains(&n) {
+        return Err("sched=N wants 1 to 6 threads per CPU");
+    }
+    THREADS.store(n, Ordering::Relaxed);
+    Ok(())
+}
+
+/// Threads per CPU in this run.
+pub fn threads() -> usize {
+    THREADS.load(Ordering::Relaxed)
+}
+
 /// Appends suite `index` to the plan (boot CPU, before [`release`]).
 pub fn plan_push(index: usize) -> Result<(), &'static str> {
     let len = PLAN_LEN.load(Ordering::Relaxed);
@@ -212,7 +258,7 @@ pub fn run(cpu: usize) -> ! {
     let registry = registry();
     arch::timer_start();
     irq::enable();
-    let ctx = Ctx::new(cpu, cpus);
+    let ctx = Ctx::new(cpu, cpus, 0);
     let (mut passed, mut failed) = (0, 0);
     for slot in PLAN.iter().take(PLAN_LEN.load(Ordering::Relaxed)) {
         let index = slot.load(Ordering::Relaxed);
@@ -221,7 +267,7 @@ pub fn run(cpu: usize) -> ! {
             prepare(index, suite, cpus);
         }
         BARRIER.wait(cpus);
-        suite.run(&ctx);
+        run_threads(cpu, index, suite, &ctx);
         if cpu == 0
             && let Err(reason) = hotplug::settle()
         {
@@ -253,6 +299,35 @@ pub fn run(cpu: usize) -> ! {
     rcu::halt()
 }
 
+/// This CPU's part of a suite: `suite.run` on the boot thread and, in
+/// scheduler mode, on its workers; returns once every worker thread of
+/// the machine has ended.
+fn run_threads(cpu: usize, index: usize, suite: &dyn Suite, ctx: &Ctx) {
+    for thread in 1..threads() {
+        if sched::spawn_on(cpu, worker, index * MAX_THREADS + thread).is_none() {
+            kernel::fatal(format_args!("KSYNC-PANIC cpu={cpu} no free thread slot"));
+        }
+    }
+    suite.run(ctx);
+    // Every worker of every CPU, not only ours: a suite's threads may
+    // migrate (the `sched-*` suites), and once this boot thread meets the
+    // others at the barrier (preemption off) nothing else runs here.
+    while sched::workers_busy() {
+        // The boot thread holds no RCU reference here.
+        ksync::rcu::quiescent_state();
+        sched::yield_now();
+    }
+}
+
+/// A worker of scheduler mode, `arg` = suite index * `MAX_THREADS` +
+/// thread: that suite's `run` on the CPU it was started on (the runner's
+/// workers do not migrate by themselves).
+fn worker(arg: usize) {
+    let cpu = crate::kernel::cpu::current();
+    let ctx = Ctx::new(cpu, CPUS.load(Ordering::Relaxed), arg % MAX_THREADS);
+    registry().get(arg / MAX_THREADS).run(&ctx);
+}
+
 /// The registry [`release`] was given.
 fn registry() -> &'static Registry {
     REGISTRY
@@ -266,6 +341,12 @@ fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
     *FAILURE.lock() = None;
     IRQ_WORK.reset();
     IRQ_SKIPPED.reset();
+    // No thread switches now: the other CPUs wait at the barrier with
+    // preemption off and no workers exist.
+    sched::SWITCH_OUT.reset();
+    sched::SWITCH_IN.reset();
+    sched::PREEMPTIONS.reset();
+    sched::MIGRATIONS.reset();
     for (done, end) in FINISHED.iter().zip(&IRQ_WORK_END) {
         done.store(false, Ordering::Relaxed);
         end.store(0, Ordering::Relaxed);
@@ -279,6 +360,10 @@ fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
     GP_START.store(ksync::rcu::gp_seq(), Ordering::Relaxed);
     let churn = HOTPLUG.load(Ordering::Relaxed)
         && match (hotplug::supported(), suite.hotplug(), cpus) {
+            _ if threads() > 1 => {
+                note_no_churn(suite, "scheduler mode (sched) runs without churn");
+                false
+            }
             (false, _, _) => {
                 note_no_churn(suite, "this architecture has no CPU hotplug yet");
                 false
@@ -302,9 +387,10 @@ fn prepare(index: usize, suite: &dyn Suite, cpus: usize) {
         );
     }
     println!(
-        "KSYNC-START suite={} kind={} cpus={cpus} budget_ms={} hotplug={}",
+        "KSYNC-START suite={} kind={} cpus={cpus} threads={} budget_ms={} hotplug={}",
         suite.name(),
         suite.kind().word(),
+        threads(),
         suite.budget_ms(),
         if churn { "on" } else { "off" }
     );
@@ -362,12 +448,30 @@ fn judge(suite: &dyn Suite, cpus: usize) -> bool {
         SEED.load(Ordering::Relaxed),
         failure.unwrap_or("-"),
     );
+    sched_line(suite, cpus);
     if suite.kind() == Kind::Control && failure.is_some() {
         println!(
             "  (a control: this failure is the expected outcome, it proves the checks can fire)"
         );
     }
     failure.is_none()
+}
+
+/// The scheduler's statistics for the suite that just ended, as a
+/// `KSYNC-SCHED` line: context switches (the run-queue lock taken by the
+/// outgoing thread and released by the incoming one: the two counts
+/// match), how many were preemptions, and migrations.
+fn sched_line(suite: &dyn Suite, cpus: usize) {
+    let out = sched::SWITCH_OUT.sum(cpus);
+    let inn = sched::SWITCH_IN.sum(cpus);
+    let (pre_min, pre_max) = sched::PREEMPTIONS.min_max(cpus);
+    println!(
+        "KSYNC-SCHED suite={} threads={} switches_out={out} switches_in={inn} preemptions={} preempt_cpu_min={pre_min} preempt_cpu_max={pre_max} migrations={}",
+        suite.name(),
+        threads(),
+        sched::PREEMPTIONS.sum(cpus),
+        sched::MIGRATIONS.sum(cpus),
+    );
 }
 
 fn verdict_word(pass: bool) -> &'static str {
@@ -409,7 +513,7 @@ pub fn on_tick(cpu: usize, now: u64) {
         IRQ_SKIPPED.add(cpu, 1);
         return;
     }
-    suite.irq(&Ctx::new(cpu, cpus));
+    suite.irq(&Ctx::new(cpu, cpus, 0));
     IRQ_WORK.add(cpu, 1);
     IRQ_WORK_END[cpu].store(time::now(), Ordering::Relaxed);
 }
@@ -418,6 +522,9 @@ fn watchdog_fire(suite: &dyn Suite, cpus: usize) -> ! {
     static FIRED: AtomicBool = AtomicBool::new(false);
     if FIRED.swap(true, Ordering::Relaxed) {
         arch::park();
+    }
+    if threads() > 1 || sched::workers_busy() {
+        sched::dump();
     }
     let mut stuck = 0u32;
     for (cpu, done) in FINISHED.iter().enumerate().take(cpus) {

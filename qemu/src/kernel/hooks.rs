@@ -11,11 +11,12 @@
 //! * `nr_cpus`: the *possible* CPUs, fixed by the boot CPU from the
 //!   firmware (QEMU's `-smp`, through fw_cfg) before any other CPU starts:
 //!   [`cpu::possible`];
-//! * `preempt_disable`/`preempt_enable`: the defaults, which do nothing.
-//!   This kernel never preempts: each CPU runs one thread of control from
-//!   boot to halt, and an interrupt handler runs to completion on the CPU
-//!   it interrupted and returns to the code it interrupted. Nothing can
-//!   move a context to another CPU, so there is nothing to disable;
+//! * `preempt_disable`/`preempt_enable`: the scheduler's preempt count
+//!   (`crate::sched`): per CPU, saved and restored per thread at every
+//!   switch; the timer preempts a thread only at count 0, and the
+//!   `preempt_enable` that brings it to 0 switches if a switch is pending.
+//!   A thread moves to another CPU only by its own `sched::migrate_to`,
+//!   never between a `preempt_disable` and its `preempt_enable`;
 //! * `rcu_stall`: prints the report as a `KSYNC-RCU-STALL` line, then for
 //!   each stalled CPU where its latest timer interrupt found it (this
 //!   kernel's stand-in for Linux's stack dumps), and keeps a copy
@@ -44,6 +45,7 @@ use ksync::spinlock::IrqTicketMutex;
 use super::cpu::{self, MAX_CPUS};
 use super::irq;
 use crate::println;
+use crate::sched;
 
 /// This kernel, as ksync sees it.
 pub struct QemuKernel;
@@ -53,10 +55,14 @@ pub struct QemuKernel;
 // CPUs at or past the possible count are parked before they run any ksync
 // code, so every id is below `nr_cpus`. `nr_cpus` is fixed once, before the
 // other CPUs start and before any ksync call that reads it, and never
-// changes. Preemption: this kernel never moves a context to another CPU and
-// never runs another thread on one (see the module docs), so the no-op
-// defaults keep every caller on its CPU. `rcu_stall` only prints and
-// records.
+// changes. Preemption: while a thread's preempt count is above 0 the
+// scheduler (`crate::sched`) never switches it out (the timer checks the
+// count, voluntary switches panic on it) and a thread moves only by its
+// own `migrate_to`, so between `preempt_disable` and `preempt_enable` it
+// stays on its CPU and no other thread runs there. `cpu_id` reads the
+// CPU's own register, which the context switch leaves alone, so it is the
+// CPU the caller runs on even after a migration. `rcu_stall` only prints
+// and records.
 unsafe impl ksync::kernel::Kernel for QemuKernel {
     #[inline]
     fn cpu_id() -> usize {
@@ -68,8 +74,15 @@ unsafe impl ksync::kernel::Kernel for QemuKernel {
         cpu::possible()
     }
 
-    // `preempt_disable` / `preempt_enable`: the defaults (no-ops), see the
-    // module docs.
+    #[inline]
+    fn preempt_disable() {
+        sched::preempt_disable();
+    }
+
+    #[inline]
+    fn preempt_enable() {
+        sched::preempt_enable();
+    }
 
     /// Called from [`ksync::rcu::check_stall`], here from a timer
     /// interrupt (interrupts off): one `KSYNC-RCU-STALL` line, and a copy

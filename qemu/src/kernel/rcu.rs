@@ -93,6 +93,9 @@ pub fn cpu_up() {
 /// state they had. First runs this CPU's ready RCU callbacks: it has
 /// nothing else to do.
 pub fn idle_wait(mut done: impl FnMut() -> bool) {
+    // Idle is a CPU's state, not a thread's: no other thread may run on
+    // this CPU (unwatched by RCU) while this one waits (`crate::sched`).
+    let _preempt = ksync::kernel::preempt_disable();
     let cpu = cpu::current();
     run_ready_callbacks();
     {

@@ -31,6 +31,8 @@ pub mod rcu_flood;
 pub mod rcu_stall;
 pub mod rwlock;
 pub mod rwlock_flood;
+pub mod sched;
+pub mod sched_wait;
 pub mod seeds;
 pub mod spinlock;
 pub mod spinlock_halt;
@@ -56,6 +58,8 @@ pub static REGISTRY: Registry = Registry::new(&[
     lockdep::SUITES,
     bench::SUITES,
     seeds::SUITES,
+    sched::SUITES,
+    sched_wait::SUITES,
 ]);
 
 /// A small per-CPU pseudo-random generator (xorshift64*), to vary the mix of

@@ -295,7 +295,9 @@ impl<Q: Queue> Suite for Flood<Q> {
     }
 
     fn run(&self, ctx: &Ctx) {
-        if ctx.cpu == 0 {
+        // One flooder: CPU 0's first thread (in the harness's scheduler
+        // mode its other threads read).
+        if ctx.cpu == 0 && ctx.thread == 0 {
             self.flood(ctx);
             return;
         }

@@ -421,6 +421,87 @@ pub const OVERSUBSCRIBED: &[Oversubscribed] = &[
     },
 ];
 
+/// What the scheduler configurations run, in one boot each with the
+/// kernel's `sched` word (every suite's per-CPU body as 3 kernel threads
+/// per CPU, preempted by the timer; `qemu/src/harness/runner.rs`): the
+/// lock suites, per-CPU counter, brlock, RCU and interrupt masking with
+/// their controls, and the scheduler's own suites (lock holders, wait
+/// queue). Not here (`qemu/README.md`, "The scheduler"): the rw locks
+/// (their readers may be preempted while their writers wait with
+/// interrupts off: a deadlock on one CPU), FIFO and halting lock waits,
+/// the stall suite, the seed workloads (per-CPU roles and barriers), the
+/// benchmarks.
+pub const SCHED_SUITES: &[&str] = &[
+    "lockref",
+    "lockref-nolock",
+    "spinlock-ticket",
+    "spinlock-ttas",
+    "spinlock-queued",
+    "spinlock-noexcl",
+    "spinlock-queued-split",
+    "percpu-counter",
+    "percpu-counter-shared",
+    "brlock",
+    "brlock-skipone",
+    "rcu",
+    "rcu-nowait",
+    "rcu-callnow",
+    "rcu-flood",
+    "rcu-flood-stuck",
+    "irq-mask",
+    "irq-mask-global",
+    "sched-lock-holder",
+    "sched-lock-holder-preemptible",
+    "sched-waitqueue",
+    "sched-waitqueue-checkfirst",
+];
+
+/// A scheduler configuration: an image booted once with the kernel's
+/// `sched` word and every suite of [`SCHED_SUITES`] in that boot.
+pub struct Scheduled {
+    /// The configuration's name.
+    pub config: &'static str,
+    /// The TCG configuration ([`Variant::config`]) whose image it boots.
+    pub image: &'static str,
+    /// QEMU's `-smp`.
+    pub cpus: usize,
+}
+
+/// The scheduler configurations `cargo xtask test` adds: -smp 4 and 8 on
+/// every architecture (aarch64: LL/SC at 4, LSE at 8).
+pub const SCHEDULED: &[Scheduled] = &[
+    Scheduled {
+        config: "x86_64-sched-smp4",
+        image: "x86_64-tcg",
+        cpus: 4,
+    },
+    Scheduled {
+        config: "x86_64-sched-smp8",
+        image: "x86_64-tcg",
+        cpus: 8,
+    },
+    Scheduled {
+        config: "aarch64-sched-smp4",
+        image: "aarch64-llsc",
+        cpus: 4,
+    },
+    Scheduled {
+        config: "aarch64-sched-smp8",
+        image: "aarch64-lse",
+        cpus: 8,
+    },
+    Scheduled {
+        config: "riscv64-sched-smp4",
+        image: "riscv64-tcg",
+        cpus: 4,
+    },
+    Scheduled {
+        config: "riscv64-sched-smp8",
+        image: "riscv64-tcg",
+        cpus: 8,
+    },
+];
+
 /// How QEMU executes the guest.
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Accel {
@@ -440,6 +521,9 @@ pub struct Config {
     /// The suites `cargo xtask test` runs in it (exact names); empty:
     /// every suite the kernel lists.
     pub suites: &'static [&'static str],
+    /// Words put before every plan given to the kernel (`sched` for the
+    /// scheduler configurations, [`SCHEDULED`]); empty for none.
+    pub words: &'static str,
 }
 
 impl Config {
@@ -456,9 +540,34 @@ impl Config {
                     cpu: variant.cpu,
                     cpus,
                     suites: &[],
+                    words: "",
                 })
             })
             .collect()
+    }
+
+    /// The scheduler configurations ([`SCHEDULED`]).
+    pub fn all_scheduled() -> Vec<Config> {
+        let images = Self::all_tcg(0);
+        SCHEDULED
+            .iter()
+            .filter_map(|s| {
+                let image = images.iter().find(|c| c.name == s.image)?;
+                Some(Config {
+                    name: s.config,
+                    cpus: s.cpus,
+                    suites: SCHED_SUITES,
+                    words: "sched",
+                    ..*image
+                })
+            })
+            .collect()
+    }
+
+    /// Whether every suite of this configuration runs in one boot (the
+    /// scheduler configurations).
+    pub fn one_boot(&self) -> bool {
+        !self.words.is_empty()
     }
 
     /// The oversubscribed TCG configurations ([`OVERSUBSCRIBED`]).
@@ -503,6 +612,7 @@ impl Config {
                     cpu: kvm.cpu,
                     cpus,
                     suites: &[],
+                    words: "",
                 })
             })
             .collect()
@@ -589,6 +699,24 @@ mod tests {
             assert!(o.name.starts_with(o.arch.name), "{}", o.name);
             assert!(!configs.iter().any(|c| c.name == o.name), "{}", o.name);
             assert!(o.runs("spinlock-queued") && !o.runs("rcu"), "{}", o.name);
+        }
+        let scheduled = Config::all_scheduled();
+        assert_eq!(scheduled.len(), SCHEDULED.len(), "every image exists");
+        for s in &scheduled {
+            assert!(s.name.starts_with(s.arch.name), "{}", s.name);
+            assert!(s.one_boot() && s.runs("sched-lock-holder"), "{}", s.name);
+            assert!(!configs.iter().chain(&over).any(|c| c.name == s.name));
+        }
+        for arch in ARCHES {
+            for cpus in [4, 8] {
+                assert!(
+                    scheduled
+                        .iter()
+                        .any(|s| s.arch.name == arch.name && s.cpus == cpus),
+                    "{} at -smp {cpus} in scheduler mode",
+                    arch.name
+                );
+            }
         }
         for arch in ARCHES {
             assert_ne!(arch.exit.pass, arch.exit.fail, "{}", arch.name);

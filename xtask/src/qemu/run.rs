@@ -17,6 +17,11 @@ use super::qemu_dir;
 /// The QEMU command that boots `kernel` in `config`, with `run` as the
 /// kernel's arguments (passed the way the architecture's [`PlanVia`] says).
 fn qemu_command(config: &Config, kernel: &Path, run: &str) -> Command {
+    let run = &if config.words.is_empty() {
+        run.to_string()
+    } else {
+        format!("{} {run}", config.words)
+    };
     let arch = config.arch;
     let mut cmd = Command::new(arch.qemu);
     let accel = match config.accel {

@@ -49,12 +49,13 @@ fn list_suites(config: &Config, kernel: &Path) -> Result<Vec<SuiteInfo>, String>
 /// Prints progress lines as it goes. `kvm` (or `KSYNC_QEMU_KVM=1`) adds the
 /// KVM configurations (x86_64) when `/dev/kvm` is usable.
 pub fn test_all(kvm: bool) -> Vec<Outcome> {
-    let start = Instant::now();
-    let mut outcomes = Vec::new();
     let kvm = kvm || std::env::var("KSYNC_QEMU_KVM").is_ok_and(|v| v == "1");
     let mut configs = Config::all_tcg(CPUS);
     // The lock suites at -smp 8 too: oversubscribed on a small host.
     configs.extend(Config::all_oversubscribed());
+    // Three threads per CPU, preempted by the timer, -smp 4 and 8: one
+    // boot each.
+    configs.extend(Config::all_scheduled());
     if kvm {
         let cpus = thread::available_parallelism()
             .map_or(2, |n| n.get())
@@ -70,9 +71,22 @@ pub fn test_all(kvm: bool) -> Vec<Outcome> {
             );
         }
     }
-    let kernels = Kernels::build(&configs);
+    run_configs(&configs)
+}
+
+/// The scheduler configurations alone (`cargo xtask check qemu-sched`):
+/// every architecture at -smp 4 and 8 with 3 threads per CPU.
+pub fn test_sched() -> Vec<Outcome> {
+    run_configs(&Config::all_scheduled())
+}
+
+/// Builds the images of `configs` and runs their suites, in order.
+fn run_configs(configs: &[Config]) -> Vec<Outcome> {
+    let start = Instant::now();
+    let mut outcomes = Vec::new();
+    let kernels = Kernels::build(configs);
     let mut registry: Option<Vec<SuiteInfo>> = None;
-    for config in &configs {
+    for config in configs {
         let kernel = match kernels.get(config) {
             Ok(kernel) => kernel,
             Err(e) => {
@@ -114,8 +128,25 @@ pub fn test_all(kvm: bool) -> Vec<Outcome> {
             }
         }
         println!("[qemu] {}: {}", config.name, config.describe());
-        for suite in suites.iter().filter(|s| config.runs(&s.name)) {
-            let mut outcome = run_suite(config, kernel, suite);
+        let planned: Vec<&SuiteInfo> = suites
+            .iter()
+            .copied()
+            .filter(|s| config.runs(&s.name))
+            .collect();
+        // One boot for all (the scheduler configurations), or one each.
+        let together = config
+            .one_boot()
+            .then(|| run_together(config, kernel, &planned));
+        for suite in planned {
+            let mut outcome = match &together {
+                Some(Ok(run)) => judge(config, run, suite),
+                Some(Err(e)) => Outcome {
+                    name: outcome_name(config, suite),
+                    passed: false,
+                    detail: e.clone(),
+                },
+                None => run_suite(config, kernel, suite),
+            };
             // A control proves the checks can fail; a race it relies on
             // may be missed in one boot on an overloaded host (TCG vCPUs
             // on busy cores run few operations), so it gets up to
@@ -159,13 +190,29 @@ fn kvm_usable() -> bool {
 /// How many boots a control gets to show that its broken variant is caught.
 const CONTROL_BOOTS: u32 = 3;
 
-fn run_suite(config: &Config, kernel: &Path, suite: &SuiteInfo) -> Outcome {
-    let control = suite.kind == "control";
-    let name = if control {
+fn outcome_name(config: &Config, suite: &SuiteInfo) -> String {
+    if suite.kind == "control" {
         format!("{}/control:{}", config.name, suite.name)
     } else {
         format!("{}/{}", config.name, suite.name)
-    };
+    }
+}
+
+/// One boot running every suite of `suites` in turn (their budgets add up).
+fn run_together(config: &Config, kernel: &Path, suites: &[&SuiteInfo]) -> Result<Run, String> {
+    let names: Vec<&str> = suites.iter().map(|s| s.name.as_str()).collect();
+    let budget: Duration = suites.iter().map(|s| s.budget).sum();
+    let run = run_qemu(config, kernel, &names.join(" "), budget + RUN_SLACK, "all")?;
+    println!(
+        "[qemu]   {} suites in one boot: {:.1} s",
+        suites.len(),
+        run.elapsed.as_secs_f64()
+    );
+    Ok(run)
+}
+
+fn run_suite(config: &Config, kernel: &Path, suite: &SuiteInfo) -> Outcome {
+    let name = outcome_name(config, suite);
     let timeout = suite.budget
         + RUN_SLACK
         + if config.accel == Accel::Kvm {
@@ -173,18 +220,22 @@ fn run_suite(config: &Config, kernel: &Path, suite: &SuiteInfo) -> Outcome {
         } else {
             Duration::ZERO
         };
-    let run = match run_qemu(config, kernel, &suite.name, timeout, &suite.name) {
-        Ok(run) => run,
-        Err(e) => {
-            return Outcome {
-                name,
-                passed: false,
-                detail: e,
-            };
-        }
-    };
+    match run_qemu(config, kernel, &suite.name, timeout, &suite.name) {
+        Ok(run) => judge(config, &run, suite),
+        Err(e) => Outcome {
+            name,
+            passed: false,
+            detail: e,
+        },
+    }
+}
+
+/// The verdict on `suite` from a boot that ran it (alone or with others).
+fn judge(config: &Config, run: &Run, suite: &SuiteInfo) -> Outcome {
+    let control = suite.kind == "control";
+    let name = outcome_name(config, suite);
     let result = run.result(&suite.name);
-    let (name, lockdep) = judge_lockdep(config, &run, name);
+    let (name, lockdep) = judge_lockdep(config, run, name);
     let trouble = match (run.trouble(config), lockdep) {
         (Some(t), Some(l)) => Some(format!("{t}; {l}")),
         (t, l) => t.or(l),

@@ -116,10 +116,17 @@ const KINDS: [&str; 16] = [
     "SError, lower EL (AArch32)",
 ];
 
+/// SPSR_EL1.I: IRQs were masked where the exception came.
+const SPSR_I: u64 = 1 << 7;
+
 /// Called by every vector with the vector's number (see `KINDS`).
 extern "C" fn exception_handler(kind: u64, frame: &mut Frame) {
     if kind == 5 {
         gic::handle_irq(frame.elr);
+        // Last, after the GIC's end of interrupt: the scheduler may switch
+        // to another thread from here (this frame stays on this thread's
+        // stack, ELR and SPSR in it).
+        upcalls::irq_exit(frame.spsr & SPSR_I == 0);
         return;
     }
     let esr = ESR_EL1.get();

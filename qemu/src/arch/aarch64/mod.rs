@@ -20,6 +20,7 @@ mod boot;
 mod gic;
 mod hotplug;
 mod mmu;
+mod switch;
 
 use core::fmt;
 use core::ptr::NonNull;
@@ -31,6 +32,7 @@ use safe_mmio::UniqueMmioPointer;
 
 pub use boot::start_secondaries;
 pub use hotplug::{HOTPLUG, cpu_off, cpu_restart};
+pub use switch::{init_context, switch_context};
 
 /// Architecture name on `KSYNC-` lines.
 pub const NAME: &str = "aarch64";

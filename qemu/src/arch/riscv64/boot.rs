@@ -130,11 +130,18 @@ pub fn kick_others() {
     let _ = sbi_rt::send_ipi(sbi_rt::HartMask::from_mask_base(mask, 0));
 }
 
+/// sstatus.SPIE: interrupts were enabled where the trap came.
+const SSTATUS_SPIE: u64 = 1 << 5;
+
 /// Called by `trap_entry` for every trap, interrupts off.
 extern "C" fn trap_handler(frame: &mut Frame) {
     let cause = scause::read();
     if cause.is_interrupt() && cause.code() == SUPERVISOR_TIMER {
         timer::handle_irq(frame.sepc);
+        // Last: the scheduler may switch to another thread from here
+        // (this frame stays on this thread's stack, sepc and sstatus in
+        // it).
+        upcalls::irq_exit(frame.sstatus & SSTATUS_SPIE != 0);
         return;
     }
     if cause.is_interrupt() && cause.code() == SUPERVISOR_SOFT {

@@ -11,7 +11,8 @@
  *      with the index.
  *   2. The trap entry (stvec direct mode): saves every register (general,
  *      F/D, fcsr, sepc, sstatus) on the current stack, calls the Rust
- *      handler with the frame, restores and returns with `sret`. This
+ *      handler with the frame, restores (all but `tp`, the hart's CPU
+ *      index) and returns with `sret`. This
  *      kernel runs only in S-mode, so the interrupted stack is the kernel
  *      stack and `sscratch` is not needed to find one.
  */
@@ -184,7 +185,10 @@ trap_entry:
     csrw sepc, t0
     ld x1, 0(sp)
     ld x3, 16(sp)
-    ld x4, 24(sp)
+    /* x4 (tp) is not restored: it holds this hart's CPU index, which
+       belongs to the hart, not to the interrupted thread; a thread
+       switched out inside this trap (crate::sched) may return from it on
+       another hart, and must read that hart's index. */
     ld x5, 32(sp)
     ld x6, 40(sp)
     ld x7, 48(sp)

@@ -27,6 +27,7 @@
 
 mod boot;
 mod hotplug;
+mod switch;
 mod timer;
 
 use core::fmt;
@@ -39,6 +40,7 @@ use uart_16550::{Config, Uart16550, Uart16550Tty};
 
 pub use boot::start_secondaries;
 pub use hotplug::{HOTPLUG, cpu_off, cpu_restart};
+pub use switch::{init_context, switch_context};
 pub use timer::timer_start;
 
 /// Architecture name on `KSYNC-` lines.

@@ -18,6 +18,7 @@
 mod apic;
 mod boot;
 mod hotplug;
+mod switch;
 mod trap;
 
 use core::fmt;
@@ -33,6 +34,7 @@ use super::MAX_CPUS;
 
 pub use boot::start_secondaries;
 pub use hotplug::{HOTPLUG, cpu_off, cpu_restart};
+pub use switch::{init_context, switch_context};
 
 /// Architecture name on `KSYNC-` lines.
 pub const NAME: &str = "x86_64";
@@ -100,12 +102,12 @@ pub fn timer_start() {
 pub fn cpu_index() -> usize {
     let index: usize;
     // SAFETY: GS points at this CPU's `CpuBase` (set in `init_cpu`, before
-    // any caller) and its first word is the index. `pure`/`readonly`: it
-    // never changes for a CPU, and this kernel does not migrate code between
-    // CPUs.
+    // any caller) and its first word is the index. Not `pure`: the
+    // scheduler (`crate::sched`) moves threads between CPUs, so two reads
+    // in one function may differ and the compiler must not merge them.
     unsafe {
         core::arch::asm!("mov {}, qword ptr gs:[0]", out(reg) index,
-            options(nostack, preserves_flags, pure, readonly));
+            options(nostack, preserves_flags, readonly));
     }
     index
 }

@@ -103,12 +103,18 @@ pub struct TrapFrame {
     ss: u64,
 }
 
+/// RFLAGS.IF: interrupts were enabled where the trap came.
+const RFLAGS_IF: u64 = 1 << 9;
+
 /// Called by every stub, interrupts off.
 pub extern "C" fn trap_handler(frame: &mut TrapFrame) {
     match frame.vector as u8 {
         TIMER_VECTOR => {
             upcalls::timer_tick(frame.rip);
             apic::eoi();
+            // Last, after the EOI: the scheduler may switch to another
+            // thread from here (this frame stays on this thread's stack).
+            upcalls::irq_exit(frame.rflags & RFLAGS_IF != 0);
         }
         // A halting lock wait's kick: waking the CPU was the point.
         KICK_VECTOR => apic::eoi(),

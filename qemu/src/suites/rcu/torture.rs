@@ -412,7 +412,9 @@ impl<R: Rcu> Suite for RcuTorture<R> {
 
     fn run(&self, ctx: &Ctx) {
         let mut rng = Rng::for_ctx(ctx, 41);
-        if ctx.cpu == WRITER {
+        // One writer thread (the CPU's first, in the harness's scheduler
+        // mode too): it alone retires what it removes.
+        if ctx.cpu == WRITER && ctx.thread == 0 {
             let mut removed = Removed::new();
             while !ctx.should_stop() {
                 self.write(ctx, &mut removed, &mut rng);
