@@ -484,8 +484,12 @@ pub use stall_report::{STALL_REPORT_CPUS, StallReport};
 /// The report type of [`Kernel::lockdep_report`]: [`lockdep::Report`](crate::lockdep::Report).
 pub use lockdep_report::Report as LockdepReport;
 
-pub(crate) use spin::{Backoff, Waiter, kick_waiters};
-pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};
+pub(crate) use spin::{Backoff, StallSite, StallWatch, Waiter, kick_waiters};
+pub use spin::{
+    SPIN_LIMIT, STALL_BOUND_MS, STALL_BOUND_ROUNDS, SpinWait, VcpuMode, VcpuStall, set_spin_wait,
+    set_vcpu_mode, set_vcpu_preemptible, set_vcpu_stall_hook, vcpu_mode, vcpu_preemptible,
+    vcpu_stall,
+};
 
 #[cfg(all(test, feature = "test-hooks"))]
 mod tests {

@@ -7,8 +7,8 @@ use core::marker::PhantomData;
 
 use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
 use super::{IrqState, RelaxStrategy, Spin};
-use crate::kernel::{Backoff, kick_waiters, vcpu_preemptible};
-use crate::sync::{AtomicU32, Ordering, const_fn, relax};
+use crate::kernel::{Backoff, StallSite, StallWatch, kick_waiters, vcpu_preemptible};
+use crate::sync::{AtomicU32, Ordering, const_fn};
 
 /// Width of each ticket: 16 bits, or 2 under loom, so that a model can wrap
 /// the tickets in four acquisitions (`ticket_try_lock_across_a_wrap`).
@@ -187,9 +187,26 @@ impl<R: RelaxStrategy> TicketLock<R> {
         if owner_of(old) == ticket {
             return;
         }
-        // Acquire pairs with the Release RMW in `unlock`.
-        while owner_of(self.word.load(Ordering::Acquire)) != ticket {
-            relax::<R>();
+        self.lock_slow(ticket);
+    }
+
+    /// Waits until `ticket` is served, watching `owner` for a stall (the
+    /// kernel's `StallWatch`: no hand-off for
+    /// [`STALL_BOUND_MS`](crate::kernel::STALL_BOUND_MS) means a CPU ahead
+    /// is descheduled; in watched FIFO mode the locks then switch to
+    /// test-and-set, and in either FIFO mode this waiter gives the CPU
+    /// away while the stall lasts). Out of line: only contended
+    /// acquisitions pay for the call.
+    #[inline(never)]
+    fn lock_slow(&self, ticket: u32) {
+        let mut watch = StallWatch::new(StallSite::Ticket);
+        loop {
+            // Acquire pairs with the Release RMW in `unlock`.
+            let owner = owner_of(self.word.load(Ordering::Acquire));
+            if owner == ticket {
+                return;
+            }
+            watch.wait::<R>(|| owner, false);
         }
     }
 
