@@ -59,7 +59,11 @@
 //! [`set_vcpu_preemptible`] and [`set_spin_wait`] tell the locks that a CPU
 //! may be descheduled while it spins (a guest with more vCPUs than host
 //! cores) and what a waiter may do about it. They are settings, not hooks,
-//! so plain spinlocks keep working without `set_kernel!`.
+//! so plain spinlocks keep working without `set_kernel!`. A kernel that
+//! says nothing is still covered: on x86_64 CPUID's hypervisor bit
+//! decides, elsewhere the FIFO locks' waiters watch for a stall (no
+//! hand-off for [`STALL_BOUND_MS`]) and switch to test-and-set hand-off
+//! once ([`vcpu_stall`] reports it, [`set_vcpu_stall_hook`] is told).
 //!
 //! # Host tests
 //!
