@@ -1,9 +1,9 @@
 //! The FIFO locks' stall watch (`ksync::kernel::set_vcpu_preemptible`,
 //! "Watching for descheduled CPUs"): a FIFO waiter that sees no hand-off
 //! for `STALL_BOUND_MS` switches watched FIFO to test-and-set hand-off
-//! once and reports it, never switches FIFO that the kernel forced, and in
-//! both FIFO modes gives the CPU away through the spin-wait policy while
-//! the stall lasts.
+//! once and reports it, never switches FIFO that the kernel forced; and
+//! every FIFO waiter gives the CPU away through the spin-wait policy every
+//! `SPIN_LIMIT` rounds (the ticket lock's and lockref's never did).
 //!
 //! A holder keeps the lock for ten times the bound while one waiter waits
 //! in FIFO: the stall a descheduled CPU ahead of it would cause. A binary
@@ -119,10 +119,10 @@ fn forced_fifo_is_never_switched_and_gives_the_cpu_away() {
     assert_eq!(kernel::vcpu_mode(), VcpuMode::Fifo);
     assert_eq!(kernel::vcpu_stall(), before);
     assert_eq!(HOOK_CALLS.load(Relaxed), 0);
-    // Before the bound existed a ticket waiter never called the policy.
+    // A ticket waiter used to spin without ever calling the policy.
     assert!(
         WAITS.load(Relaxed) > 0,
-        "a FIFO ticket waiter past the bound gives the CPU away"
+        "a FIFO ticket waiter gives the CPU away"
     );
 }
 
@@ -141,7 +141,7 @@ fn forced_fifo_lockref_waiter_gives_the_cpu_away() {
     assert_eq!(kernel::vcpu_mode(), VcpuMode::Fifo);
     assert!(
         WAITS.load(Relaxed) > 0,
-        "a FIFO lockref waiter past the bound gives the CPU away"
+        "a FIFO lockref waiter gives the CPU away"
     );
 }
 

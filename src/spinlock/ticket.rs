@@ -194,9 +194,11 @@ impl<R: RelaxStrategy> TicketLock<R> {
     /// kernel's `StallWatch`: no hand-off for
     /// [`STALL_BOUND_MS`](crate::kernel::STALL_BOUND_MS) means a CPU ahead
     /// is descheduled; in watched FIFO mode the locks then switch to
-    /// test-and-set, and in either FIFO mode this waiter gives the CPU
-    /// away while the stall lasts). Out of line: only contended
-    /// acquisitions pay for the call.
+    /// test-and-set). Gives the CPU away every
+    /// [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds through the
+    /// kernel's [`SpinWait`](crate::kernel::SpinWait), as the queued lock's
+    /// FIFO waiters do, so that the queue stays live behind a descheduled
+    /// CPU. Out of line: only contended acquisitions pay for the call.
     #[inline(never)]
     fn lock_slow(&self, ticket: u32) {
         let mut watch = StallWatch::new(StallSite::Ticket);
@@ -206,7 +208,7 @@ impl<R: RelaxStrategy> TicketLock<R> {
             if owner == ticket {
                 return;
             }
-            watch.wait::<R>(|| owner, false);
+            watch.wait::<R>(|| owner, true);
         }
     }
 
