@@ -82,8 +82,9 @@ fn finish_switch() {
 }
 
 fn kernel_main() {
-    // On a guest with more vCPUs than host cores, say so (x86_64 reads
-    // CPUID's hypervisor bit by itself).
+    // One CPU per core (real hardware): strict FIFO hand-off. A guest with
+    // more vCPUs than host cores passes `true` (x86_64 reads CPUID's
+    // hypervisor bit by itself).
     kernel::set_vcpu_preemptible(false);
     add_inode(&mut INODES.lock());
     *DENTRIES.lock() += 1;
