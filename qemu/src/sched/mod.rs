@@ -430,6 +430,12 @@ pub fn wake(id: usize, cpu: usize) {
     // each other on aarch64 (a lost wake-up the `sched-waitqueue` suite
     // caught).
     thread.wakes.fetch_add(1, Ordering::SeqCst);
+    // A full fence between the count and the state check, as Linux's
+    // `try_to_wake_up` has (`smp_mb__after_spinlock`): the SeqCst
+    // accesses alone still lost a wake-up under TCG on an LL/SC aarch64
+    // image (`cortex-a57`), where a failed compare-exchange is a plain
+    // acquire load. Pairs with the fence in `finish_switch`.
+    core::sync::atomic::fence(Ordering::SeqCst);
     if thread
         .state
         .compare_exchange(BLOCKED, RUNNABLE, Ordering::SeqCst, Ordering::SeqCst)
@@ -674,6 +680,9 @@ fn finish_switch() {
             // `wake`: either the waker's compare-exchange sees BLOCKED (and
             // queues it), or this load sees the waker's count.
             outgoing.state.store(BLOCKED, Ordering::SeqCst);
+            // Pairs with the fence in `wake` (Linux's `set_current_state`
+            // is a store and a full barrier).
+            core::sync::atomic::fence(Ordering::SeqCst);
             let woken = outgoing.wakes.load(Ordering::SeqCst)
                 != outgoing.wakes_seen.load(Ordering::Relaxed);
             let claimed = woken
