@@ -112,20 +112,10 @@ fn hammer(
 /// Every mode at 4 and 8 threads with the halting policy: no lost
 /// wake-up, and waiters did halt.
 fn every_mode(what: &str, op: &(dyn Fn() + Sync), count: &dyn Fn() -> u64) {
-    modes(
-        what,
-        &[Mode::Fifo, Mode::Preemptible, Mode::Switching],
-        op,
-        count,
-    );
-}
-
-/// [`every_mode`] for the given modes only.
-fn modes(what: &str, modes: &[Mode], op: &(dyn Fn() + Sync), count: &dyn Fn() -> u64) {
     let _serial = serial();
     halting::set_timeout(halting::TIMEOUT);
     let mut slept = 0;
-    for &mode in modes {
+    for mode in [Mode::Fifo, Mode::Preemptible, Mode::Switching] {
         for threads in [4, 8] {
             let (ops, timeouts, halts) = hammer(what, &halting::HALTING, mode, threads, op, count);
             assert_eq!(
