@@ -283,6 +283,89 @@ pub unsafe trait Kernel {
         false
     }
 
+    /// The current task's token (Linux's `current`), for the sleeping
+    /// primitives ([`wait`](crate::wait) and the locks on it): nonzero, the
+    /// same for the task's whole life wherever it runs, and different from
+    /// every other live task's. [`wake`](Kernel::wake) gets it back. The
+    /// default, `cpu_id() + 1`, is right for a kernel without a scheduler
+    /// (one flow of control per CPU).
+    #[doc(alias = "current")]
+    #[inline]
+    #[must_use]
+    fn current_task() -> usize {
+        Self::cpu_id() + 1
+    }
+
+    /// Parks the current task until [`wake`](Kernel::wake) is called with
+    /// its token, or until [`clock_ns`](Kernel::clock_ns) reaches
+    /// `deadline_ns` (Linux's `schedule()` / `schedule_timeout()` after
+    /// `set_current_state(TASK_UNINTERRUPTIBLE)`). Called with preemption
+    /// and interrupts enabled, never inside an RCU read section.
+    ///
+    /// It may return early for no reason (callers re-check what they wait
+    /// for), but a `wake` that arrives after the caller published its token
+    /// and *before* `block` is called must make `block` return at once:
+    /// keep a "wake pending" flag per task, as `std::thread::park` does
+    /// with its token. The default returns at once (one `spin_loop` hint):
+    /// a kernel without a scheduler busy-waits in the sleeping
+    /// primitives, which is correct but does not yield the CPU.
+    #[doc(alias = "schedule")]
+    #[inline]
+    fn block(deadline_ns: Option<u64>) {
+        let _ = deadline_ns;
+        core::hint::spin_loop();
+    }
+
+    /// Makes the task with token `task` runnable again (Linux's
+    /// `wake_up_process`): its [`block`](Kernel::block), current or next,
+    /// returns. Callable from any CPU, with interrupts off and from
+    /// interrupt handlers; the sleeping primitives call it with a
+    /// spinlock held, so it must not sleep or take a lock a task holds
+    /// while calling into ksync's wait queues. A wake for a task that is
+    /// not blocked must be harmless (it only makes its next `block` return
+    /// at once). ksync never calls it for a task that has exited: the
+    /// waiter does not return from its wait before the waker's `wake`
+    /// returned. The default does nothing (see `block`).
+    #[doc(alias = "wake_up_process")]
+    #[inline]
+    fn wake(task: usize) {
+        let _ = task;
+    }
+
+    /// Whether the current context may sleep (block): false in interrupt
+    /// handlers and wherever the kernel cannot switch tasks. The sleeping
+    /// primitives check it, and the other contexts ksync knows of (a read
+    /// section of [`rcu`](crate::rcu), spinlocks held with `lockdep`),
+    /// before they block ([`might_sleep`](crate::wait::might_sleep)). The
+    /// default is `!in_interrupt()`.
+    #[inline]
+    #[must_use]
+    fn may_sleep() -> bool {
+        !Self::in_interrupt()
+    }
+
+    /// A monotonic clock in nanoseconds, for the timed waits
+    /// (`wait_event_timeout`, `down_timeout`, ...) and their deadlines to
+    /// [`block`](Kernel::block). Any epoch. The default panics with a
+    /// message naming this hook: only the timed waits call it.
+    #[doc(alias = "ktime_get_ns")]
+    #[inline]
+    fn clock_ns() -> u64 {
+        panic!("ksync: a timed wait needs a clock: implement Kernel::clock_ns")
+    }
+
+    /// Whether the task `task` is running on a CPU now (Linux's
+    /// `owner_on_cpu`): a sleeping [`Mutex`](crate::mutex::Mutex) waiter
+    /// spins while its owner runs and sleeps once it does not. The
+    /// default, `true`, makes waiters spin a bounded while
+    /// ([`SPIN_LIMIT`] rounds) before they sleep.
+    #[inline]
+    #[must_use]
+    fn task_running(task: usize) -> bool {
+        let _ = task;
+        true
+    }
+
     /// [`lockdep`](crate::lockdep) found a locking bug (feature `lockdep`):
     /// print the report (it implements `Display`). The default logs it with
     /// `defmt` (when that feature is on) and panics with it, as a kernel
@@ -347,6 +430,30 @@ macro_rules! set_kernel {
                 <$kernel as $crate::kernel::Kernel>::irqs_disabled()
             }
             #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_current_task() -> usize {
+                <$kernel as $crate::kernel::Kernel>::current_task()
+            }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_block(deadline_ns: Option<u64>) {
+                <$kernel as $crate::kernel::Kernel>::block(deadline_ns)
+            }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_wake(task: usize) {
+                <$kernel as $crate::kernel::Kernel>::wake(task)
+            }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_may_sleep() -> bool {
+                <$kernel as $crate::kernel::Kernel>::may_sleep()
+            }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_clock_ns() -> u64 {
+                <$kernel as $crate::kernel::Kernel>::clock_ns()
+            }
+            #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_task_running(task: usize) -> bool {
+                <$kernel as $crate::kernel::Kernel>::task_running(task)
+            }
+            #[unsafe(no_mangle)]
             fn _ksync_set_kernel_v1_lockdep_report(report: &$crate::kernel::LockdepReport) {
                 <$kernel as $crate::kernel::Kernel>::lockdep_report(report)
             }
@@ -369,6 +476,53 @@ unsafe extern "Rust" {
     safe fn _ksync_set_kernel_v1_in_interrupt() -> bool;
     safe fn _ksync_set_kernel_v1_irqs_disabled() -> bool;
     safe fn _ksync_set_kernel_v1_lockdep_report(report: &LockdepReport);
+    safe fn _ksync_set_kernel_v1_current_task() -> usize;
+    safe fn _ksync_set_kernel_v1_block(deadline_ns: Option<u64>);
+    safe fn _ksync_set_kernel_v1_wake(task: usize);
+    safe fn _ksync_set_kernel_v1_may_sleep() -> bool;
+    safe fn _ksync_set_kernel_v1_clock_ns() -> u64;
+    safe fn _ksync_set_kernel_v1_task_running(task: usize) -> bool;
+}
+
+/// The kernel's [`Kernel::current_task`] (checked nonzero).
+#[inline]
+pub(crate) fn current_task() -> usize {
+    let task = _ksync_set_kernel_v1_current_task();
+    assert!(
+        task != 0,
+        "ksync: Kernel::current_task returned 0 (tokens are nonzero)"
+    );
+    task
+}
+
+/// The kernel's [`Kernel::block`].
+#[inline]
+pub(crate) fn block(deadline_ns: Option<u64>) {
+    _ksync_set_kernel_v1_block(deadline_ns)
+}
+
+/// The kernel's [`Kernel::wake`].
+#[inline]
+pub(crate) fn wake(task: usize) {
+    _ksync_set_kernel_v1_wake(task)
+}
+
+/// The kernel's [`Kernel::may_sleep`].
+#[inline]
+pub(crate) fn may_sleep() -> bool {
+    _ksync_set_kernel_v1_may_sleep()
+}
+
+/// The kernel's [`Kernel::clock_ns`].
+#[inline]
+pub(crate) fn clock_ns() -> u64 {
+    _ksync_set_kernel_v1_clock_ns()
+}
+
+/// The kernel's [`Kernel::task_running`].
+#[inline]
+pub(crate) fn task_running(task: usize) -> bool {
+    _ksync_set_kernel_v1_task_running(task)
 }
 
 /// The kernel's [`Kernel::irq_save`] (with `lockdep`: also counted, so

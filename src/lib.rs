@@ -117,18 +117,22 @@ mod arch;
 mod sync;
 
 pub mod brlock;
+pub mod completion;
 #[cfg(feature = "test-hooks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-hooks")))]
 pub mod host;
 pub mod kernel;
 pub mod lockdep;
 pub mod lockref;
+pub mod mutex;
 pub mod percpu;
 pub mod percpu_counter;
 pub mod percpu_rwlock;
 pub mod rcu;
+pub mod semaphore;
 pub mod seqlock;
 pub mod spinlock;
+pub mod wait;
 #[cfg(all(feature = "bytemuck", not(ksync_loom)))]
 mod zeroable;
 

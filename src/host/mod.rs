@@ -27,6 +27,15 @@
 //! [`nr_cpus`](crate::kernel::nr_cpus) is [`MAX_CPUS`] (set `KSYNC_MAX_CPUS` for
 //! small models).
 //!
+//! # Tasks
+//!
+//! Every thread is also a task for the sleeping primitives
+//! ([`wait`](crate::wait) and the locks on it): `block` parks the thread
+//! (`std::thread::park`, with a timeout for a deadline), `wake` unparks
+//! it, the clock is `Instant`'s, and `task_running` is "not parked".
+//! Under loom, model threads park and unpark through loom, and the clock
+//! is a counter that each reading advances.
+//!
 //! # Interrupts and lockdep
 //!
 //! A thread plays an interrupt handler between [`enter_interrupt`] and
@@ -51,6 +60,11 @@ mod backend; // OS threads: a process-wide id table
 mod backend; // loom model threads: coroutines on one OS thread
 
 mod interrupts;
+#[cfg(not(ksync_loom))]
+#[path = "tasks.rs"]
+mod tasks;
+#[cfg(ksync_loom)]
+use backend as tasks;
 #[cfg(not(ksync_loom))]
 pub use backend::{migrate_to, preempt_at_next_point, preempt_count, preemption_point};
 pub use interrupts::{enter_interrupt, exit_interrupt, irqs_disabled};
@@ -137,6 +151,27 @@ unsafe impl Kernel for HostKernel {
     #[inline]
     fn irqs_disabled() -> bool {
         interrupts::irqs_disabled()
+    }
+
+    #[inline]
+    fn current_task() -> usize {
+        tasks::current_task()
+    }
+
+    fn block(deadline_ns: Option<u64>) {
+        tasks::block(deadline_ns)
+    }
+
+    fn wake(task: usize) {
+        tasks::wake(task)
+    }
+
+    fn clock_ns() -> u64 {
+        tasks::clock_ns()
+    }
+
+    fn task_running(task: usize) -> bool {
+        tasks::task_running(task)
     }
 
     fn lockdep_report(report: &LockdepReport) {

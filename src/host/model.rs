@@ -43,3 +43,50 @@ pub(super) fn cpu_id() -> usize {
 pub(super) fn preempt_disable() {}
 
 pub(super) fn preempt_enable() {}
+
+// Tasks under loom: the model's threads, parked and unparked through
+// loom (which explores the wake-before-park orders); the clock is a
+// counter that every reading advances, so timed waits end.
+loom::lazy_static! {
+    static ref TASKS: loom::sync::Mutex<std::vec::Vec<loom::thread::Thread>> =
+        loom::sync::Mutex::new(std::vec::Vec::new());
+    static ref CLOCK: loom::sync::atomic::AtomicU64 = loom::sync::atomic::AtomicU64::new(0);
+}
+
+loom::thread_local! {
+    static TOKEN: Cell<usize> = Cell::new(0);
+}
+
+pub(super) fn current_task() -> usize {
+    TOKEN.with(|token| {
+        if token.get() == 0 {
+            let mut tasks = TASKS.lock().unwrap();
+            tasks.push(loom::thread::current());
+            token.set(tasks.len());
+        }
+        token.get()
+    })
+}
+
+pub(super) fn block(deadline_ns: Option<u64>) {
+    match deadline_ns {
+        None => loom::thread::park(),
+        // A timed block is a spurious return: the clock moves on.
+        Some(_) => loom::thread::yield_now(),
+    }
+}
+
+pub(super) fn wake(token: usize) {
+    let thread = TASKS.lock().unwrap().get(token - 1).cloned();
+    if let Some(thread) = thread {
+        thread.unpark();
+    }
+}
+
+pub(super) fn task_running(_token: usize) -> bool {
+    false
+}
+
+pub(super) fn clock_ns() -> u64 {
+    CLOCK.fetch_add(1, loom::sync::atomic::Ordering::Relaxed) + 1
+}

@@ -436,6 +436,15 @@ pub fn quiescent_state() {
     engine().report(cpu.cpu());
 }
 
+/// Panics if this CPU is inside a read section: a sleeping wait
+/// ([`wait::might_sleep`](crate::wait::might_sleep)) would switch tasks
+/// there, a quiescent state under the reader.
+#[track_caller]
+pub(crate) fn check_may_sleep() {
+    let cpu = this_cpu();
+    check_not_reading(&cpu, "a sleeping wait");
+}
+
 /// [`quiescent_state`] for RCU's own waits, named `what`, which checked for
 /// held locks on entry (and `barrier` holds its own try-lock while it
 /// waits).

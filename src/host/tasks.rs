@@ -1,0 +1,89 @@
+//! The host's scheduler hooks on OS threads: every thread is a task whose
+//! token indexes a process-wide table of thread handles, `block` is
+//! `std::thread::park` (whose token is the "wake pending" flag the
+//! `Kernel::block` contract asks for) and `wake` is `unpark`.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::thread::Thread;
+use std::time::{Duration, Instant};
+use std::vec::Vec;
+
+/// One live task: its thread, and whether it is parked (for
+/// `task_running`).
+struct Task {
+    thread: Thread,
+    parked: AtomicBool,
+}
+
+/// Live tasks; token = index + 1. A slot is freed when its thread exits.
+static TASKS: Mutex<Vec<Option<Arc<Task>>>> = Mutex::new(Vec::new());
+
+fn tasks() -> MutexGuard<'static, Vec<Option<Arc<Task>>>> {
+    TASKS.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Frees the thread's slot when it exits.
+struct Slot(usize, Arc<Task>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        tasks()[self.0 - 1] = None;
+    }
+}
+
+std::thread_local! {
+    static SLOT: Slot = {
+        let task = Arc::new(Task { thread: std::thread::current(), parked: AtomicBool::new(false) });
+        let mut table = tasks();
+        let index = match table.iter().position(Option::is_none) {
+            Some(i) => i,
+            None => {
+                table.push(None);
+                table.len() - 1
+            }
+        };
+        table[index] = Some(task.clone());
+        Slot(index + 1, task)
+    };
+}
+
+pub(super) fn current_task() -> usize {
+    SLOT.with(|slot| slot.0)
+}
+
+fn lookup(token: usize) -> Option<Arc<Task>> {
+    tasks().get(token.wrapping_sub(1)).cloned().flatten()
+}
+
+pub(super) fn block(deadline_ns: Option<u64>) {
+    SLOT.with(|slot| {
+        slot.1.parked.store(true, Ordering::Relaxed);
+        match deadline_ns {
+            None => std::thread::park(),
+            Some(deadline) => {
+                let now = clock_ns();
+                if deadline > now {
+                    std::thread::park_timeout(Duration::from_nanos(deadline - now));
+                }
+            }
+        }
+        slot.1.parked.store(false, Ordering::Relaxed);
+    });
+}
+
+pub(super) fn wake(token: usize) {
+    if let Some(task) = lookup(token) {
+        task.thread.unpark();
+    }
+}
+
+pub(super) fn task_running(token: usize) -> bool {
+    lookup(token).is_some_and(|task| !task.parked.load(Ordering::Relaxed))
+}
+
+pub(super) fn clock_ns() -> u64 {
+    static START: OnceLock<Instant> = OnceLock::new();
+    let start = *START.get_or_init(Instant::now);
+    u64::try_from(start.elapsed().as_nanos()).unwrap_or(u64::MAX)
+}

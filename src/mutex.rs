@@ -1,0 +1,472 @@
+//! A sleeping mutex (Linux's `struct mutex`): a contended locker spins
+//! while the holder runs on a CPU, then sleeps on the lock's wait queue;
+//! a waiter that keeps losing the lock gets it handed over.
+//!
+//! ```
+//! # #[cfg(feature = "test-hooks")] {
+//! use ksync::mutex::Mutex;
+//!
+//! static TABLE: Mutex<Vec<u32>> = Mutex::new(Vec::new());
+//!
+//! let threads: Vec<_> = (0..4)
+//!     .map(|i| std::thread::spawn(move || TABLE.lock().push(i)))
+//!     .collect();
+//! for t in threads {
+//!     t.join().unwrap();
+//! }
+//! assert_eq!(TABLE.lock().len(), 4);
+//! # }
+//! ```
+//!
+//! # The algorithm
+//!
+//! One word holds `LOCKED`, `WAITERS` (someone is queued) and `HANDOFF`
+//! (the first waiter asked for the lock to be handed to it). Uncontended,
+//! `lock` and `unlock` are one compare-exchange each.
+//!
+//! * **Optimistic spinning.** A locker that finds it held spins while the
+//!   holder is on a CPU ([`Kernel::task_running`](crate::kernel::Kernel::task_running)),
+//!   up to [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds, taking the
+//!   lock when it is free: a short critical section is waited out without
+//!   two context switches (Linux's `mutex_optimistic_spin`).
+//! * **Sleeping.** Otherwise it queues on the wait queue (FIFO), sets
+//!   `WAITERS` and sleeps; `unlock` then takes the slow path, frees the
+//!   lock and wakes the first waiter.
+//! * **Hand-off.** A woken waiter may find the lock taken again by a
+//!   spinner. It goes back to the front of the queue and sets `HANDOFF`;
+//!   the next `unlock` then does not free the lock but makes that first
+//!   waiter its owner and wakes it, and no one else may take the lock
+//!   while `HANDOFF` is set. So a waiter loses at most one race after it
+//!   reaches the front (Linux's `MUTEX_FLAG_HANDOFF`): no starvation.
+//!
+//! Unlike a spinlock, the holder may sleep, and preemption stays enabled.
+//! Guards come from [`lock_api`], as for the spinlocks: [`Mutex`] is
+//! `lock_api::Mutex<RawMutex, T>`; [`lock_async`] is the async form on the
+//! same lock.
+
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+
+use crate::kernel::{self, SPIN_LIMIT};
+use crate::sync::{AtomicUsize, Ordering};
+use crate::wait::{self, GRANTED, Locked, Node, Queued, WAITING, WaitQueue};
+
+/// In the state word: held.
+const LOCKED: usize = 1;
+/// Someone is queued (the unlock must look at the queue).
+const WAITERS: usize = 2;
+/// The first waiter asked for a hand-off.
+const HANDOFF: usize = 4;
+
+/// The lock under [`Mutex`] (Linux's `struct mutex`). See the
+/// [module docs](self).
+pub struct RawMutex {
+    state: AtomicUsize,
+    /// The holder's task token (0 while free or unknown): for spinners
+    /// to ask whether it runs. Relaxed: a hint, never for exclusion.
+    owner: AtomicUsize,
+    queue: WaitQueue,
+}
+
+impl core::fmt::Debug for RawMutex {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RawMutex")
+            .field("locked", &self.is_locked())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for RawMutex {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A mutex whose waiters sleep (see the [module docs](self)).
+pub type Mutex<T> = lock_api::Mutex<RawMutex, T>;
+/// The guard of [`Mutex`].
+pub type MutexGuard<'a, T> = lock_api::MutexGuard<'a, RawMutex, T>;
+
+impl RawMutex {
+    crate::sync::const_fn! {
+        /// A new, unlocked mutex.
+        #[must_use]
+        pub fn new() -> Self {
+            RawMutex {
+                state: AtomicUsize::new(0),
+                owner: AtomicUsize::new(0),
+                queue: WaitQueue::new(),
+            }
+        }
+    }
+
+    /// Whether anyone holds it (a snapshot).
+    #[doc(alias = "mutex_is_locked")]
+    #[must_use]
+    pub fn is_locked(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & LOCKED != 0
+    }
+
+    /// Takes the lock if that needs no waiting (Linux's
+    /// `mutex_trylock`); whether it did. Never sleeps.
+    #[doc(alias = "mutex_trylock")]
+    #[inline]
+    #[must_use = "true means the lock is held and must be unlocked"]
+    pub fn try_lock(&self) -> bool {
+        let mut state = self.state.load(Ordering::Relaxed);
+        loop {
+            if state & (LOCKED | HANDOFF) != 0 {
+                return false;
+            }
+            // Acquire: pairs with the Release of the unlock that freed it.
+            match self.state.compare_exchange_weak(
+                state,
+                state | LOCKED,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => {
+                    self.owner.store(kernel::current_task(), Ordering::Relaxed);
+                    return true;
+                }
+                Err(now) => state = now,
+            }
+        }
+    }
+
+    /// Takes the lock, spinning while its holder runs and then sleeping
+    /// (Linux's `mutex_lock`).
+    ///
+    /// # Panics
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
+    /// checked on the contended path.
+    #[doc(alias = "mutex_lock")]
+    #[inline]
+    #[track_caller]
+    pub fn lock(&self) {
+        // Acquire: as in `try_lock`.
+        if self
+            .state
+            .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            self.owner.store(kernel::current_task(), Ordering::Relaxed);
+            return;
+        }
+        self.lock_slow();
+    }
+
+    #[cold]
+    #[track_caller]
+    fn lock_slow(&self) {
+        wait::might_sleep();
+        if self.spin() {
+            return;
+        }
+        let node = Node::new();
+        let _queued = Queued {
+            queue: &self.queue,
+            node: &node,
+        };
+        let mut locked = self.queue.lock();
+        // SAFETY: `node` stays put and `_queued` takes it off the queue
+        // before it goes away; it is new.
+        unsafe { locked.enqueue(&node, true, 0, None, false) };
+        let mut woken = false;
+        loop {
+            if self.acquire_queued(&mut locked, &node, woken) {
+                return;
+            }
+            drop(locked);
+            if self.queue.sleep(&node, None) == GRANTED {
+                // The unlock made this task the owner.
+                return;
+            }
+            // Woken (and off the queue): back to the front, try again.
+            locked = self.queue.lock();
+            // SAFETY: as above; a wake took it off the queue.
+            unsafe { locked.enqueue(&node, true, 0, None, true) };
+            woken = true;
+        }
+    }
+
+    /// Spins while the holder runs and the lock has no hand-off pending;
+    /// whether it took the lock.
+    fn spin(&self) -> bool {
+        for _ in 0..SPIN_LIMIT {
+            let state = self.state.load(Ordering::Relaxed);
+            if state & HANDOFF != 0 {
+                return false;
+            }
+            if state & LOCKED == 0 {
+                if self.try_lock() {
+                    return true;
+                }
+                continue;
+            }
+            let owner = self.owner.load(Ordering::Relaxed);
+            if owner != 0 && !kernel::task_running(owner) {
+                return false;
+            }
+            crate::sync::spin_loop();
+        }
+        false
+    }
+
+    /// With `node` queued (under `locked`): sets `WAITERS`, takes the lock
+    /// if it is free (and no hand-off is pending for another waiter), and
+    /// otherwise, for a waiter that was `woken` and lost again, asks for
+    /// the hand-off. Whether it took the lock (then off the queue).
+    fn acquire_queued(&self, locked: &mut Locked<'_>, node: &Node, woken: bool) -> bool {
+        // Under the queue lock, so an unlock that frees the lock after
+        // this (its slow path: WAITERS is set) finds this node queued.
+        let mut state = self.state.fetch_or(WAITERS, Ordering::Relaxed) | WAITERS;
+        loop {
+            let first = locked
+                .front()
+                .is_some_and(|(n, _, _)| core::ptr::eq(n, node));
+            if state & LOCKED != 0 || (state & HANDOFF != 0 && !first) {
+                if woken && first && state & LOCKED != 0 {
+                    // Under the queue lock, while held: its unlock sees it.
+                    self.state.fetch_or(HANDOFF, Ordering::Relaxed);
+                }
+                return false;
+            }
+            // Acquire: as in `try_lock`.
+            match self.state.compare_exchange_weak(
+                state,
+                (state | LOCKED) & !HANDOFF,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => break,
+                Err(now) => state = now,
+            }
+        }
+        locked.remove(node);
+        if locked.is_empty() {
+            self.state.fetch_and(!WAITERS, Ordering::Relaxed);
+        }
+        self.owner.store(kernel::current_task(), Ordering::Relaxed);
+        true
+    }
+
+    /// Releases the lock (Linux's `mutex_unlock`): frees it and wakes the
+    /// first waiter, or hands it to that waiter if it asked.
+    ///
+    /// # Safety
+    /// The lock is held (by the caller's task, as Linux requires; the
+    /// lock itself only needs it held).
+    #[doc(alias = "mutex_unlock")]
+    #[inline]
+    pub unsafe fn unlock(&self) {
+        self.owner.store(0, Ordering::Relaxed);
+        // Release: pairs with the next locker's Acquire.
+        if self
+            .state
+            .compare_exchange(LOCKED, 0, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            self.unlock_slow();
+        }
+    }
+
+    #[cold]
+    fn unlock_slow(&self) {
+        let mut locked = self.queue.lock();
+        let state = self.state.load(Ordering::Relaxed);
+        if state & HANDOFF != 0
+            && let Some((first, _, _)) = locked.front()
+        {
+            let first: *const Node = first;
+            // SAFETY: queued, so valid until a wake takes it off.
+            let first = unsafe { &*first };
+            let token = locked.task_of(first);
+            self.owner.store(token, Ordering::Relaxed);
+            locked.remove(first);
+            let mut clear = HANDOFF;
+            if locked.is_empty() {
+                clear |= WAITERS;
+            }
+            // Still LOCKED: the owner changes, the lock stays held. The
+            // critical section's accesses reach the new owner through the
+            // Release in `wake` and its Acquire of GRANTED.
+            self.state.fetch_and(!clear, Ordering::Relaxed);
+            locked.wake(first, GRANTED);
+            return;
+        }
+        let mut clear = LOCKED | HANDOFF;
+        if locked.is_empty() {
+            clear |= WAITERS;
+        }
+        // Release: pairs with the next locker's Acquire.
+        self.state.fetch_and(!clear, Ordering::Release);
+        if let Some((first, _, _)) = locked.front() {
+            let first: *const Node = first;
+            // SAFETY: queued, so valid until `wake` takes it off.
+            locked.wake(unsafe { &*first }, wait::WOKEN);
+        }
+    }
+
+    /// Takes the lock, as a future: the async form of
+    /// [`lock`](Self::lock) on the same lock and queue (no spinning).
+    pub fn lock_async(&self) -> RawLock<'_> {
+        RawLock {
+            mutex: self,
+            node: Node::new(),
+            queued: false,
+            woken: false,
+            done: false,
+        }
+    }
+}
+
+/// The future of [`RawMutex::lock_async`]: ready once the lock is held.
+/// Dropped before that, it leaves the queue (and passes on a wake or a
+/// hand-off it got).
+#[must_use = "futures do nothing unless awaited"]
+pub struct RawLock<'a> {
+    mutex: &'a RawMutex,
+    node: Node,
+    queued: bool,
+    woken: bool,
+    done: bool,
+}
+
+impl core::fmt::Debug for RawLock<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RawLock")
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Future for RawLock<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: nothing moves out of the future; `node` stays put until
+        // the future drops, which takes it off the queue.
+        let this = unsafe { self.get_unchecked_mut() };
+        if this.done {
+            return Poll::Ready(());
+        }
+        if !this.queued && this.mutex.try_lock() {
+            this.done = true;
+            return Poll::Ready(());
+        }
+        let mut locked = this.mutex.queue.lock();
+        if this.queued {
+            match this.node.state() {
+                GRANTED => {
+                    this.done = true;
+                    return Poll::Ready(());
+                }
+                WAITING => {
+                    locked.set_waker(&this.node, cx.waker());
+                    return Poll::Pending;
+                }
+                _ => {
+                    // Woken: back to the front.
+                    // SAFETY: pinned in the pinned future; `Drop` takes it
+                    // off the queue; a wake took it off.
+                    unsafe { locked.enqueue(&this.node, true, 0, Some(cx.waker()), true) };
+                    this.woken = true;
+                }
+            }
+        } else {
+            // SAFETY: as above; not queued yet.
+            unsafe { locked.enqueue(&this.node, true, 0, Some(cx.waker()), false) };
+            this.queued = true;
+        }
+        if this
+            .mutex
+            .acquire_queued(&mut locked, &this.node, this.woken)
+        {
+            this.done = true;
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+impl Drop for RawLock<'_> {
+    fn drop(&mut self) {
+        if !self.queued || self.done {
+            return;
+        }
+        let mut locked = self.mutex.queue.lock();
+        let was_queued = locked.remove(&self.node);
+        if locked.is_empty() {
+            self.mutex
+                .state
+                .fetch_and(!(WAITERS | HANDOFF), Ordering::Relaxed);
+        }
+        if was_queued {
+            return;
+        }
+        match self.node.state() {
+            GRANTED => {
+                // Made the owner, and cancelled before it knew: unlock.
+                drop(locked);
+                // SAFETY: the hand-off made this future's task the holder.
+                unsafe { self.mutex.unlock() };
+            }
+            _ => {
+                // Woken and cancelled: the wake goes to the next waiter
+                // if the lock is still free.
+                if self.mutex.state.load(Ordering::Relaxed) & LOCKED == 0
+                    && let Some((first, _, _)) = locked.front()
+                {
+                    let first: *const Node = first;
+                    // SAFETY: queued, so valid until `wake` takes it off.
+                    locked.wake(unsafe { &*first }, wait::WOKEN);
+                }
+            }
+        }
+    }
+}
+
+/// Takes `mutex`, as a future, and gives its guard: the async form of
+/// `mutex.lock()`.
+pub async fn lock_async<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
+    // SAFETY: `raw` is only used to take the lock, which the guard made
+    // below then owns.
+    unsafe { mutex.raw() }.lock_async().await;
+    // SAFETY: the lock is held, by this task, and the guard releases it.
+    unsafe { mutex.make_guard_unchecked() }
+}
+
+#[cfg(not(ksync_loom))] // `INIT` is a constant; loom's atomics cannot be one
+// SAFETY: `lock` and `try_lock` give exclusion with Acquire, `unlock`
+// releases with Release (or hands the lock to one waiter, which then holds
+// it); the guard may move to another task (the lock has no per-task
+// state that its release depends on).
+unsafe impl lock_api::RawMutex for RawMutex {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self::new();
+    type GuardMarker = lock_api::GuardSend;
+
+    #[inline]
+    #[track_caller]
+    fn lock(&self) {
+        RawMutex::lock(self)
+    }
+
+    #[inline]
+    fn try_lock(&self) -> bool {
+        RawMutex::try_lock(self)
+    }
+
+    #[inline]
+    unsafe fn unlock(&self) {
+        // SAFETY: forwarded: the guard holds it.
+        unsafe { RawMutex::unlock(self) }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        RawMutex::is_locked(self)
+    }
+}

@@ -1,0 +1,303 @@
+//! A counting semaphore that sleeps (Linux's `struct semaphore`):
+//! [`down`](Semaphore::down) takes a unit or sleeps until
+//! [`up`](Semaphore::up) hands it one.
+//!
+//! ```
+//! # #[cfg(feature = "test-hooks")] {
+//! use ksync::semaphore::Semaphore;
+//!
+//! static SLOTS: Semaphore = Semaphore::new(2); // two at a time
+//!
+//! let workers: Vec<_> = (0..4)
+//!     .map(|_| {
+//!         std::thread::spawn(|| {
+//!             SLOTS.down();
+//!             // ... at most two threads here ...
+//!             SLOTS.up();
+//!         })
+//!     })
+//!     .collect();
+//! for w in workers {
+//!     w.join().unwrap();
+//! }
+//! assert_eq!(SLOTS.count(), 2);
+//! # }
+//! ```
+//!
+//! # Hand-off
+//!
+//! An `up` with waiters queued does not raise the count: it hands the unit
+//! to the first waiter (Linux's `__up`), so a stream of `down` calls that
+//! find the count positive cannot overtake a sleeping waiter for ever, and
+//! waiters are served in FIFO order. A waiter whose timeout races a
+//! hand-off keeps the unit (the `down` succeeds); an async waiter
+//! cancelled after a hand-off gives it back.
+
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll};
+use core::time::Duration;
+
+use crate::sync::{AtomicUsize, Ordering};
+use crate::wait::{self, GRANTED, Locked, Node, Queued, WaitQueue};
+
+/// Units and waiters: the core of [`Semaphore`] and
+/// [`Completion`](crate::completion::Completion). `count` changes only
+/// under the queue's lock and is positive only while nobody waits;
+/// [`ALL`] is a count that taking never lowers (`complete_all`).
+pub(crate) struct Units {
+    count: AtomicUsize,
+    queue: WaitQueue,
+}
+
+/// A count that is never used up.
+pub(crate) const ALL: usize = usize::MAX;
+
+impl Units {
+    crate::sync::const_fn! {
+        pub(crate) fn new(count: usize) -> Self {
+            Units {
+                count: AtomicUsize::new(count),
+                queue: WaitQueue::new(),
+            }
+        }
+    }
+
+    /// The count now (a snapshot; Relaxed: it says nothing of other data).
+    pub(crate) fn count(&self) -> usize {
+        self.count.load(Ordering::Relaxed)
+    }
+
+    /// Takes a unit under the lock if there is one.
+    fn take_locked(&self, _locked: &Locked<'_>) -> bool {
+        // Relaxed: the count changes only under the queue lock, held here.
+        match self.count.load(Ordering::Relaxed) {
+            0 => false,
+            ALL => true,
+            n => {
+                self.count.store(n - 1, Ordering::Relaxed);
+                true
+            }
+        }
+    }
+
+    /// Takes a unit if one is there without waiting.
+    pub(crate) fn try_take(&self) -> bool {
+        let locked = self.queue.lock();
+        self.take_locked(&locked)
+    }
+
+    /// Takes a unit, sleeping until one is handed over or `deadline_ns`
+    /// passes; whether it got one.
+    #[track_caller]
+    pub(crate) fn take(&self, deadline_ns: Option<u64>) -> bool {
+        let mut locked = self.queue.lock();
+        if self.take_locked(&locked) {
+            return true;
+        }
+        drop(locked);
+        wait::might_sleep();
+        locked = self.queue.lock();
+        if self.take_locked(&locked) {
+            return true;
+        }
+        let node = Node::new();
+        let _queued = Queued {
+            queue: &self.queue,
+            node: &node,
+        };
+        // SAFETY: `node` stays put and `_queued` takes it off the queue
+        // before it goes away; it is new.
+        unsafe { locked.enqueue(&node, true, 0, None, false) };
+        drop(locked);
+        // Only hand-offs wake these waiters: GRANTED, or WAITING when the
+        // deadline passed first (and the node is off the queue).
+        self.queue.sleep(&node, deadline_ns) == GRANTED
+    }
+
+    /// Gives `n` units back ([`ALL`]: the count is never used up again):
+    /// to the waiters first, in queue order, then to the count
+    /// (saturating at `ALL - 1`).
+    pub(crate) fn give(&self, n: usize) {
+        let mut locked = self.queue.lock();
+        let mut left = n;
+        while left > 0 {
+            let Some((node, _, _)) = locked.front() else {
+                break;
+            };
+            // The node's memory stays valid through `wake` (its owner
+            // takes this lock before it leaves).
+            let node: *const Node = node;
+            // SAFETY: queued, so valid until taken off, which `wake` does.
+            locked.wake(unsafe { &*node }, GRANTED);
+            if n != ALL {
+                left -= 1;
+            }
+        }
+        if left > 0 {
+            // Relaxed: under the lock.
+            let count = self.count.load(Ordering::Relaxed);
+            let new = if n == ALL || count == ALL {
+                ALL
+            } else {
+                count.saturating_add(left).min(ALL - 1)
+            };
+            self.count.store(new, Ordering::Relaxed);
+        }
+    }
+
+    /// Sets the count (no waiter must be queued for it to mean much).
+    pub(crate) fn set(&self, count: usize) {
+        let _locked = self.queue.lock();
+        self.count.store(count, Ordering::Relaxed);
+    }
+
+    /// A future that takes a unit.
+    pub(crate) fn take_async(&self) -> Take<'_> {
+        Take {
+            units: self,
+            node: Node::new(),
+            queued: false,
+            done: false,
+        }
+    }
+}
+
+/// Future of an async `down`: ready once it holds a unit. Dropped after a
+/// hand-off and before it completed, it gives the unit back.
+#[must_use = "futures do nothing unless awaited"]
+pub struct Take<'a> {
+    units: &'a Units,
+    node: Node,
+    queued: bool,
+    done: bool,
+}
+
+impl core::fmt::Debug for Take<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Take")
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Future for Take<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: nothing moves out of the future; `node` stays put until
+        // the future drops, which takes it off the queue.
+        let this = unsafe { self.get_unchecked_mut() };
+        if this.done {
+            return Poll::Ready(());
+        }
+        let mut locked = this.units.queue.lock();
+        if this.queued {
+            if this.node.state() == GRANTED {
+                this.done = true;
+                return Poll::Ready(());
+            }
+            // Still queued: a hand-off wakes the newest waker.
+            locked.set_waker(&this.node, cx.waker());
+            return Poll::Pending;
+        }
+        if this.units.take_locked(&locked) {
+            this.done = true;
+            return Poll::Ready(());
+        }
+        // SAFETY: the node is pinned inside the pinned future and `Drop`
+        // takes it off the queue; it is not queued.
+        unsafe { locked.enqueue(&this.node, true, 0, Some(cx.waker()), false) };
+        this.queued = true;
+        Poll::Pending
+    }
+}
+
+impl Drop for Take<'_> {
+    fn drop(&mut self) {
+        if !self.queued {
+            return;
+        }
+        let mut locked = self.units.queue.lock();
+        if !locked.remove(&self.node) && !self.done && self.node.state() == GRANTED {
+            // Handed a unit and cancelled before it saw it: give it on.
+            drop(locked);
+            self.units.give(1);
+        }
+    }
+}
+
+/// A counting semaphore whose waiters sleep (Linux's `struct semaphore`).
+/// See the [module docs](self).
+pub struct Semaphore {
+    units: Units,
+}
+
+impl core::fmt::Debug for Semaphore {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("Semaphore")
+            .field("count", &self.count())
+            .finish_non_exhaustive()
+    }
+}
+
+impl Semaphore {
+    crate::sync::const_fn! {
+        /// A semaphore with `count` units (Linux's `sema_init`). At most
+        /// `usize::MAX - 1`.
+        #[doc(alias = "sema_init")]
+        #[must_use]
+        pub fn new(count: usize) -> Self {
+            assert!(count < ALL, "ksync: a semaphore's count must be below usize::MAX");
+            Semaphore {
+                units: Units::new(count),
+            }
+        }
+    }
+
+    /// Takes a unit, sleeping until one is free (Linux's `down`).
+    ///
+    /// # Panics
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
+    /// when it would have to sleep.
+    #[track_caller]
+    pub fn down(&self) {
+        self.units.take(None);
+    }
+
+    /// Takes a unit if one is free now (Linux's `down_trylock`, which
+    /// returns the opposite): whether it did. Never sleeps.
+    #[doc(alias = "down_trylock")]
+    #[must_use = "true means a unit was taken and must be given back with `up`"]
+    pub fn try_down(&self) -> bool {
+        self.units.try_take()
+    }
+
+    /// [`down`](Self::down) for at most `timeout` (Linux's
+    /// `down_timeout`): whether it took a unit. Needs
+    /// [`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns).
+    #[track_caller]
+    #[must_use = "true means a unit was taken and must be given back with `up`"]
+    pub fn down_timeout(&self, timeout: Duration) -> bool {
+        self.units.try_take() || self.units.take(Some(wait::deadline(timeout)))
+    }
+
+    /// Takes a unit, as a future (no executor assumed): the async form of
+    /// [`down`](Self::down), on the same queue.
+    pub fn down_async(&self) -> Take<'_> {
+        self.units.take_async()
+    }
+
+    /// Gives a unit back (Linux's `up`): to the first waiter if there is
+    /// one, otherwise to the count. Never sleeps; callable from interrupt
+    /// handlers. The count saturates at `usize::MAX - 1`.
+    pub fn up(&self) {
+        self.units.give(1);
+    }
+
+    /// The units free now (a snapshot).
+    #[must_use]
+    pub fn count(&self) -> usize {
+        self.units.count()
+    }
+}

@@ -1,0 +1,689 @@
+//! Wait queues: tasks, and async tasks, sleeping until a condition holds
+//! (Linux's `wait_queue_head_t`, `wait_event` and `wake_up`).
+//!
+//! A [`WaitQueue`] is a spinlock (interrupts off while held, so handlers
+//! may wake) and an intrusive FIFO list of waiters. A waiter is a node on
+//! the waiting task's stack (or inside its future), pinned while queued:
+//! no allocation. It sleeps through the kernel's scheduler hooks
+//! ([`Kernel::block`](crate::kernel::Kernel::block),
+//! [`Kernel::wake`](crate::kernel::Kernel::wake), the task's token from
+//! [`Kernel::current_task`](crate::kernel::Kernel::current_task)); in a
+//! kernel without them the defaults make a waiter busy-wait, which is
+//! correct and only slower. An async waiter keeps a
+//! [`Waker`](core::task::Waker) in its node instead: one queue serves
+//! blocking tasks and `.await` alike, with no executor assumed.
+//!
+//! ```
+//! # #[cfg(feature = "test-hooks")] {
+//! use core::sync::atomic::{AtomicBool, Ordering};
+//! use ksync::wait::WaitQueue;
+//!
+//! static READY: AtomicBool = AtomicBool::new(false);
+//! static QUEUE: WaitQueue = WaitQueue::new();
+//!
+//! let waiter = std::thread::spawn(|| QUEUE.wait_event(|| READY.load(Ordering::Acquire)));
+//! READY.store(true, Ordering::Release); // make the condition true...
+//! QUEUE.wake_all(); // ...then wake: the waiter re-checks it
+//! waiter.join().unwrap();
+//! # }
+//! ```
+//!
+//! # No lost wake-ups
+//!
+//! `wait_event(cond)` checks `cond`, enqueues its node, and checks `cond`
+//! again before it sleeps (Linux's `prepare_to_wait` then the check). A
+//! waker makes the condition true *before* it calls `wake_*`, so either the
+//! waiter's second check sees it, or the node was queued before the wake
+//! and the wake marks it (under the queue lock) and calls the kernel's
+//! `wake` on its task, which makes a `block` that has not started yet
+//! return at once (the hook's contract). A waiter never returns while a
+//! waker still uses its node or its task token: every exit takes the queue
+//! lock once.
+//!
+//! # Exclusive waiters
+//!
+//! Waiters are woken in FIFO order. An *exclusive* waiter
+//! ([`wait_event_exclusive`](WaitQueue::wait_event_exclusive)) is one of
+//! several where one wake is enough (the next lock holder): `wake_one`
+//! wakes every non-exclusive waiter and the first exclusive one,
+//! `wake_n(n)` the first `n` exclusive ones, `wake_all` all (Linux's
+//! `wake_up`, `wake_up_nr`, `wake_up_all`). A woken waiter is off the
+//! queue; one whose condition is false again queues at the back.
+//!
+//! # Where waits may happen
+//!
+//! Every blocking wait first calls [`might_sleep`]: it panics in an
+//! interrupt handler or wherever [`Kernel::may_sleep`](crate::kernel::Kernel::may_sleep)
+//! says no, inside an RCU read section on this CPU (a sleep is a context
+//! switch, which would end a grace period under the reader; every build),
+//! and with `lockdep` it reports spinlocks held and interrupts masked.
+//! Waking never sleeps: `wake_*` may be called anywhere, interrupt
+//! handlers included.
+
+use core::future::Future;
+use core::marker::PhantomPinned;
+use core::pin::Pin;
+use core::ptr;
+use core::task::{Context, Poll, Waker};
+use core::time::Duration;
+
+use crate::kernel;
+use crate::spinlock::{IrqDisabled, RawSpinlock, Spin, TicketLock};
+use crate::sync::{AtomicUsize, Ordering, UnsafeCell, const_fn};
+
+/// In [`Node::state`]: queued, not woken.
+pub(crate) const WAITING: usize = 0;
+/// In [`Node::state`]: woken (taken off the queue); re-check the condition.
+pub(crate) const WOKEN: usize = 1;
+/// In [`Node::state`]: woken and handed what it waited for (a lock, a
+/// semaphore unit) by the waker: the primitives' hand-off.
+pub(crate) const GRANTED: usize = 2;
+
+/// How a queued waiter is woken.
+enum Wake {
+    /// Not queued yet.
+    None,
+    /// A blocked task: the kernel's token.
+    Task(usize),
+    /// An async task (`None` once a wake took it).
+    Async(Option<Waker>),
+}
+
+/// Fields of a [`Node`] that only the queue lock's holder touches.
+struct Links {
+    prev: *const Node,
+    next: *const Node,
+    linked: bool,
+    exclusive: bool,
+    /// What the primitive on the queue needs to know of the waiter (a
+    /// reader or a writer, say).
+    tag: usize,
+    wake: Wake,
+}
+
+/// A waiter: lives on the waiting task's stack or in its future, pinned
+/// while queued, and off the queue before it goes away.
+pub(crate) struct Node {
+    links: UnsafeCell<Links>,
+    /// [`WAITING`], [`WOKEN`] or [`GRANTED`]: stored by the queue lock's
+    /// holder (Release, before it wakes the task), read by the waiter
+    /// without the lock (Acquire: what the waker did before is visible).
+    state: AtomicUsize,
+    _pin: PhantomPinned,
+}
+
+// SAFETY: `links` is touched only under the queue lock (`Locked`), by
+// whichever CPU holds it; `state` is atomic. The `Waker` inside is `Send`
+// and `Sync`.
+unsafe impl Sync for Node {}
+// SAFETY: as above; a node is moved only while it is not queued.
+unsafe impl Send for Node {}
+
+impl Node {
+    pub(crate) fn new() -> Self {
+        Node {
+            links: UnsafeCell::new(Links {
+                prev: ptr::null(),
+                next: ptr::null(),
+                linked: false,
+                exclusive: false,
+                tag: 0,
+                wake: Wake::None,
+            }),
+            state: AtomicUsize::new(WAITING),
+            _pin: PhantomPinned,
+        }
+    }
+
+    /// The state a waker left (Acquire: pairs with the waker's Release
+    /// store in [`Locked::wake`]).
+    #[inline]
+    pub(crate) fn state(&self) -> usize {
+        self.state.load(Ordering::Acquire)
+    }
+}
+
+/// A queue of sleeping tasks (Linux's `wait_queue_head_t`). See the
+/// [module docs](self).
+pub struct WaitQueue {
+    /// Interrupts off while held: handlers wake.
+    lock: RawSpinlock<TicketLock<Spin>, IrqDisabled>,
+    /// Head and tail of the FIFO list, under `lock`.
+    ends: UnsafeCell<(*const Node, *const Node)>,
+}
+
+// SAFETY: the list is touched only under `lock`; its nodes are `Sync`.
+unsafe impl Sync for WaitQueue {}
+// SAFETY: as above; the pointers are into pinned nodes of other tasks,
+// which the queue does not own.
+unsafe impl Send for WaitQueue {}
+
+impl Default for WaitQueue {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl core::fmt::Debug for WaitQueue {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("WaitQueue").finish_non_exhaustive()
+    }
+}
+
+/// The queue lock held: the list is this context's.
+pub(crate) struct Locked<'q> {
+    queue: &'q WaitQueue,
+}
+
+impl Drop for Locked<'_> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: taken by `WaitQueue::lock` in this context.
+        unsafe { self.queue.lock.unlock() }
+    }
+}
+
+impl Locked<'_> {
+    /// Runs `f` on a node's lock-protected fields.
+    #[inline]
+    fn links<R>(&mut self, node: &Node, f: impl FnOnce(&mut Links) -> R) -> R {
+        // SAFETY: the queue lock is held (`self`), which guards `links`
+        // of every node that is or may be queued here; no other reference
+        // to them is live.
+        node.links.with_mut(|links| f(unsafe { &mut *links }))
+    }
+
+    #[inline]
+    fn ends<R>(&mut self, f: impl FnOnce(&mut (*const Node, *const Node)) -> R) -> R {
+        // SAFETY: under the queue lock.
+        self.queue.ends.with_mut(|ends| f(unsafe { &mut *ends }))
+    }
+
+    /// Queues `node` at the back (`front`: at the front) as a waiter of
+    /// the current task, or of `waker`, with the primitive's `tag`, and
+    /// marks it [`WAITING`].
+    ///
+    /// # Safety
+    /// `node` is pinned and stays valid until it is off the queue (a
+    /// waker took it, or [`remove`](Self::remove)); it is not queued now.
+    pub(crate) unsafe fn enqueue(
+        &mut self,
+        node: &Node,
+        exclusive: bool,
+        tag: usize,
+        waker: Option<&Waker>,
+        front: bool,
+    ) {
+        let wake = match waker {
+            Some(waker) => Wake::Async(Some(waker.clone())),
+            None => Wake::Task(kernel::current_task()),
+        };
+        // Relaxed: read by this task only after it saw WAITING replaced,
+        // which is a Release store by a later holder of this lock.
+        node.state.store(WAITING, Ordering::Relaxed);
+        let me: *const Node = node;
+        let (head, tail) = self.ends(|ends| *ends);
+        self.links(node, |links| {
+            debug_assert!(!links.linked, "ksync: a wait-queue node queued twice");
+            links.linked = true;
+            links.exclusive = exclusive;
+            links.tag = tag;
+            links.wake = wake;
+            if front {
+                links.prev = ptr::null();
+                links.next = head;
+            } else {
+                links.prev = tail;
+                links.next = ptr::null();
+            }
+        });
+        if front {
+            match head.is_null() {
+                true => self.ends(|ends| ends.1 = me),
+                // SAFETY: queued nodes are valid (the enqueue contract).
+                false => self.links(unsafe { &*head }, |l| l.prev = me),
+            }
+            self.ends(|ends| ends.0 = me);
+        } else {
+            match tail.is_null() {
+                true => self.ends(|ends| ends.0 = me),
+                // SAFETY: as above.
+                false => self.links(unsafe { &*tail }, |l| l.next = me),
+            }
+            self.ends(|ends| ends.1 = me);
+        }
+    }
+
+    /// Takes `node` off the queue if it is on it; whether it was.
+    pub(crate) fn remove(&mut self, node: &Node) -> bool {
+        let Some((prev, next)) = self.links(node, |links| {
+            if !links.linked {
+                return None;
+            }
+            links.linked = false;
+            Some((links.prev, links.next))
+        }) else {
+            return false;
+        };
+        match prev.is_null() {
+            true => self.ends(|ends| ends.0 = next),
+            // SAFETY: queued nodes are valid (the enqueue contract).
+            false => self.links(unsafe { &*prev }, |l| l.next = next),
+        }
+        match next.is_null() {
+            true => self.ends(|ends| ends.1 = prev),
+            // SAFETY: as above.
+            false => self.links(unsafe { &*next }, |l| l.prev = prev),
+        }
+        true
+    }
+
+    /// Whether `node` is queued.
+    pub(crate) fn is_queued(&mut self, node: &Node) -> bool {
+        self.links(node, |links| links.linked)
+    }
+
+    /// Makes `node` (queued, async) wake `waker` from now on.
+    pub(crate) fn set_waker(&mut self, node: &Node, waker: &Waker) {
+        self.links(node, |links| match &mut links.wake {
+            Wake::Async(Some(old)) if old.will_wake(waker) => {}
+            wake => *wake = Wake::Async(Some(waker.clone())),
+        });
+    }
+
+    /// The task token of a queued blocking waiter (0 for an async one).
+    pub(crate) fn task_of(&mut self, node: &Node) -> usize {
+        self.links(node, |links| match links.wake {
+            Wake::Task(token) => token,
+            _ => 0,
+        })
+    }
+
+    /// Whether nobody waits.
+    pub(crate) fn is_empty(&mut self) -> bool {
+        self.ends(|ends| ends.0.is_null())
+    }
+
+    /// The first waiter, with its tag and whether it is exclusive.
+    pub(crate) fn front(&mut self) -> Option<(&Node, usize, bool)> {
+        let head = self.ends(|ends| ends.0);
+        // SAFETY: queued nodes stay valid while queued, and they stay
+        // queued while this lock is held (the returned borrow is `self`'s).
+        let node = unsafe { head.as_ref() }?;
+        let (tag, exclusive) = self.links(node, |l| (l.tag, l.exclusive));
+        Some((node, tag, exclusive))
+    }
+
+    /// The waiter after `node` (which is queued), with its tag and
+    /// whether it is exclusive.
+    #[allow(dead_code)] // for the rw semaphores' reader batches
+    pub(crate) fn next(&mut self, node: &Node) -> Option<(&Node, usize, bool)> {
+        let next = self.links(node, |l| l.next);
+        // SAFETY: as in `front`.
+        let node = unsafe { next.as_ref() }?;
+        let (tag, exclusive) = self.links(node, |l| (l.tag, l.exclusive));
+        Some((node, tag, exclusive))
+    }
+
+    /// Takes `node` (queued) off the queue, leaves `state` ([`WOKEN`] or
+    /// [`GRANTED`]) in it and wakes its task. The node's owner may
+    /// return as soon as it sees the state, but not before it takes this
+    /// lock, so the token stays valid for the kernel's `wake`.
+    pub(crate) fn wake(&mut self, node: &Node, state: usize) {
+        self.remove(node);
+        let wake = self.links(node, |links| match &mut links.wake {
+            Wake::Task(token) => Wake::Task(*token),
+            Wake::Async(waker) => Wake::Async(waker.take()),
+            Wake::None => Wake::None,
+        });
+        // Release: pairs with the waiter's Acquire in `Node::state`, which
+        // then sees what the waker did first (the condition made true, the
+        // lock handed over).
+        node.state.store(state, Ordering::Release);
+        match wake {
+            Wake::Task(token) => kernel::wake(token),
+            Wake::Async(Some(waker)) => waker.wake(),
+            Wake::Async(None) | Wake::None => {}
+        }
+    }
+
+    /// Wakes every non-exclusive waiter and the first `exclusive`
+    /// exclusive ones, in queue order; how many it woke.
+    pub(crate) fn wake_n(&mut self, mut exclusive: usize) -> usize {
+        let mut woken = 0;
+        let mut cursor = self.ends(|ends| ends.0);
+        // SAFETY: queued nodes are valid while queued (enqueue contract),
+        // and `next` is read before the node is woken.
+        while let Some(node) = unsafe { cursor.as_ref() } {
+            let (next, is_exclusive) = self.links(node, |l| (l.next, l.exclusive));
+            if is_exclusive {
+                if exclusive == 0 {
+                    cursor = next;
+                    continue;
+                }
+                exclusive -= 1;
+            }
+            self.wake(node, WOKEN);
+            woken += 1;
+            cursor = next;
+        }
+        woken
+    }
+}
+
+impl WaitQueue {
+    const_fn! {
+        /// An empty wait queue.
+        #[must_use]
+        pub fn new() -> Self {
+            WaitQueue {
+                lock: RawSpinlock::<TicketLock<Spin>, IrqDisabled>::with_relax(),
+                ends: UnsafeCell::new((ptr::null(), ptr::null())),
+            }
+        }
+    }
+
+    /// Takes the queue lock (interrupts off until it drops).
+    #[inline]
+    pub(crate) fn lock(&self) -> Locked<'_> {
+        self.lock.lock();
+        Locked { queue: self }
+    }
+
+    /// Sleeps until a waker took `node` off the queue ([`WOKEN`] or
+    /// [`GRANTED`]: returned) or, with a `deadline_ns`, until the clock
+    /// passed it and the node is still queued ([`WAITING`]: taken off,
+    /// returned). The node was queued by this task.
+    pub(crate) fn sleep(&self, node: &Node, deadline_ns: Option<u64>) -> usize {
+        loop {
+            let state = node.state();
+            if state != WAITING {
+                // The waker may still be in the kernel's `wake` with this
+                // task's token, under the lock: wait for it to finish.
+                drop(self.lock());
+                return state;
+            }
+            if let Some(deadline) = deadline_ns
+                && kernel::clock_ns() >= deadline
+            {
+                let mut locked = self.lock();
+                // Relaxed: under the lock, which every store of the state
+                // is made under.
+                let state = node.state.load(Ordering::Relaxed);
+                if state == WAITING {
+                    locked.remove(node);
+                }
+                return state;
+            }
+            kernel::block(deadline_ns);
+        }
+    }
+
+    /// Waits until `cond` is true (Linux's `wait_event`): returns at once
+    /// if it is, and otherwise sleeps on the queue until a wake finds it
+    /// true. `cond` runs without the queue lock, on this task, any number
+    /// of times.
+    ///
+    /// # Panics
+    /// Where sleeping is not allowed ([`might_sleep`]).
+    #[track_caller]
+    pub fn wait_event(&self, cond: impl FnMut() -> bool) {
+        self.wait_inner(cond, false, None);
+    }
+
+    /// [`wait_event`](Self::wait_event) as an exclusive waiter (Linux's
+    /// `wait_event_exclusive`): [`wake_one`](Self::wake_one) wakes only
+    /// the first of these.
+    #[track_caller]
+    pub fn wait_event_exclusive(&self, cond: impl FnMut() -> bool) {
+        self.wait_inner(cond, true, None);
+    }
+
+    /// [`wait_event`](Self::wait_event) for at most `timeout` (Linux's
+    /// `wait_event_timeout`): whether `cond` was true (checked once more
+    /// when the time is up). Needs [`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns).
+    #[track_caller]
+    #[must_use = "false means the condition did not become true in time"]
+    pub fn wait_event_timeout(&self, cond: impl FnMut() -> bool, timeout: Duration) -> bool {
+        self.wait_inner(cond, false, Some(deadline(timeout)))
+    }
+
+    /// [`wait_event_exclusive`](Self::wait_event_exclusive) for at most
+    /// `timeout`; whether `cond` was true.
+    #[track_caller]
+    #[must_use = "false means the condition did not become true in time"]
+    pub fn wait_event_exclusive_timeout(
+        &self,
+        cond: impl FnMut() -> bool,
+        timeout: Duration,
+    ) -> bool {
+        self.wait_inner(cond, true, Some(deadline(timeout)))
+    }
+
+    #[track_caller]
+    fn wait_inner(
+        &self,
+        mut cond: impl FnMut() -> bool,
+        exclusive: bool,
+        deadline_ns: Option<u64>,
+    ) -> bool {
+        if cond() {
+            return true;
+        }
+        might_sleep();
+        let node = Node::new();
+        // The node does not move from here on, and `Queued` takes it off
+        // the queue on every way out (a panicking `cond` included).
+        let waiter = Queued {
+            queue: self,
+            node: &node,
+        };
+        loop {
+            // SAFETY: `node` stays put and `waiter` dequeues it before it
+            // goes away; it is not queued (new, or a waker took it off).
+            unsafe { self.lock().enqueue(&node, exclusive, 0, None, false) };
+            // The check after queueing: a wake from now on finds the node.
+            if cond() {
+                return true;
+            }
+            if waiter.queue.sleep(&node, deadline_ns) == WAITING {
+                // Timed out (and off the queue).
+                return cond();
+            }
+            if cond() {
+                return true;
+            }
+        }
+    }
+
+    /// Waits until `cond` is true, as a future: the async form of
+    /// [`wait_event`](Self::wait_event), on the same queue (a wake wakes
+    /// blocked tasks and futures in queue order). Dropping the future
+    /// takes it off the queue; one that was woken as an exclusive waiter
+    /// and dropped before it completed passes the wake on to the next
+    /// exclusive waiter.
+    pub fn wait_until<F: FnMut() -> bool>(&self, cond: F) -> WaitUntil<'_, F> {
+        self.future(cond, false)
+    }
+
+    fn future<F: FnMut() -> bool>(&self, cond: F, exclusive: bool) -> WaitUntil<'_, F> {
+        WaitUntil {
+            queue: self,
+            cond,
+            node: Node::new(),
+            exclusive,
+            done: false,
+        }
+    }
+
+    /// [`wait_until`](Self::wait_until) as an exclusive waiter.
+    pub fn wait_until_exclusive<F: FnMut() -> bool>(&self, cond: F) -> WaitUntil<'_, F> {
+        self.future(cond, true)
+    }
+
+    /// Wakes every non-exclusive waiter and the first exclusive one
+    /// (Linux's `wake_up`); how many it woke. Make the condition true
+    /// first.
+    #[doc(alias = "wake_up")]
+    pub fn wake_one(&self) -> usize {
+        self.wake_n(1)
+    }
+
+    /// Wakes every non-exclusive waiter and the first `n` exclusive ones
+    /// (Linux's `wake_up_nr`); how many it woke.
+    #[doc(alias = "wake_up_nr")]
+    pub fn wake_n(&self, n: usize) -> usize {
+        self.lock().wake_n(n)
+    }
+
+    /// Wakes every waiter (Linux's `wake_up_all`); how many.
+    #[doc(alias = "wake_up_all")]
+    pub fn wake_all(&self) -> usize {
+        self.wake_n(usize::MAX)
+    }
+
+    /// Whether anyone waits now (Linux's `waitqueue_active`): a snapshot.
+    /// A waker that skips `wake_*` when it is false must order its
+    /// condition store before this check with a full fence, as Linux's
+    /// `wq_has_sleeper` does; `wake_*` needs no such care.
+    #[doc(alias("waitqueue_active", "wq_has_sleeper"))]
+    pub fn has_waiters(&self) -> bool {
+        crate::sync::fence(Ordering::SeqCst);
+        !self.lock().is_empty()
+    }
+}
+
+/// A deadline `timeout` from now, on the kernel's clock.
+pub(crate) fn deadline(timeout: Duration) -> u64 {
+    let nanos = u64::try_from(timeout.as_nanos()).unwrap_or(u64::MAX);
+    kernel::clock_ns().saturating_add(nanos)
+}
+
+/// Takes a blocking waiter's node off its queue when the wait ends (or
+/// unwinds), and waits for a waker that is still using it.
+pub(crate) struct Queued<'a> {
+    pub(crate) queue: &'a WaitQueue,
+    pub(crate) node: &'a Node,
+}
+
+impl Drop for Queued<'_> {
+    fn drop(&mut self) {
+        self.queue.lock().remove(self.node);
+    }
+}
+
+/// The future of [`WaitQueue::wait_until`]: ready once its condition is
+/// true.
+#[must_use = "futures do nothing unless awaited"]
+pub struct WaitUntil<'q, F> {
+    queue: &'q WaitQueue,
+    cond: F,
+    node: Node,
+    exclusive: bool,
+    /// Completed (the condition was seen true): no wake to pass on.
+    done: bool,
+}
+
+impl<F> core::fmt::Debug for WaitUntil<'_, F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("WaitUntil")
+            .field("exclusive", &self.exclusive)
+            .field("done", &self.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<F: FnMut() -> bool> Future for WaitUntil<'_, F> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: nothing is moved out of the future; `node` stays where
+        // it is until the future drops (which takes it off the queue).
+        let this = unsafe { self.get_unchecked_mut() };
+        if this.done {
+            return Poll::Ready(());
+        }
+        if (this.cond)() {
+            this.complete();
+            return Poll::Ready(());
+        }
+        {
+            let mut locked = this.queue.lock();
+            if locked.is_queued(&this.node) {
+                locked.set_waker(&this.node, cx.waker());
+            } else {
+                // SAFETY: the node is pinned inside the pinned future and
+                // `Drop` takes it off the queue; it is not queued now.
+                unsafe { locked.enqueue(&this.node, this.exclusive, 0, Some(cx.waker()), false) };
+            }
+        }
+        // The check after queueing, as `wait_event`'s.
+        if (this.cond)() {
+            this.complete();
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+}
+
+impl<F> WaitUntil<'_, F> {
+    fn complete(&mut self) {
+        self.done = true;
+        self.queue.lock().remove(&self.node);
+    }
+}
+
+impl<F> Drop for WaitUntil<'_, F> {
+    fn drop(&mut self) {
+        let mut locked = self.queue.lock();
+        if !locked.remove(&self.node)
+            && !self.done
+            && self.exclusive
+            && self.node.state.load(Ordering::Relaxed) == WOKEN
+        {
+            // Woken as the one exclusive waiter, and cancelled before it
+            // used the wake: the next exclusive waiter gets it.
+            locked.wake_n(1);
+        }
+    }
+}
+
+/// Panics if the current context may not sleep, as Linux's
+/// `might_sleep`: in an interrupt handler or wherever
+/// [`Kernel::may_sleep`](crate::kernel::Kernel::may_sleep) says no, and
+/// inside an RCU read section on this CPU (every build: the sleep's
+/// context switch is a quiescent state that would end the grace period
+/// under the reader). With `lockdep`, it also reports spinlocks held on
+/// this CPU ([`LocksHeld`](crate::lockdep::ReportKind::LocksHeld), naming
+/// them) and interrupts masked. Every blocking wait of ksync calls it
+/// before it sleeps; call it where a kernel's own code may sleep.
+#[track_caller]
+pub fn might_sleep() {
+    if !kernel::may_sleep() {
+        cannot_sleep();
+    }
+    crate::rcu::check_may_sleep();
+    crate::lockdep::assert_no_locks_held("a sleeping wait (might_sleep)");
+    #[cfg(feature = "lockdep")]
+    if kernel::irqs_disabled() || kernel::irq::masked_by_ksync() {
+        irqs_masked();
+    }
+}
+
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn cannot_sleep() -> ! {
+    panic!(
+        "ksync: a sleeping wait where the current context may not sleep \
+         (Kernel::may_sleep is false: an interrupt handler?)"
+    )
+}
+
+#[cfg(feature = "lockdep")]
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn irqs_masked() -> ! {
+    panic!("ksync: a sleeping wait with interrupts masked on this CPU")
+}
