@@ -88,6 +88,9 @@
 //! | [`rcu::RcuHead`] | `new()`: not queued |
 //! | [`rcu::srcu::Srcu`], [`rcu::RcuSync`] | `new()` |
 //! | [`lockdep::Map`] | a map of its own class, not yet registered |
+//! | [`wait::WaitQueue`], [`completion::Completion`] | `new()`: empty, not done |
+//! | [`semaphore::Semaphore`] | `Semaphore::new(0)` |
+//! | [`mutex::RawMutex`] | unlocked; `new()` without `lockdep`, a lock of its own class with it |
 //!
 //! Not valid as zero bytes, and not meant to be embedded in zeroed objects:
 //! [`lockdep::LockClassKey`] and [`kernel::SpinWait`] (they hold a

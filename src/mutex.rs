@@ -26,7 +26,7 @@
 //!
 //! * **Optimistic spinning.** A locker that finds it held spins while the
 //!   holder is on a CPU ([`Kernel::task_running`](crate::kernel::Kernel::task_running)),
-//!   up to [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds, taking the
+//!   up to [`SPIN_LIMIT`] rounds, taking the
 //!   lock when it is free: a short critical section is waited out without
 //!   two context switches (Linux's `mutex_optimistic_spin`).
 //! * **Sleeping.** Otherwise it queues on the wait queue (FIFO), sets
@@ -49,6 +49,7 @@ use core::pin::Pin;
 use core::task::{Context, Poll};
 
 use crate::kernel::{self, SPIN_LIMIT};
+use crate::lockdep::{LockClassKey, Map};
 use crate::sync::{AtomicUsize, Ordering};
 use crate::wait::{self, GRANTED, Locked, Node, Queued, WAITING, WaitQueue};
 
@@ -67,6 +68,14 @@ pub struct RawMutex {
     /// to ask whether it runs. Relaxed: a hint, never for exclusion.
     owner: AtomicUsize,
     queue: WaitQueue,
+    /// The lock's [lockdep](crate::lockdep) class (zero-sized without
+    /// `lockdep`): a sleeping lock, on its holder task's stack.
+    dep_map: Map,
+    /// With `lockdep`: the holder took it through a tracked path (the
+    /// blocking ones; async acquisitions may move between threads and are
+    /// not on a task's stack). Written by the holder only.
+    #[cfg(feature = "lockdep")]
+    tracked: crate::sync::AtomicBool,
 }
 
 impl core::fmt::Debug for RawMutex {
@@ -90,15 +99,53 @@ pub type MutexGuard<'a, T> = lock_api::MutexGuard<'a, RawMutex, T>;
 
 impl RawMutex {
     crate::sync::const_fn! {
-        /// A new, unlocked mutex.
+        /// A new, unlocked mutex, in the [lockdep](crate::lockdep) class
+        /// of the place it is built.
         #[must_use]
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
+            Self::with_map(Map::new())
+        }
+    }
+
+    crate::sync::const_fn! {
+        /// A new, unlocked mutex in `key`'s [lockdep](crate::lockdep)
+        /// class (Linux's `lockdep_set_class`); exactly `new` without
+        /// `lockdep`.
+        #[must_use]
+        pub fn with_class(key: &'static LockClassKey) -> Self {
+            Self::with_map(Map::with_key(key))
+        }
+    }
+
+    crate::sync::const_fn! {
+        fn with_map(dep_map: Map) -> Self {
             RawMutex {
                 state: AtomicUsize::new(0),
                 owner: AtomicUsize::new(0),
                 queue: WaitQueue::new(),
+                dep_map,
+                #[cfg(feature = "lockdep")]
+                tracked: crate::sync::AtomicBool::new(false),
             }
         }
+    }
+
+    /// Records a blocking acquisition with lockdep (before waiting, so a
+    /// deadlock is reported first; `try_lock`: after it succeeded).
+    #[inline(always)]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    fn dep_acquire(&self, try_lock: bool) {
+        self.dep_map.acquire_sleeping(0, try_lock);
+    }
+
+    /// With lockdep: the new holder's acquisition was recorded, so its
+    /// unlock records the release (only the holder writes it).
+    #[inline(always)]
+    fn mark_tracked(&self) {
+        #[cfg(feature = "lockdep")]
+        self.tracked
+            .store(true, core::sync::atomic::Ordering::Relaxed);
     }
 
     /// Whether anyone holds it (a snapshot).
@@ -113,7 +160,19 @@ impl RawMutex {
     #[doc(alias = "mutex_trylock")]
     #[inline]
     #[must_use = "true means the lock is held and must be unlocked"]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_lock(&self) -> bool {
+        let locked = self.try_lock_untracked();
+        if locked {
+            self.dep_acquire(true);
+            self.mark_tracked();
+        }
+        locked
+    }
+
+    /// `try_lock` without telling lockdep.
+    #[inline]
+    fn try_lock_untracked(&self) -> bool {
         let mut state = self.state.load(Ordering::Relaxed);
         loop {
             if state & (LOCKED | HANDOFF) != 0 {
@@ -152,15 +211,19 @@ impl RawMutex {
             .is_ok()
         {
             self.owner.store(kernel::current_task(), Ordering::Relaxed);
+            self.dep_acquire(false);
+            self.mark_tracked();
             return;
         }
         self.lock_slow();
+        self.mark_tracked();
     }
 
     #[cold]
     #[track_caller]
     fn lock_slow(&self) {
         wait::might_sleep();
+        self.dep_acquire(false);
         if self.spin() {
             return;
         }
@@ -200,7 +263,7 @@ impl RawMutex {
                 return false;
             }
             if state & LOCKED == 0 {
-                if self.try_lock() {
+                if self.try_lock_untracked() {
                     return true;
                 }
                 continue;
@@ -260,7 +323,15 @@ impl RawMutex {
     /// lock itself only needs it held).
     #[doc(alias = "mutex_unlock")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock(&self) {
+        #[cfg(feature = "lockdep")]
+        if self
+            .tracked
+            .swap(false, core::sync::atomic::Ordering::Relaxed)
+        {
+            self.dep_map.release();
+        }
         self.owner.store(0, Ordering::Relaxed);
         // Release: pairs with the next locker's Acquire.
         if self
@@ -352,7 +423,7 @@ impl Future for RawLock<'_> {
         if this.done {
             return Poll::Ready(());
         }
-        if !this.queued && this.mutex.try_lock() {
+        if !this.queued && this.mutex.try_lock_untracked() {
             this.done = true;
             return Poll::Ready(());
         }
@@ -430,6 +501,7 @@ impl Drop for RawLock<'_> {
 
 /// Takes `mutex`, as a future, and gives its guard: the async form of
 /// `mutex.lock()`.
+#[cfg(not(ksync_loom))] // `lock_api`'s traits are not implemented under loom
 pub async fn lock_async<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // SAFETY: `raw` is only used to take the lock, which the guard made
     // below then owns.
@@ -444,8 +516,10 @@ pub async fn lock_async<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
 // it); the guard may move to another task (the lock has no per-task
 // state that its release depends on).
 unsafe impl lock_api::RawMutex for RawMutex {
+    // No call site to name a class after: with lockdep, each mutex built
+    // from `INIT` (`Mutex::new`) is a class of its own.
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::new();
+    const INIT: Self = Self::with_map(Map::per_instance());
     type GuardMarker = lock_api::GuardSend;
 
     #[inline]
@@ -455,11 +529,13 @@ unsafe impl lock_api::RawMutex for RawMutex {
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock(&self) -> bool {
         RawMutex::try_lock(self)
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock(&self) {
         // SAFETY: forwarded: the guard holds it.
         unsafe { RawMutex::unlock(self) }

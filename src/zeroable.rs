@@ -12,17 +12,21 @@
 use bytemuck::Zeroable;
 
 use crate::brlock::BrLock;
+use crate::completion::Completion;
 use crate::kernel::irq::{ArchIrq, IrqControl, KernelIrq};
 use crate::lockdep::Map;
 use crate::lockref::LockRef;
+use crate::mutex::RawMutex;
 use crate::percpu::PerCpu;
 use crate::percpu_counter::PerCpuCounter;
 use crate::percpu_rwlock::{Fenced, Gated, RawPerCpuRwLock};
 use crate::rcu::list::{Hlist, Link, RcuHashTable, RcuList};
 use crate::rcu::srcu::Srcu;
 use crate::rcu::{RcuHead, RcuPtr, RcuSync};
+use crate::semaphore::Semaphore;
 use crate::seqlock::{SeqCount, SeqData, SeqLock};
 use crate::spinlock::{QueuedLock, RawIrqSave, RawSpinlock, SpinGuardian, TicketLock, TtasLock};
+use crate::wait::WaitQueue;
 
 // ---- locks ---------------------------------------------------------------------
 
@@ -137,3 +141,21 @@ unsafe impl Zeroable for RcuSync {}
 // SAFETY: two `AtomicUsize` (index 0, sequence 0), a `RawTicketLock` and
 // a `PerCpu` of zero counts: `Srcu::new()`.
 unsafe impl Zeroable for Srcu {}
+
+// ---- sleeping primitives -------------------------------------------------------
+
+// SAFETY: a `RawSpinlock` (zero-valid, above) and a head and tail in an
+// `UnsafeCell`, both null at zero: the empty queue `new()` builds.
+unsafe impl Zeroable for WaitQueue {}
+
+// SAFETY: an `AtomicUsize` count (0) and a `WaitQueue` (above):
+// `Semaphore::new(0)`.
+unsafe impl Zeroable for Semaphore {}
+
+// SAFETY: as `Semaphore`: zero is "not done", `Completion::new()`.
+unsafe impl Zeroable for Completion {}
+
+// SAFETY: two `AtomicUsize` (state 0: unlocked, no waiters; owner 0: none),
+// a `WaitQueue` (above), a `Map` (zero-valid) and with `lockdep` an
+// `AtomicBool` `false`: `RawMutex::new()`, unlocked.
+unsafe impl Zeroable for RawMutex {}

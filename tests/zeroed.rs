@@ -446,6 +446,38 @@ fn rcu_types_from_zero() {
     assert!(srcu.poll(cookie));
 }
 
+#[test]
+fn sleeping_primitives_from_zero() {
+    use ksync::completion::Completion;
+    use ksync::mutex::RawMutex as SleepingMutex;
+    use ksync::semaphore::Semaphore;
+    use ksync::wait::WaitQueue;
+
+    // SAFETY: the "Zeroed memory" claims of these types.
+    let (queue, sem, done, mutex) = unsafe {
+        (
+            zeroed::<WaitQueue>(),
+            zeroed::<Semaphore>(),
+            zeroed::<Completion>(),
+            zeroed::<SleepingMutex>(),
+        )
+    };
+    assert_eq!(queue.wake_all(), 0);
+    queue.wait_event(|| true);
+    assert!(!queue.has_waiters());
+    assert_eq!(sem.count(), 0);
+    assert!(!sem.try_down());
+    sem.up();
+    assert!(sem.try_down());
+    assert!(!done.is_done());
+    done.complete();
+    done.wait_for_completion();
+    check_raw_mutex("sleeping RawMutex", &mutex);
+    // Not compared with `new()` byte for byte: their queue lock keeps an
+    // uninitialised saved-state slot (written by each holder), so `new()`'s
+    // bytes are not all initialised.
+}
+
 /// The `Zeroable` impls are exactly the types tested above, and
 /// `Zeroable::zeroed` (safe code) gives values that work.
 #[cfg(feature = "bytemuck")]
@@ -480,6 +512,10 @@ fn zeroable_impls_cover_the_documented_types() {
     zeroable::<RcuHead>();
     zeroable::<RcuSync>();
     zeroable::<Srcu>();
+    zeroable::<ksync::wait::WaitQueue>();
+    zeroable::<ksync::semaphore::Semaphore>();
+    zeroable::<ksync::completion::Completion>();
+    zeroable::<ksync::mutex::RawMutex>();
 
     // A kernel's object, zero-allocated and derived (by hand here; the
     // derive macro does the same): every field is `Zeroable`.

@@ -28,6 +28,9 @@ struct Slot(usize, Arc<Task>);
 
 impl Drop for Slot {
     fn drop(&mut self) {
+        // What the exiting task held is forgotten with it.
+        #[cfg(feature = "lockdep")]
+        crate::lockdep::task_exit(self.0);
         tasks()[self.0 - 1] = None;
     }
 }
@@ -49,7 +52,10 @@ std::thread_local! {
 }
 
 pub(super) fn current_task() -> usize {
-    SLOT.with(|slot| slot.0)
+    // While the thread's locals are torn down (an exiting thread's CPU
+    // going offline takes locks), a token of its own above every slot's.
+    SLOT.try_with(|slot| slot.0)
+        .unwrap_or_else(|_| usize::MAX / 2 + super::backend::cpu_id())
 }
 
 fn lookup(token: usize) -> Option<Arc<Task>> {

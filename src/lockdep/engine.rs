@@ -1,12 +1,21 @@
-//! The checks: per-CPU held-lock stacks, and what an acquisition and a
+//! The checks: per-task held-lock stacks, and what an acquisition and a
 //! release look at (the module docs of [`lockdep`](super) walk through
 //! them). The shared tables are in `graph`.
 //!
-//! A CPU's stack is touched only by that CPU, with interrupts masked
-//! through the kernel's raw hooks (not counted as "masked by ksync", and
-//! never through a tracked lock), and a `busy` flag turns away a nested
-//! call into lockdep (a kernel hook that takes a ksync lock) instead of
-//! corrupting the stack.
+//! Held locks belong to the task that took them (Linux's
+//! `current->held_locks`), found by the kernel's
+//! [`Kernel::current_task`](crate::kernel::Kernel::current_task): a task
+//! that sleeps holding a sleeping lock keeps it on its own stack while
+//! other tasks run on its CPU, and takes it along when it migrates. An
+//! interrupt handler runs as the task it interrupted, as in Linux. With
+//! the default token (the CPU's id + 1: no scheduler), a stack per CPU.
+//!
+//! A task has a slot in a fixed table ([`TASK_SLOTS`]) only while it holds
+//! locks. A slot's stack is touched only by its task, with interrupts
+//! masked through the kernel's raw hooks (not counted as "masked by
+//! ksync", and never through a tracked lock), and a `busy` flag turns away
+//! a nested call into lockdep (a kernel hook that takes a ksync lock)
+//! instead of corrupting the stack.
 
 use core::cell::UnsafeCell;
 
@@ -19,7 +28,7 @@ use crate::kernel::lockdep_report::{
     Class, Link, Loc, Name, REPORT_CHAIN, Report, ReportKind, Site,
 };
 use crate::kernel::{self, MAX_CPUS};
-use crate::sync::{AtomicBool, Ordering};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 
 /// Checking is on until a table fills (it never comes back on).
 /// Written only under the graph lock.
@@ -29,6 +38,9 @@ static ENABLED: AtomicBool = AtomicBool::new(true);
 const TRY: u8 = 1 << 0;
 /// Held-entry flag: taken in an interrupt handler.
 const IN_HANDLER: u8 = 1 << 1;
+/// Held-entry flag: a sleeping lock (a mutex): its holder may sleep, so
+/// it does not count for "locks held where one may not sleep".
+const SLEEPING: u8 = 1 << 2;
 
 /// One held lock.
 #[derive(Clone, Copy)]
@@ -54,46 +66,138 @@ impl Held {
 struct CpuState {
     held: [Held; MAX_LOCK_DEPTH],
     depth: usize,
-    /// Inside lockdep on this CPU.
+    /// Inside lockdep in this task.
     busy: bool,
 }
 
-struct Cpus(UnsafeCell<[CpuState; MAX_CPUS]>);
+/// The number of tasks that can hold locks at once: two per possible CPU
+/// (each CPU's running task and one sleeping holder of a sleeping lock,
+/// on average); `KSYNC_LOCKDEP_TASKS` at build time. A task past it is a
+/// [`TableFull`](ReportKind::TableFull) report, after which checking is
+/// off.
+pub(crate) const TASK_SLOTS: usize = match option_env!("KSYNC_LOCKDEP_TASKS") {
+    Some(text) => match crate::kernel::parse_setting(text, 1 << 16) {
+        Some(value) if value >= 1 => value,
+        _ => panic!("KSYNC_LOCKDEP_TASKS must be a decimal number from 1 to 65536"),
+    },
+    None => 2 * MAX_CPUS,
+};
 
-// SAFETY: a CPU's entry is touched only by that CPU, with its interrupts
-// masked (`with_cpu`), or by `cpu_offline` for a CPU that is gone; so no two
-// contexts use one entry at once.
-unsafe impl Sync for Cpus {}
+struct Slots {
+    /// The task token of each slot's owner, 0 when free.
+    owners: [AtomicUsize; TASK_SLOTS],
+    stacks: UnsafeCell<[CpuState; TASK_SLOTS]>,
+}
 
-static CPUS: Cpus = Cpus(UnsafeCell::new(
-    [const {
-        CpuState {
-            held: [Held::EMPTY; MAX_LOCK_DEPTH],
-            depth: 0,
-            busy: false,
+// SAFETY: a slot's stack is touched only by the task that claimed it (its
+// owner's compare-exchange), with its CPU's interrupts masked
+// (`with_cpu`), and `busy` turns away nested calls; `task_exit` frees the
+// slot of a task that is gone. So no two contexts use one stack at once.
+unsafe impl Sync for Slots {}
+
+static SLOTS: Slots = Slots {
+    owners: [const { AtomicUsize::new(0) }; TASK_SLOTS],
+    stacks: UnsafeCell::new(
+        [const {
+            CpuState {
+                held: [Held::EMPTY; MAX_LOCK_DEPTH],
+                depth: 0,
+                busy: false,
+            }
+        }; TASK_SLOTS],
+    ),
+};
+
+/// This task's slot: the one it owns, or a free one it claims
+/// (`None` if every slot is taken).
+fn slot_of(task: usize) -> Option<usize> {
+    let start = task.wrapping_mul(0x9E37_79B9_7F4A_7C15_u64 as usize) % TASK_SLOTS;
+    let mut free = None;
+    for i in 0..TASK_SLOTS {
+        let slot = (start + i) % TASK_SLOTS;
+        // Relaxed: only this task stores its own token, so it finds it
+        // (program order); other values only say "not mine".
+        match SLOTS.owners[slot].load(Ordering::Relaxed) {
+            t if t == task => return Some(slot),
+            0 if free.is_none() => free = Some(slot),
+            _ => {}
         }
-    }; MAX_CPUS],
-));
+    }
+    let mut slot = free?;
+    loop {
+        // Acquire: pairs with the Release that freed the slot, so the
+        // previous owner's last writes to the stack are seen.
+        if SLOTS.owners[slot]
+            .compare_exchange(0, task, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
+            return Some(slot);
+        }
+        slot = (slot + 1..slot + TASK_SLOTS)
+            .map(|s| s % TASK_SLOTS)
+            .find(|&s| SLOTS.owners[s].load(Ordering::Relaxed) == 0)?;
+    }
+}
 
-/// Runs `f` on this CPU's state, with interrupts masked; `None` if lockdep
-/// is already running on this CPU (a nested call from a hook).
+/// Runs `f` on this task's held-lock stack, with interrupts masked;
+/// `None` if lockdep is already running in this task (a nested call from
+/// a hook). `f` also gets this CPU's id, for reports. A task left holding
+/// nothing gives its slot back.
 fn with_cpu<R>(f: impl FnOnce(&mut CpuState, usize) -> R) -> Option<R> {
     let flags = kernel::irq_save_raw();
     let id = kernel::cpu_id();
-    // SAFETY: see `Cpus`: this CPU's entry, interrupts masked, and `busy`
-    // keeps a nested call on this CPU from taking a second `&mut`.
-    let cpu = unsafe { &mut (*CPUS.0.get())[id] };
-    let result = if cpu.busy {
-        None
-    } else {
-        cpu.busy = true;
-        let result = f(&mut *cpu, id);
-        cpu.busy = false;
-        Some(result)
+    let task = kernel::current_task();
+    let result = match slot_of(task) {
+        None => {
+            // SAFETY: the matching save, just above.
+            unsafe { kernel::irq_restore_raw(flags) };
+            out_of_slots(id);
+            return None;
+        }
+        Some(slot) => {
+            // SAFETY: see `Slots`: this task's slot, interrupts masked,
+            // and `busy` keeps a nested call from taking a second `&mut`.
+            let cpu = unsafe { &mut (*SLOTS.stacks.get())[slot] };
+            let result = if cpu.busy {
+                None
+            } else {
+                cpu.busy = true;
+                let result = f(&mut *cpu, id);
+                cpu.busy = false;
+                Some(result)
+            };
+            if cpu.depth == 0 && !cpu.busy {
+                // Release: the next owner's claim (Acquire) sees this
+                // task's last writes to the stack.
+                SLOTS.owners[slot].store(0, Ordering::Release);
+            }
+            result
+        }
     };
     // SAFETY: the matching save, just above.
     unsafe { kernel::irq_restore_raw(flags) };
     result
+}
+
+/// Every slot is taken: report once and stop checking.
+#[cold]
+fn out_of_slots(id: usize) {
+    let flags = kernel::irq_save_raw();
+    let report = {
+        let mut g = GraphGuard::lock();
+        if disable(&mut g) {
+            let mut r = Report::new(ReportKind::TableFull, id);
+            (r.what, r.limit) = ("task", TASK_SLOTS);
+            Some(r)
+        } else {
+            None
+        }
+    };
+    // SAFETY: the matching save, just above.
+    unsafe { kernel::irq_restore_raw(flags) };
+    if let Some(report) = report {
+        kernel::lockdep_report(&report);
+    }
 }
 
 /// Whether this CPU has interrupts masked, as far as lockdep can tell.
@@ -103,15 +207,27 @@ fn irqs_masked_now() -> bool {
     kernel::irq::masked_by_ksync() || kernel::irqs_disabled()
 }
 
-/// CPU `id` went offline (a host test thread exited): whatever it held is
-/// forgotten.
+/// CPU `id` went offline (a host test thread exited): its count of
+/// ksync's interrupt masking restarts.
 #[cfg(feature = "test-hooks")]
 pub(crate) fn cpu_offline(id: usize) {
     kernel::check_cpu(id);
-    // SAFETY: see `Cpus`: the CPU is gone, its context runs no more lock
-    // code, and its id is not handed out again before this returns.
-    unsafe { (*CPUS.0.get())[id].depth = 0 };
     kernel::irq::forget_masking(id);
+}
+
+/// The task `task` is gone (a host test thread exited): whatever it held
+/// is forgotten and its slot freed.
+#[cfg(feature = "test-hooks")]
+pub(crate) fn task_exit(task: usize) {
+    for (slot, owner) in SLOTS.owners.iter().enumerate() {
+        // Relaxed: only the task itself stores its token.
+        if owner.load(Ordering::Relaxed) == task {
+            // SAFETY: see `Slots`: the task is gone, so nothing else uses
+            // its stack; the slot is freed (Release) only after this.
+            unsafe { (*SLOTS.stacks.get())[slot].depth = 0 };
+            owner.store(0, Ordering::Release);
+        }
+    }
 }
 
 fn addr(map: &Map) -> usize {
@@ -168,7 +284,14 @@ fn class_of(map: &Map, subclass: u8, graph: &mut Option<GraphGuard>) -> Result<u
 }
 
 /// Records an acquisition (see [`Map::acquire`]).
-pub(super) fn acquire(map: &Map, at: Loc, subclass: u8, try_lock: bool, irqs_off: bool) {
+pub(super) fn acquire(
+    map: &Map,
+    at: Loc,
+    subclass: u8,
+    try_lock: bool,
+    irqs_off: bool,
+    sleeping: bool,
+) {
     assert!(
         subclass < MAX_SUBCLASSES,
         "lockdep: subclass {subclass} is not below MAX_SUBCLASSES ({MAX_SUBCLASSES})"
@@ -186,6 +309,9 @@ pub(super) fn acquire(map: &Map, at: Loc, subclass: u8, try_lock: bool, irqs_off
     }
     if in_irq {
         flags |= IN_HANDLER;
+    }
+    if sleeping {
+        flags |= SLEEPING;
     }
     let mut entry = Held {
         map: addr(map),
@@ -656,7 +782,10 @@ pub(super) fn assert_no_locks_held(what: &'static str, at: Loc) {
         return;
     }
     let report = with_cpu(|cpu, id| {
-        if cpu.depth == 0 {
+        if cpu.held[..cpu.depth]
+            .iter()
+            .all(|h| h.flags & SLEEPING != 0)
+        {
             return None;
         }
         let g = GraphGuard::lock();

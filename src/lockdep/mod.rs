@@ -293,7 +293,7 @@ mod graph;
 pub use crate::kernel::lockdep_report::{Class, Link, Report, ReportKind, Site};
 
 #[cfg(all(feature = "lockdep", feature = "test-hooks"))]
-pub(crate) use engine::cpu_offline;
+pub(crate) use engine::{cpu_offline, task_exit};
 
 pub use crate::kernel::lockdep_report::MAX_LOCK_DEPTH;
 
@@ -516,6 +516,24 @@ impl Map {
             subclass,
             try_lock,
             irqs_off,
+            false,
+        );
+    }
+
+    /// [`acquire`](Self::acquire) for a sleeping lock (a mutex, an rw
+    /// semaphore): its holder may sleep, so it does not count as a lock
+    /// held where sleeping is not allowed
+    /// ([`assert_no_locks_held`](super::assert_no_locks_held)).
+    #[track_caller]
+    #[inline]
+    pub(crate) fn acquire_sleeping(&self, subclass: u8, try_lock: bool) {
+        engine::acquire(
+            self,
+            core::panic::Location::caller(),
+            subclass,
+            try_lock,
+            false,
+            true,
         );
     }
 
@@ -598,6 +616,13 @@ impl Map {
     #[inline(always)]
     pub fn acquire(&self, subclass: u8, try_lock: bool, irqs_off: bool) {
         let _ = (subclass, try_lock, irqs_off);
+    }
+
+    /// Records a sleeping lock's acquisition (with `lockdep`; nothing
+    /// here).
+    #[inline(always)]
+    pub(crate) fn acquire_sleeping(&self, subclass: u8, try_lock: bool) {
+        let _ = (subclass, try_lock);
     }
 
     /// Records a release (with `lockdep`; nothing here).

@@ -1,0 +1,113 @@
+//! lockdep and the sleeping locks: a mutex is a lock class like any other
+//! (a cycle through mutexes is reported), its record belongs to the task
+//! that holds it (it may migrate and sleep holding it), and `might_sleep`
+//! reports spinlocks held but not sleeping locks. Run with
+//! `cargo test --features test-hooks,lockdep --test lockdep_sleeping`.
+
+#![cfg(all(feature = "lockdep", not(ksync_loom)))]
+
+use std::thread;
+use std::time::Duration;
+
+use ksync::lock_class;
+use ksync::lockdep;
+use ksync::mutex::{Mutex, RawMutex};
+use ksync::spinlock::{RawTicketLock, TicketMutex};
+use ksync::wait::{WaitQueue, might_sleep};
+
+#[path = "common/lockdep_reports.rs"]
+mod lockdep_reports;
+use lockdep_reports::{no_report, one_report, start};
+
+fn on_cpu(f: impl FnOnce() + Send) {
+    thread::scope(|s| s.spawn(f).join().unwrap());
+}
+
+static MA: Mutex<u32> = Mutex::from_raw(RawMutex::with_class(lock_class!("mutex-A")), 0);
+static MB: Mutex<u32> = Mutex::from_raw(RawMutex::with_class(lock_class!("mutex-B")), 0);
+static SPIN: TicketMutex<u32> =
+    TicketMutex::from_raw(RawTicketLock::with_class(lock_class!("spin-S")), 0);
+
+#[test]
+fn a_cycle_through_two_mutexes_is_reported() {
+    let _s = start();
+    on_cpu(|| {
+        let _a = MA.lock();
+        *MB.lock() += 1;
+    });
+    no_report();
+    on_cpu(|| {
+        let _b = MB.lock();
+        *MA.lock() += 1;
+    });
+    let report = one_report();
+    assert!(report.contains("circular locking dependency"), "{report}");
+    assert!(
+        report.contains("\"mutex-A\"") && report.contains("\"mutex-B\""),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_mutex_holder_may_sleep_and_migrate() {
+    let _s = start();
+    on_cpu(|| {
+        let g = MA.lock();
+        might_sleep(); // a sleeping lock held: fine
+        thread::sleep(Duration::from_millis(1));
+        // The task moves to another CPU while it holds the mutex: its
+        // record goes with it (held per task, not per CPU).
+        let free = (0..ksync::kernel::MAX_CPUS)
+            .rev()
+            .find(|&c| c != ksync::kernel::cpu_id())
+            .unwrap();
+        ksync::host::migrate_to(free);
+        assert_eq!(lockdep::held_lock_count(), 1);
+        drop(g);
+        assert_eq!(lockdep::held_lock_count(), 0);
+    });
+    no_report();
+}
+
+#[test]
+fn might_sleep_reports_a_held_spinlock_by_name() {
+    let _s = start();
+    on_cpu(|| {
+        let _g = SPIN.lock();
+        might_sleep();
+    });
+    let report = one_report();
+    assert!(report.contains("might_sleep"), "{report}");
+    assert!(report.contains("\"spin-S\""), "{report}");
+}
+
+#[test]
+fn a_wait_under_a_spinlock_is_reported_before_it_sleeps() {
+    let _s = start();
+    on_cpu(|| {
+        let q = WaitQueue::new();
+        let _g = SPIN.lock();
+        // Reported, then it goes on (the test hooks record reports) and
+        // times out at once: the report came before any sleep.
+        let _ = q.wait_event_timeout(|| false, Duration::from_millis(1));
+    });
+    let report = one_report();
+    assert!(report.contains("\"spin-S\""), "{report}");
+}
+
+#[test]
+fn spinlock_inside_a_mutex_is_an_order_like_any_other() {
+    let _s = start();
+    on_cpu(|| {
+        let _m = MB.lock();
+        *SPIN.lock() += 1;
+    });
+    no_report();
+    // The other way round is both a wait under a spinlock and a cycle.
+    on_cpu(|| {
+        let _g = SPIN.lock();
+        let inner = MB.try_lock(); // a try-lock: no wait, no new edge
+        drop(inner);
+    });
+    no_report();
+}
