@@ -126,9 +126,9 @@
 //! index (24 bytes), and each acquisition:
 //!
 //! 1. asks the kernel whether it is in an interrupt handler and whether
-//!    interrupts are masked, then masks them itself and looks up this
-//!    CPU's *held-lock stack* (at most [`MAX_LOCK_DEPTH`] entries, one
-//!    stack per CPU, no allocation);
+//!    interrupts are masked, then masks them itself and looks up the
+//!    current task's *held-lock stack* (at most [`MAX_LOCK_DEPTH`]
+//!    entries, one stack per task that holds locks, no allocation);
 //! 2. checks the stack for the class (recursion), and the class's usage
 //!    bits (interrupt inversion; a new usage bit searches the graph for
 //!    an IRQ-safe -> IRQ-unsafe chain);
@@ -146,18 +146,24 @@
 //! (backward), with a visited bit, a queue slot and a parent per class in
 //! static scratch space: each class is visited at most once, so a search
 //! cannot run out of room or recurse, and costs at most one matrix row
-//! per class. A release pops its entry from this CPU's stack (any entry:
+//! per class. A release pops its entry from the task's stack (any entry:
 //! locks may be released out of order). `benches/lockdep.rs` measures it:
 //! see the README.
 //!
-//! The held-lock stacks are per CPU, where Linux's are per task: a holder
-//! that migrates to another CPU between taking a lock and releasing it
-//! (possible, since ksync's spinlocks do not disable preemption) releases
-//! from a stack that does not hold it, a false
-//! [`BadUnlock`](ReportKind::BadUnlock), and leaves the lock recorded as
-//! held on the first CPU. Hold preemption off across the critical section
-//! ([`kernel::preempt_disable`](crate::kernel::preempt_disable), or
-//! interrupts masked) and it cannot happen.
+//! The held-lock stacks are per task, as Linux's (`current->held_locks`):
+//! the task is the kernel's
+//! [`Kernel::current_task`](crate::kernel::Kernel::current_task), so a
+//! task that holds a sleeping lock ([`Mutex`](crate::mutex::Mutex)) may
+//! sleep, let other tasks run on its CPU and migrate without confusing
+//! them, and an interrupt handler runs on the stack of the task it
+//! interrupted (as in Linux; the IRQ rules below tell its locks apart).
+//! A kernel without a scheduler keeps the default token, the CPU's id + 1:
+//! then a stack per CPU. A task has a stack only while it holds locks,
+//! from a table of `KSYNC_LOCKDEP_TASKS` (default: 2 per possible CPU).
+//! Sleeping locks are marked on the stack: "locks held" checks that are
+//! about sleeping ([`assert_no_locks_held`], which
+//! [`wait::might_sleep`](crate::wait::might_sleep) and RCU's waits call)
+//! count only the others.
 //!
 //! lockdep runs on the kernel's hooks ([`set_kernel!`](crate::set_kernel)):
 //! this CPU's id, its interrupt masking, and two hooks of its own,
@@ -186,12 +192,14 @@
 //! |---|---|---|
 //! | classes | [`MAX_CLASSES`] (256) | `KSYNC_LOCKDEP_CLASSES` |
 //! | dependencies (edges) | [`MAX_DEPENDENCIES`] (8 per class) | `KSYNC_LOCKDEP_DEPENDENCIES` |
-//! | held locks per CPU | [`MAX_LOCK_DEPTH`] (48, Linux's) | fixed |
+//! | held locks per task | [`MAX_LOCK_DEPTH`] (48, Linux's) | fixed |
+//! | tasks holding locks at once | 2 per possible CPU | `KSYNC_LOCKDEP_TASKS` |
 //! | dependency matrix | one bit per pair of classes, and its transpose (2 × 8 KiB at 256) | follows the classes |
 //!
 //! (set the variables like `KSYNC_MAX_CPUS`, e.g. in the kernel's
 //! `.cargo/config.toml` under `[env]`). At the defaults and 64 CPUs the
-//! tables take about 150 KiB. A full table is reported once and turns
+//! tables take about 230 KiB (the held-lock stacks, 128 of them, about
+//! 150 KiB). A full table is reported once and turns
 //! checking off; nothing is overwritten.
 //!
 //! # Reading a report
@@ -382,9 +390,9 @@ pub fn held_lock_count() -> usize {
     0
 }
 
-/// Reports ([`LocksHeld`](ReportKind::LocksHeld)) if this CPU holds any
-/// lock: for code that must not run under a spinlock, such as waiting for
-/// an RCU grace period. `what` names that code in the report. Does nothing
+/// Reports ([`LocksHeld`](ReportKind::LocksHeld)) if the current task
+/// holds any lock other than sleeping ones: for code that must not run
+/// under a spinlock, such as waiting for an RCU grace period or sleeping. `what` names that code in the report. Does nothing
 /// without the feature.
 ///
 #[cfg_attr(feature = "test-hooks", doc = " ```")]
