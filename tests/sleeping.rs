@@ -433,3 +433,50 @@ fn a_waiter_is_not_starved_by_a_relocking_hog() {
     waiter.join().unwrap();
     hog.join().unwrap();
 }
+
+#[test]
+fn an_interrupt_handler_may_wake_but_not_sleep() {
+    static Q: WaitQueue = WaitQueue::new();
+    static FLAG: AtomicBool = AtomicBool::new(false);
+    let waiter = thread::spawn(|| Q.wait_event(|| FLAG.load(Ordering::Acquire)));
+    let start = Instant::now();
+    while !Q.has_waiters() {
+        assert!(start.elapsed() < HANG);
+        thread::yield_now();
+    }
+    ksync::host::enter_interrupt();
+    FLAG.store(true, Ordering::Release);
+    Q.wake_all();
+    // Sleeping here is refused, with a message that says why.
+    let r = std::panic::catch_unwind(|| Q.wait_event(|| false));
+    ksync::host::exit_interrupt();
+    let msg = r.unwrap_err();
+    let msg = msg
+        .downcast_ref::<String>()
+        .map(String::as_str)
+        .or_else(|| msg.downcast_ref::<&str>().copied())
+        .unwrap_or("");
+    assert!(msg.contains("may not sleep"), "{msg}");
+    waiter.join().unwrap();
+}
+
+#[test]
+fn sleeping_inside_an_rcu_read_section_panics_in_every_build() {
+    let s = Semaphore::new(0);
+    thread::spawn(move || {
+        ksync::rcu::cpu_online();
+        let guard = ksync::rcu::read_lock();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.down()));
+        drop(guard);
+        assert!(
+            r.is_err(),
+            "a sleeping wait inside a read section was allowed"
+        );
+        // Outside it, a wait that need not sleep is fine.
+        s.up();
+        s.down();
+        ksync::rcu::cpu_offline();
+    })
+    .join()
+    .unwrap();
+}
