@@ -27,6 +27,10 @@ pub const LAYERS: &[&str] = &[
     "percpu_counter",
     "rcu",
     "percpu_rwlock",
+    "wait",
+    "semaphore",
+    "completion",
+    "mutex",
     "zeroable",
     "host",
 ];
