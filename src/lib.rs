@@ -129,6 +129,7 @@ pub mod percpu;
 pub mod percpu_counter;
 pub mod percpu_rwlock;
 pub mod rcu;
+pub mod rwsem;
 pub mod semaphore;
 pub mod seqlock;
 pub mod spinlock;

@@ -31,6 +31,7 @@ pub const LAYERS: &[&str] = &[
     "semaphore",
     "completion",
     "mutex",
+    "rwsem",
     "zeroable",
     "host",
 ];
