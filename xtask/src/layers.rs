@@ -32,6 +32,7 @@ pub const LAYERS: &[&str] = &[
     "completion",
     "mutex",
     "rwsem",
+    "percpu_rwsem",
     "zeroable",
     "host",
 ];
