@@ -14,6 +14,10 @@
 //!   polled cookies, allocation-free [`rcu::call_rcu`] and
 //!   [`rcu::barrier`], stall detection, [`rcu::RcuSync`], and
 //!   [`rcu::srcu`] domains whose readers may sleep.
+//! * Sleeping primitives on the kernel's scheduler hooks: [`wait`] queues,
+//!   [`semaphore`], [`completion`], the [`mutex`], the reader-writer
+//!   [`rwsem`], and [`percpu_rwsem`], whose readers touch only their own
+//!   CPU's count and may sleep holding it.
 //! * [`seqlock`]: sequence counters and seqlocks whose readers copy the
 //!   data with atomic loads and retry, free of undefined behaviour.
 //! * [`kernel`]: the hooks a kernel provides once ([`set_kernel!`]): CPU id,
@@ -41,8 +45,9 @@
 //! `arch/` (the only `asm!`) -> [`kernel`] (the hooks and settings a kernel
 //! provides: CPU id, preemption, interrupts, spin policy) -> [`spinlock`],
 //! [`lockref`], [`seqlock`], [`percpu`] -> [`percpu_counter`],
-//! [`percpu_rwlock`], [`brlock`], [`rcu`] -> `host` (the test kernel, with
-//! `test-hooks`).
+//! [`percpu_rwlock`], [`brlock`], [`rcu`] -> [`wait`] -> [`semaphore`],
+//! [`completion`], [`mutex`] -> [`rwsem`], [`percpu_rwsem`] -> `host` (the
+//! test kernel, with `test-hooks`). `xtask/src/layers.rs` checks the order.
 //!
 //! # Features
 //!
@@ -131,7 +136,9 @@ pub mod mutex;
 pub mod percpu;
 pub mod percpu_counter;
 pub mod percpu_rwlock;
+pub mod percpu_rwsem;
 pub mod rcu;
+pub mod rwsem;
 pub mod semaphore;
 pub mod seqlock;
 pub mod spinlock;

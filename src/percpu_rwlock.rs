@@ -314,9 +314,12 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
         got
     }
 
-    /// [`try_read`](Self::try_read) without telling lockdep.
+    /// [`try_read`](Self::try_read) without telling lockdep (also the
+    /// reader step of [`PerCpuRwSemaphore`](crate::percpu_rwsem)). A
+    /// `false` has backed the increment out again, after the fence: a
+    /// writer may have counted it meanwhile.
     #[inline]
-    fn try_read_untracked(&self) -> bool {
+    pub(crate) fn try_read_untracked(&self) -> bool {
         // No quiescent state between the gate check and the increment
         // (gated flavour: `reader_step`'s read section).
         self.flavour.reader_step(|fast, cpu| {
@@ -364,6 +367,15 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock_read(&self) {
         self.dep_map.release();
+        self.unlock_read_untracked();
+    }
+
+    /// [`unlock_read`](Self::unlock_read) without telling lockdep (also
+    /// the reader unlock of [`PerCpuRwSemaphore`](crate::percpu_rwsem)):
+    /// whether it took the slow path (the gate was not open), where a
+    /// writer may be waiting for this decrement.
+    #[inline]
+    pub(crate) fn unlock_read_untracked(&self) -> bool {
         self.flavour.reader_step(|fast, cpu| {
             let slot = self.readers.this_cpu(cpu);
             if !fast {
@@ -372,7 +384,8 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
                 fence(Ordering::Release);
             }
             arch::local_add(slot, -1);
-        });
+            !fast
+        })
     }
 
     /// Takes the write lock: closes the gate, excludes other writers, then
@@ -420,7 +433,7 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
         // D pairs with A.
         fence(Ordering::SeqCst);
         if self.readers_active() {
-            self.block.store(false, Ordering::Release);
+            self.clear_block();
             self.flavour.writer_exit();
             return false;
         }
@@ -438,15 +451,13 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock_write(&self) {
         self.dep_map.release();
-        // Release pairs with readers' Acquire load of `block` and the next
-        // writer's Acquire swap.
-        self.block.store(false, Ordering::Release);
+        self.clear_block();
         self.flavour.writer_exit();
     }
 
     /// Sets `block` if it was clear (the writer-writer exclusion).
     #[inline]
-    fn try_block(&self) -> bool {
+    pub(crate) fn try_block(&self) -> bool {
         self.block
             .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
             .is_ok()
@@ -454,11 +465,25 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
 
     /// Whether any reader is inside (or between its increment and backing
     /// out): the per-CPU counts do not sum to zero.
-    fn readers_active(&self) -> bool {
+    pub(crate) fn readers_active(&self) -> bool {
         self.readers
             .iter()
             .fold(0i32, |sum, n| sum.wrapping_add(n.load(Ordering::Relaxed)))
             != 0
+    }
+
+    /// Clears `block` (a writer leaves, or a `try_write` backs out).
+    #[inline]
+    pub(crate) fn clear_block(&self) {
+        // Release pairs with readers' Acquire load of `block` and the next
+        // writer's Acquire compare-exchange.
+        self.block.store(false, Ordering::Release);
+    }
+
+    /// The flavour (the gate, for the gated one).
+    #[inline]
+    pub(crate) fn flavour(&self) -> &F {
+        &self.flavour
     }
 
     /// Whether a writer holds or waits for the lock: a snapshot.

@@ -31,6 +31,8 @@ pub const LAYERS: &[&str] = &[
     "semaphore",
     "completion",
     "mutex",
+    "rwsem",
+    "percpu_rwsem",
     "zeroable",
     "host",
 ];

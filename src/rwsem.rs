@@ -1,0 +1,862 @@
+//! A sleeping reader-writer semaphore (Linux's `struct rw_semaphore`):
+//! readers share it, a writer has it alone, and whoever cannot have it
+//! sleeps on its wait queue, in FIFO order, until it is handed over.
+//!
+//! ```
+//! # #[cfg(feature = "test-hooks")] {
+//! use ksync::rwsem::RwSemaphore;
+//!
+//! static ROUTES: RwSemaphore<Vec<u32>> = RwSemaphore::new(Vec::new());
+//!
+//! let writers: Vec<_> = (0..4)
+//!     .map(|i| std::thread::spawn(move || ROUTES.write().push(i)))
+//!     .collect();
+//! for w in writers {
+//!     w.join().unwrap();
+//! }
+//! let routes = ROUTES.read(); // readers share it, and may sleep holding it
+//! std::thread::sleep(std::time::Duration::from_millis(1));
+//! assert_eq!(routes.len(), 4);
+//! # }
+//! ```
+//!
+//! # The algorithm
+//!
+//! One word holds `WRITER` (a writer has it), `WAITERS` (someone is
+//! queued) and the number of readers inside, in units of `READER`:
+//!
+//! | bits | meaning |
+//! |---|---|
+//! | 0 (`WRITER`) | held by a writer |
+//! | 1 (`WAITERS`) | the wait queue is not empty: no fast path for anyone |
+//! | 2.. (`READER` each) | readers inside |
+//!
+//! * **Fast paths, one atomic operation each.** A reader adds `READER` by
+//!   compare-exchange while neither `WRITER` nor `WAITERS` is set; a
+//!   writer swaps 0 for `WRITER`. Unlocking is a `fetch_sub` (reader) or a
+//!   compare-exchange of `WRITER` for 0 (writer).
+//! * **No writer starvation.** A waiting writer is queued, and a queue
+//!   that is not empty sets `WAITERS`, which stops every new reader from
+//!   taking the fast path: new readers queue behind the writer, the
+//!   readers inside drain, and the writer goes next.
+//! * **Hand-off under the queue lock.** When the lock becomes free with
+//!   waiters queued (a writer leaves, or the last reader does), the one
+//!   who freed it takes the queue lock and *grants* it to the head of the
+//!   queue: a writer, or the batch of consecutive readers at the front
+//!   (Linux's `rwsem_mark_wake`). The lock never becomes free while
+//!   `WAITERS` is set, so nobody overtakes the queue: the order is FIFO,
+//!   and a granted waiter finds the lock already its own when it wakes
+//!   (the wait queue's `GRANTED` state).
+//! * **Optimistic spinning.** Before it queues, a locker that finds a
+//!   writer inside spins while that writer runs on a CPU
+//!   ([`Kernel::task_running`](crate::kernel::Kernel::task_running)), up
+//!   to [`SPIN_LIMIT`] rounds, as the sleeping
+//!   [`Mutex`](crate::mutex::Mutex) does, and never while anyone is
+//!   queued.
+//!
+//! Readers take the count by compare-exchange rather than Linux's
+//! `fetch_add` followed by a back-out: the count is then always exactly
+//! the readers inside, so "the lock is free" means what it says, and a
+//! `try_write` fails only when someone holds the lock or waits for it.
+//!
+//! A waiter that gives up (a timed wait that runs out, an async waiter
+//! dropped) leaves the queue and grants the lock to whoever can have it
+//! now: readers queued behind a writer that gave up while readers hold
+//! the lock go in at once. A timeout that races a grant keeps the lock
+//! (the wait succeeds); an async waiter dropped after a grant releases it.
+//!
+//! Guards come from [`lock_api`]: [`RwSemaphore`] is
+//! `lock_api::RwLock<RawRwSemaphore, T>`, with `downgrade` (Linux's
+//! `downgrade_write`) and timed `try_read_for`/`try_write_for`;
+//! [`read_async`] and [`write_async`] are the async forms on the same
+//! lock and queue. Holders may sleep; every wait first calls
+//! [`might_sleep`](crate::wait::might_sleep) (on the contended path only).
+//! The lock is not tracked by [`lockdep`](crate::lockdep), as the sleeping
+//! [`Mutex`](crate::mutex::Mutex) is not.
+
+use core::future::Future;
+use core::pin::Pin;
+use core::task::{Context, Poll, Waker};
+use core::time::Duration;
+
+use crate::kernel::{self, SPIN_LIMIT};
+use crate::sync::{AtomicUsize, Ordering};
+use crate::wait::{self, GRANTED, Locked, Node, WAITING, WaitQueue};
+
+/// In the state word: a writer holds it.
+const WRITER: usize = 1;
+/// In the state word: the wait queue is not empty.
+const WAITERS: usize = 2;
+/// In the state word: one reader inside.
+const READER: usize = 4;
+
+/// A queued waiter's tag: a reader.
+const TAG_READ: usize = 0;
+/// A queued waiter's tag: a writer.
+const TAG_WRITE: usize = 1;
+
+/// What a locker wants.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+enum Kind {
+    Read,
+    Write,
+}
+
+impl Kind {
+    fn tag(self) -> usize {
+        match self {
+            Kind::Read => TAG_READ,
+            Kind::Write => TAG_WRITE,
+        }
+    }
+}
+
+/// The lock under [`RwSemaphore`] (Linux's `struct rw_semaphore`). See
+/// the [module docs](self).
+#[doc(alias = "rw_semaphore")]
+pub struct RawRwSemaphore {
+    /// `WRITER`, `WAITERS` and the readers (module docs). `WAITERS` is
+    /// set and cleared only under the queue lock, and is set whenever the
+    /// queue is not empty.
+    state: AtomicUsize,
+    /// The writer's task token (0 while none, or unknown): for spinners
+    /// to ask whether it runs. Relaxed: a hint, never for exclusion.
+    owner: AtomicUsize,
+    queue: WaitQueue,
+}
+
+impl core::fmt::Debug for RawRwSemaphore {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let state = self.state.load(Ordering::Relaxed);
+        f.debug_struct("RawRwSemaphore")
+            .field("writer", &(state & WRITER != 0))
+            .field("readers", &(state / READER))
+            .field("waiters", &(state & WAITERS != 0))
+            .finish_non_exhaustive()
+    }
+}
+
+impl Default for RawRwSemaphore {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+/// A reader-writer lock whose waiters sleep (see the [module docs](self)).
+pub type RwSemaphore<T> = lock_api::RwLock<RawRwSemaphore, T>;
+/// The read guard of [`RwSemaphore`].
+pub type RwSemaphoreReadGuard<'a, T> = lock_api::RwLockReadGuard<'a, RawRwSemaphore, T>;
+/// The write guard of [`RwSemaphore`].
+pub type RwSemaphoreWriteGuard<'a, T> = lock_api::RwLockWriteGuard<'a, RawRwSemaphore, T>;
+
+impl RawRwSemaphore {
+    crate::sync::const_fn! {
+        /// A new, unlocked semaphore (Linux's `init_rwsem`).
+        #[doc(alias = "init_rwsem")]
+        #[must_use]
+        pub fn new() -> Self {
+            RawRwSemaphore {
+                state: AtomicUsize::new(0),
+                owner: AtomicUsize::new(0),
+                queue: WaitQueue::new(),
+            }
+        }
+    }
+
+    /// Whether anyone holds it (a snapshot: stale as soon as it returns).
+    #[doc(alias = "rwsem_is_locked")]
+    #[must_use]
+    pub fn is_locked(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & !WAITERS != 0
+    }
+
+    /// Whether a writer holds it (a snapshot).
+    #[must_use]
+    pub fn is_write_locked(&self) -> bool {
+        self.state.load(Ordering::Relaxed) & WRITER != 0
+    }
+
+    /// Takes a read lock if that needs no waiting (Linux's
+    /// `down_read_trylock`): fails while a writer holds the lock or anyone
+    /// waits for it. Never sleeps.
+    #[doc(alias = "down_read_trylock")]
+    #[inline]
+    #[must_use = "true means a read lock is held and must be unlocked"]
+    pub fn try_read(&self) -> bool {
+        let mut state = self.state.load(Ordering::Relaxed);
+        loop {
+            if state & (WRITER | WAITERS) != 0 {
+                return false;
+            }
+            // Acquire: pairs with the Release of the writer's unlock that
+            // freed it.
+            match self.state.compare_exchange_weak(
+                state,
+                state + READER,
+                Ordering::Acquire,
+                Ordering::Relaxed,
+            ) {
+                Ok(_) => return true,
+                Err(now) => state = now,
+            }
+        }
+    }
+
+    /// Takes the write lock if nobody holds it or waits for it (Linux's
+    /// `down_write_trylock`); whether it did. Never sleeps.
+    #[doc(alias = "down_write_trylock")]
+    #[inline]
+    #[must_use = "true means the write lock is held and must be unlocked"]
+    pub fn try_write(&self) -> bool {
+        // Acquire: pairs with the Release of the unlock that freed it.
+        let got = self
+            .state
+            .compare_exchange(0, WRITER, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok();
+        if got {
+            self.owner.store(kernel::current_task(), Ordering::Relaxed);
+        }
+        got
+    }
+
+    fn try_take(&self, kind: Kind) -> bool {
+        match kind {
+            Kind::Read => self.try_read(),
+            Kind::Write => self.try_write(),
+        }
+    }
+
+    /// Takes a read lock, sleeping while a writer holds it or anyone is
+    /// queued for it (Linux's `down_read`).
+    ///
+    /// # Panics
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
+    /// checked on the contended path.
+    #[doc(alias = "down_read")]
+    #[inline]
+    #[track_caller]
+    pub fn read(&self) {
+        if !self.try_read() {
+            self.lock_slow(Kind::Read, None);
+        }
+    }
+
+    /// Takes the write lock, sleeping until the readers and writers
+    /// before it are done (Linux's `down_write`).
+    ///
+    /// # Panics
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
+    /// checked on the contended path.
+    #[doc(alias = "down_write")]
+    #[inline]
+    #[track_caller]
+    pub fn write(&self) {
+        if !self.try_write() {
+            self.lock_slow(Kind::Write, None);
+        }
+    }
+
+    /// [`read`](Self::read) for at most `timeout`: whether it took the
+    /// lock. A timeout that races a hand-off keeps the lock (`true`).
+    /// Needs [`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns) when it
+    /// has to wait.
+    #[track_caller]
+    #[must_use = "true means a read lock is held and must be unlocked"]
+    pub fn try_read_for(&self, timeout: Duration) -> bool {
+        self.try_read() || self.lock_slow(Kind::Read, Some(wait::deadline(timeout)))
+    }
+
+    /// [`read`](Self::read) until the kernel's clock
+    /// ([`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns)) reaches
+    /// `deadline_ns`: whether it took the lock.
+    #[track_caller]
+    #[must_use = "true means a read lock is held and must be unlocked"]
+    pub fn try_read_until(&self, deadline_ns: u64) -> bool {
+        self.try_read() || self.lock_slow(Kind::Read, Some(deadline_ns))
+    }
+
+    /// [`write`](Self::write) for at most `timeout`: whether it took the
+    /// lock. A timeout that races a hand-off keeps the lock (`true`).
+    #[track_caller]
+    #[must_use = "true means the write lock is held and must be unlocked"]
+    pub fn try_write_for(&self, timeout: Duration) -> bool {
+        self.try_write() || self.lock_slow(Kind::Write, Some(wait::deadline(timeout)))
+    }
+
+    /// [`write`](Self::write) until the kernel's clock reaches
+    /// `deadline_ns`: whether it took the lock.
+    #[track_caller]
+    #[must_use = "true means the write lock is held and must be unlocked"]
+    pub fn try_write_until(&self, deadline_ns: u64) -> bool {
+        self.try_write() || self.lock_slow(Kind::Write, Some(deadline_ns))
+    }
+
+    /// The contended path: spin while a running writer holds it, then
+    /// queue and sleep until granted (or the deadline passes: `false`).
+    #[cold]
+    #[track_caller]
+    fn lock_slow(&self, kind: Kind, deadline_ns: Option<u64>) -> bool {
+        wait::might_sleep();
+        if self.spin(kind) {
+            return true;
+        }
+        let node = Node::new();
+        // Takes the node off the queue on every way out, unwinding
+        // included, and lets the waiters behind it go if they can.
+        let leave = Leave {
+            sem: self,
+            node: &node,
+        };
+        {
+            let mut locked = self.queue.lock();
+            // SAFETY: `node` is new and stays on this stack frame, and
+            // `leave` takes it off the queue before the frame goes.
+            if unsafe { self.queue_or_take(&mut locked, &node, kind, None) } {
+                drop(locked);
+                // Never queued, or granted (a grant takes the node off):
+                // nothing to leave.
+                core::mem::forget(leave);
+                return true;
+            }
+        }
+        // Only grants wake these waiters: GRANTED, or WAITING when the
+        // deadline passed first (the node is then off the queue, and
+        // `leave` lets the ones behind it go).
+        self.queue.sleep(&node, deadline_ns) == GRANTED
+    }
+
+    /// Spins while a writer that runs on a CPU holds the lock and nobody
+    /// is queued, taking it when it is free; whether it did.
+    fn spin(&self, kind: Kind) -> bool {
+        for _ in 0..SPIN_LIMIT {
+            let state = self.state.load(Ordering::Relaxed);
+            if state & WAITERS != 0 {
+                return false;
+            }
+            if state & WRITER == 0 {
+                if kind == Kind::Write && state != 0 {
+                    // Held by readers, which may sleep: no owner to watch.
+                    return false;
+                }
+                if self.try_take(kind) {
+                    return true;
+                }
+                continue;
+            }
+            let owner = self.owner.load(Ordering::Relaxed);
+            if owner != 0 && !kernel::task_running(owner) {
+                return false;
+            }
+            crate::sync::spin_loop();
+        }
+        false
+    }
+
+    /// Under the queue lock: takes the lock for `kind` at once if nobody
+    /// waits and it is free for `kind`, or else queues `node` (waking
+    /// `waker`, or this task) and sets `WAITERS`, then grants the lock to
+    /// the head of the queue if it can have it now (which may be `node`
+    /// itself). Whether the caller holds the lock now (then `node` is not
+    /// queued).
+    ///
+    /// # Safety
+    /// `node` is not queued, stays where it is until it is off the queue,
+    /// and is taken off before it goes away (as for
+    /// [`Locked::enqueue`]).
+    unsafe fn queue_or_take(
+        &self,
+        locked: &mut Locked<'_>,
+        node: &Node,
+        kind: Kind,
+        waker: Option<&Waker>,
+    ) -> bool {
+        if locked.is_empty() && self.take_unqueued(kind) {
+            return true;
+        }
+        // SAFETY: forwarded from the caller.
+        unsafe { locked.enqueue(node, true, kind.tag(), waker, false) };
+        // Under the queue lock, after the node is queued: an unlock that
+        // frees the lock after this sees WAITERS and grants under this
+        // lock (so it finds the node); one that freed it before shows
+        // here, and `grant` hands it on.
+        self.state.fetch_or(WAITERS, Ordering::Relaxed);
+        self.grant(locked);
+        node.state() == GRANTED
+    }
+
+    /// With the queue lock held and the queue empty: takes the lock for
+    /// `kind` if it is free for it (clearing a `WAITERS` that nobody
+    /// needs any more); whether it did.
+    fn take_unqueued(&self, kind: Kind) -> bool {
+        let mut state = self.state.load(Ordering::Relaxed);
+        loop {
+            let new = match kind {
+                Kind::Read if state & WRITER == 0 => (state & !WAITERS) + READER,
+                Kind::Write if state & !WAITERS == 0 => WRITER,
+                _ => return false,
+            };
+            // Acquire: as in `try_read`/`try_write`.
+            match self
+                .state
+                .compare_exchange_weak(state, new, Ordering::Acquire, Ordering::Relaxed)
+            {
+                Ok(_) => break,
+                Err(now) => state = now,
+            }
+        }
+        if kind == Kind::Write {
+            self.owner.store(kernel::current_task(), Ordering::Relaxed);
+        }
+        true
+    }
+
+    /// Under the queue lock: hands the lock to the head of the queue if it
+    /// can have it now (a writer if the lock is free; the consecutive
+    /// readers at the front if no writer holds it), and clears `WAITERS`
+    /// when nobody is left queued. Safe to call whenever: it looks at the
+    /// state first.
+    fn grant(&self, locked: &mut Locked<'_>) {
+        let Some((head, tag, _)) = locked.front() else {
+            // Relaxed: WAITERS changes only under the queue lock.
+            self.state.fetch_and(!WAITERS, Ordering::Relaxed);
+            return;
+        };
+        let head: *const Node = head;
+        // Acquire: pairs with the Release of the unlock that freed the
+        // lock; its critical section reaches the granted waiters through
+        // `wake`'s Release store of GRANTED.
+        let state = self.state.load(Ordering::Acquire);
+        debug_assert!(state & WAITERS != 0, "ksync: rwsem waiters without WAITERS");
+        if tag == TAG_WRITE {
+            if state & !WAITERS != 0 {
+                // Held: its release grants.
+                return;
+            }
+            // SAFETY: queued, so valid until `wake` takes it off.
+            let head = unsafe { &*head };
+            let last = locked.next(head).is_none();
+            // Free with WAITERS set: nobody else can take it or change
+            // the word now (the fast paths need WAITERS clear, queueing
+            // needs this lock, no one is inside to unlock).
+            let new = if last { WRITER } else { WRITER | WAITERS };
+            // Relaxed: the new owner learns of it through GRANTED.
+            let old = self.state.swap(new, Ordering::Relaxed);
+            debug_assert_eq!(old, WAITERS);
+            self.owner.store(locked.task_of(head), Ordering::Relaxed);
+            locked.wake(head, GRANTED);
+            return;
+        }
+        if state & WRITER != 0 {
+            return;
+        }
+        // The batch: the readers at the front, up to the first writer.
+        let mut batch = 1;
+        // SAFETY: queued, so valid while this lock is held.
+        let mut cursor = unsafe { &*head };
+        let last = loop {
+            match locked.next(cursor) {
+                Some((next, TAG_READ, _)) => {
+                    let next: *const Node = next;
+                    // SAFETY: as above.
+                    cursor = unsafe { &*next };
+                    batch += 1;
+                }
+                Some(_) => break false,
+                None => break true,
+            }
+        };
+        // The readers count before they wake (one may unlock at once);
+        // WAITERS goes in the same step if the queue empties. A
+        // read-modify-write: readers inside may be unlocking meanwhile.
+        let add = batch * READER - if last { WAITERS } else { 0 };
+        // Relaxed: the readers learn of it through GRANTED.
+        self.state.fetch_add(add, Ordering::Relaxed);
+        for _ in 0..batch {
+            let Some((node, _, _)) = locked.front() else {
+                break;
+            };
+            let node: *const Node = node;
+            // SAFETY: queued, so valid until `wake` takes it off.
+            locked.wake(unsafe { &*node }, GRANTED);
+        }
+    }
+
+    /// Releases a read lock (Linux's `up_read`); the last reader out hands
+    /// the lock to the waiters.
+    ///
+    /// # Safety
+    /// A read lock is held (by the caller; the lock itself only needs one
+    /// held).
+    #[doc(alias = "up_read")]
+    #[inline]
+    pub unsafe fn unlock_read(&self) {
+        // Release: pairs with the Acquire of the next writer (its fast
+        // path, or the grant that hands it the lock).
+        let old = self.state.fetch_sub(READER, Ordering::Release);
+        debug_assert!(
+            old & WRITER == 0 && old >= READER,
+            "ksync: rwsem unlock_read without a read lock"
+        );
+        if old == READER | WAITERS {
+            // The last reader, with waiters: hand it on.
+            self.grant(&mut self.queue.lock());
+        }
+    }
+
+    /// Releases the write lock (Linux's `up_write`): hands it to the head
+    /// of the queue if anyone waits.
+    ///
+    /// # Safety
+    /// The write lock is held (by the caller; the lock itself only needs
+    /// it held).
+    #[doc(alias = "up_write")]
+    #[inline]
+    pub unsafe fn unlock_write(&self) {
+        self.owner.store(0, Ordering::Relaxed);
+        // Release: pairs with the next locker's Acquire.
+        if self
+            .state
+            .compare_exchange(WRITER, 0, Ordering::Release, Ordering::Relaxed)
+            .is_err()
+        {
+            self.unlock_write_slow();
+        }
+    }
+
+    #[cold]
+    fn unlock_write_slow(&self) {
+        let mut locked = self.queue.lock();
+        // Release: pairs with the grant's Acquire (and the next locker's).
+        let old = self.state.fetch_and(!WRITER, Ordering::Release);
+        debug_assert!(
+            old & WRITER != 0,
+            "ksync: rwsem unlock_write without the write lock"
+        );
+        self.grant(&mut locked);
+    }
+
+    /// Turns the write lock into a read lock without letting a writer in
+    /// between (Linux's `downgrade_write`); the readers at the front of
+    /// the queue come in with it.
+    ///
+    /// # Safety
+    /// The write lock is held by the caller, which holds a read lock
+    /// afterwards.
+    #[doc(alias = "downgrade_write")]
+    pub unsafe fn downgrade(&self) {
+        self.owner.store(0, Ordering::Relaxed);
+        // WRITER out, one READER in, in one step (bit 0 is set, so adding
+        // READER - WRITER borrows nothing). Release: readers granted
+        // from here on see the write section (with the grant's Acquire).
+        let old = self.state.fetch_add(READER - WRITER, Ordering::Release);
+        debug_assert!(
+            old & WRITER != 0,
+            "ksync: rwsem downgrade without the write lock"
+        );
+        if old & WAITERS != 0 {
+            self.grant(&mut self.queue.lock());
+        }
+    }
+
+    /// Releases the lock held for `kind`.
+    ///
+    /// # Safety
+    /// It is held for `kind`.
+    unsafe fn unlock(&self, kind: Kind) {
+        match kind {
+            // SAFETY: forwarded.
+            Kind::Read => unsafe { self.unlock_read() },
+            // SAFETY: forwarded.
+            Kind::Write => unsafe { self.unlock_write() },
+        }
+    }
+
+    /// Takes a read lock, as a future: the async form of
+    /// [`read`](Self::read) on the same lock and queue (no spinning).
+    pub fn read_async(&self) -> RawRead<'_> {
+        RawRead {
+            waiter: AsyncWaiter::new(self, Kind::Read),
+        }
+    }
+
+    /// Takes the write lock, as a future: the async form of
+    /// [`write`](Self::write) on the same lock and queue.
+    pub fn write_async(&self) -> RawWrite<'_> {
+        RawWrite {
+            waiter: AsyncWaiter::new(self, Kind::Write),
+        }
+    }
+}
+
+/// A blocking waiter leaving the queue (timed out, or unwinding): takes
+/// its node off and grants the lock to the ones behind it if they can
+/// have it now.
+struct Leave<'a> {
+    sem: &'a RawRwSemaphore,
+    node: &'a Node,
+}
+
+impl Drop for Leave<'_> {
+    fn drop(&mut self) {
+        let mut locked = self.sem.queue.lock();
+        if locked.remove(self.node) || self.node.state() == WAITING {
+            // Left without the lock (a timed-out `sleep` took the node
+            // off already): a writer at the head that gave up may have
+            // been all that kept the readers behind it out.
+            self.sem.grant(&mut locked);
+        }
+    }
+}
+
+/// The state of an async locker (both futures).
+struct AsyncWaiter<'a> {
+    sem: &'a RawRwSemaphore,
+    kind: Kind,
+    node: Node,
+    queued: bool,
+    done: bool,
+}
+
+impl<'a> AsyncWaiter<'a> {
+    fn new(sem: &'a RawRwSemaphore, kind: Kind) -> Self {
+        AsyncWaiter {
+            sem,
+            kind,
+            node: Node::new(),
+            queued: false,
+            done: false,
+        }
+    }
+
+    /// # Safety
+    /// `self` is pinned: it does not move until it drops.
+    unsafe fn poll(&mut self, cx: &mut Context<'_>) -> Poll<()> {
+        if self.done {
+            return Poll::Ready(());
+        }
+        if !self.queued {
+            if self.sem.try_take(self.kind) {
+                self.done = true;
+                return Poll::Ready(());
+            }
+            let mut locked = self.sem.queue.lock();
+            // SAFETY: the node is not queued yet, it is pinned (this
+            // function's contract), and `Drop` takes it off the queue.
+            if unsafe {
+                self.sem
+                    .queue_or_take(&mut locked, &self.node, self.kind, Some(cx.waker()))
+            } {
+                self.done = true;
+                return Poll::Ready(());
+            }
+            self.queued = true;
+            return Poll::Pending;
+        }
+        let mut locked = self.sem.queue.lock();
+        if self.node.state() == GRANTED {
+            self.done = true;
+            return Poll::Ready(());
+        }
+        // Still queued: a grant wakes the newest waker.
+        locked.set_waker(&self.node, cx.waker());
+        Poll::Pending
+    }
+}
+
+impl Drop for AsyncWaiter<'_> {
+    fn drop(&mut self) {
+        if !self.queued || self.done {
+            return;
+        }
+        let mut locked = self.sem.queue.lock();
+        if locked.remove(&self.node) {
+            // Cancelled while queued: the ones behind may go now.
+            self.sem.grant(&mut locked);
+            return;
+        }
+        // Off the queue: only a grant takes an async waiter off.
+        debug_assert_eq!(self.node.state(), GRANTED);
+        drop(locked);
+        // SAFETY: the grant made this future's task a holder for `kind`,
+        // and it was cancelled before it knew: release.
+        unsafe { self.sem.unlock(self.kind) };
+    }
+}
+
+/// The future of [`RawRwSemaphore::read_async`]: ready once a read lock is
+/// held. Dropped before that, it leaves the queue (and releases a lock it
+/// was handed).
+#[must_use = "futures do nothing unless awaited"]
+pub struct RawRead<'a> {
+    waiter: AsyncWaiter<'a>,
+}
+
+/// The future of [`RawRwSemaphore::write_async`]: ready once the write
+/// lock is held. Dropped before that, it leaves the queue (and releases a
+/// lock it was handed).
+#[must_use = "futures do nothing unless awaited"]
+pub struct RawWrite<'a> {
+    waiter: AsyncWaiter<'a>,
+}
+
+impl core::fmt::Debug for RawRead<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RawRead")
+            .field("done", &self.waiter.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl core::fmt::Debug for RawWrite<'_> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("RawWrite")
+            .field("done", &self.waiter.done)
+            .finish_non_exhaustive()
+    }
+}
+
+impl Future for RawRead<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: nothing moves out of the future; the waiter (and its
+        // node) stays put until the future drops, which takes it off the
+        // queue.
+        unsafe { self.get_unchecked_mut().waiter.poll(cx) }
+    }
+}
+
+impl Future for RawWrite<'_> {
+    type Output = ();
+
+    fn poll(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<()> {
+        // SAFETY: as for `RawRead`.
+        unsafe { self.get_unchecked_mut().waiter.poll(cx) }
+    }
+}
+
+/// Takes a read lock on `sem`, as a future, and gives its guard: the async
+/// form of `sem.read()`.
+pub async fn read_async<T: ?Sized>(sem: &RwSemaphore<T>) -> RwSemaphoreReadGuard<'_, T> {
+    // SAFETY: `raw` is only used to take a read lock, which the guard
+    // made below then owns.
+    unsafe { sem.raw() }.read_async().await;
+    // SAFETY: a read lock is held, by this task, and the guard releases it.
+    unsafe { sem.make_read_guard_unchecked() }
+}
+
+/// Takes the write lock on `sem`, as a future, and gives its guard: the
+/// async form of `sem.write()`.
+pub async fn write_async<T: ?Sized>(sem: &RwSemaphore<T>) -> RwSemaphoreWriteGuard<'_, T> {
+    // SAFETY: `raw` is only used to take the write lock, which the guard
+    // made below then owns.
+    unsafe { sem.raw() }.write_async().await;
+    // SAFETY: the write lock is held, by this task, and the guard
+    // releases it.
+    unsafe { sem.make_write_guard_unchecked() }
+}
+
+#[cfg(not(ksync_loom))] // `INIT` is a constant; loom's atomics cannot be one
+// SAFETY: `lock_exclusive` and `try_lock_exclusive` return with WRITER set
+// by this caller and no reader counted (a writer's CAS from 0, or a grant
+// on a free lock), `lock_shared` with this reader counted and WRITER clear
+// (the reader CAS, or a grant while no writer holds it); every
+// acquisition is Acquire against the releases' Release (directly, or
+// through the grant's wake). The guards may move to other tasks: the
+// release depends on no per-task state (the owner token is a hint).
+unsafe impl lock_api::RawRwLock for RawRwSemaphore {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self::new();
+    type GuardMarker = lock_api::GuardSend;
+
+    #[inline]
+    #[track_caller]
+    fn lock_shared(&self) {
+        self.read();
+    }
+
+    #[inline]
+    fn try_lock_shared(&self) -> bool {
+        self.try_read()
+    }
+
+    #[inline]
+    unsafe fn unlock_shared(&self) {
+        // SAFETY: forwarded: the guard holds a read lock.
+        unsafe { self.unlock_read() }
+    }
+
+    #[inline]
+    #[track_caller]
+    fn lock_exclusive(&self) {
+        self.write();
+    }
+
+    #[inline]
+    fn try_lock_exclusive(&self) -> bool {
+        self.try_write()
+    }
+
+    #[inline]
+    unsafe fn unlock_exclusive(&self) {
+        // SAFETY: forwarded: the guard holds the write lock.
+        unsafe { self.unlock_write() }
+    }
+
+    #[inline]
+    fn is_locked(&self) -> bool {
+        RawRwSemaphore::is_locked(self)
+    }
+
+    #[inline]
+    fn is_locked_exclusive(&self) -> bool {
+        self.is_write_locked()
+    }
+}
+
+#[cfg(not(ksync_loom))]
+// SAFETY: `downgrade` swaps WRITER for one READER in one atomic step, so no
+// writer gets in between, and the caller then holds a read lock.
+unsafe impl lock_api::RawRwLockDowngrade for RawRwSemaphore {
+    #[inline]
+    unsafe fn downgrade(&self) {
+        // SAFETY: forwarded: the guard holds the write lock.
+        unsafe { RawRwSemaphore::downgrade(self) }
+    }
+}
+
+#[cfg(not(ksync_loom))]
+// SAFETY: the timed forms take the lock as `lock_shared`/`lock_exclusive`
+// do, or return false without holding it (a waiter that timed out is off
+// the queue and was granted nothing).
+unsafe impl lock_api::RawRwLockTimed for RawRwSemaphore {
+    /// A timeout.
+    type Duration = Duration;
+    /// A deadline on the kernel's clock, in nanoseconds
+    /// ([`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns)).
+    type Instant = u64;
+
+    #[inline]
+    #[track_caller]
+    fn try_lock_shared_for(&self, timeout: Duration) -> bool {
+        self.try_read_for(timeout)
+    }
+
+    #[inline]
+    #[track_caller]
+    fn try_lock_shared_until(&self, deadline_ns: u64) -> bool {
+        self.try_read_until(deadline_ns)
+    }
+
+    #[inline]
+    #[track_caller]
+    fn try_lock_exclusive_for(&self, timeout: Duration) -> bool {
+        self.try_write_for(timeout)
+    }
+
+    #[inline]
+    #[track_caller]
+    fn try_lock_exclusive_until(&self, deadline_ns: u64) -> bool {
+        self.try_write_until(deadline_ns)
+    }
+}
