@@ -71,8 +71,12 @@ pub struct RawMutex {
 
 impl core::fmt::Debug for RawMutex {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        // One snapshot of the word (Relaxed: a hint, as `is_locked`).
+        let state = self.state.load(Ordering::Relaxed);
         f.debug_struct("RawMutex")
-            .field("locked", &self.is_locked())
+            .field("locked", &(state & LOCKED != 0))
+            .field("waiters", &(state & WAITERS != 0))
+            .field("handoff", &(state & HANDOFF != 0))
             .finish_non_exhaustive()
     }
 }
@@ -430,6 +434,7 @@ impl Drop for RawLock<'_> {
 
 /// Takes `mutex`, as a future, and gives its guard: the async form of
 /// `mutex.lock()`.
+#[cfg(not(ksync_loom))] // lock_api's `RawMutex` is not implemented under loom
 pub async fn lock_async<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // SAFETY: `raw` is only used to take the lock, which the guard made
     // below then owns.
