@@ -579,6 +579,8 @@ fn check_loom(t: &mut Tally) {
         "--test",
         "loom_rculist",
         "--test",
+        "loom_wait",
+        "--test",
         "srcu",
     ]);
     loom.env("RUSTFLAGS", "--cfg ksync_loom")
