@@ -26,7 +26,7 @@
 //!
 //! * **Optimistic spinning.** A locker that finds it held spins while the
 //!   holder is on a CPU ([`Kernel::task_running`](crate::kernel::Kernel::task_running)),
-//!   up to [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds, taking the
+//!   up to [`SPIN_LIMIT`] rounds, taking the
 //!   lock when it is free: a short critical section is waited out without
 //!   two context switches (Linux's `mutex_optimistic_spin`).
 //! * **Sleeping.** Otherwise it queues on the wait queue (FIFO), sets

@@ -10,7 +10,7 @@
 //! [`Kernel::current_task`](crate::kernel::Kernel::current_task)); in a
 //! kernel without them the defaults make a waiter busy-wait, which is
 //! correct and only slower. An async waiter keeps a
-//! [`Waker`](core::task::Waker) in its node instead: one queue serves
+//! [`Waker`] in its node instead: one queue serves
 //! blocking tasks and `.await` alike, with no executor assumed.
 //!
 //! ```
