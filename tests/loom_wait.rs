@@ -79,9 +79,12 @@ use outcomes::Outcomes;
 const TIMEOUT: Duration = Duration::from_nanos(2);
 
 /// `loom::model` with the preemption bound of the environment
-/// (`LOOM_MAX_PREEMPTIONS`; the driver sets 2).
+/// (`LOOM_MAX_PREEMPTIONS`; the driver sets 2), and 2 when it sets none
+/// (unbounded, the `e_` models run for many minutes).
 fn model(f: impl Fn() + Sync + Send + 'static) {
-    loom::model::Builder::new().check(f);
+    let mut builder = loom::model::Builder::new();
+    builder.preemption_bound = Some(builder.preemption_bound.unwrap_or(2));
+    builder.check(f);
 }
 
 /// `loom::model` for three racing threads: as in `tests/loom.rs`, a bound
