@@ -711,7 +711,7 @@ pub use stall_report::{STALL_REPORT_CPUS, StallReport};
 /// The report type of [`Kernel::lockdep_report`]: [`lockdep::Report`](crate::lockdep::Report).
 pub use lockdep_report::Report as LockdepReport;
 
-pub(crate) use spin::{Backoff, Waiter, kick_waiters};
+pub(crate) use spin::{BACKOFF_MAX, Backoff, Waiter, kick_waiters};
 pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};
 
 #[cfg(all(test, feature = "test-hooks"))]

@@ -546,7 +546,7 @@ fn check_benches(t: &mut Tally) {
     // example that every callback ran); their timings are not judged here.
     let mut benches = cargo(&[
         "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench", "locks",
-        "--bench", "lockdep", "--", "--quick",
+        "--bench", "lockdep", "--bench", "sleeping", "--", "--quick",
     ]);
     let (ok, _) = run_logged("benches (--quick smoke run)", &mut benches);
     t.check("benches run (--quick)", ok);
@@ -578,6 +578,8 @@ fn check_loom(t: &mut Tally) {
         "loom_call_rcu",
         "--test",
         "loom_rculist",
+        "--test",
+        "loom_wait",
         "--test",
         "srcu",
     ]);
