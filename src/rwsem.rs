@@ -737,6 +737,7 @@ impl Future for RawWrite<'_> {
 
 /// Takes a read lock on `sem`, as a future, and gives its guard: the async
 /// form of `sem.read()`.
+#[cfg(not(ksync_loom))] // `lock_api`'s traits are not implemented under loom
 pub async fn read_async<T: ?Sized>(sem: &RwSemaphore<T>) -> RwSemaphoreReadGuard<'_, T> {
     // SAFETY: `raw` is only used to take a read lock, which the guard
     // made below then owns.
@@ -747,6 +748,7 @@ pub async fn read_async<T: ?Sized>(sem: &RwSemaphore<T>) -> RwSemaphoreReadGuard
 
 /// Takes the write lock on `sem`, as a future, and gives its guard: the
 /// async form of `sem.write()`.
+#[cfg(not(ksync_loom))] // as `read_async`
 pub async fn write_async<T: ?Sized>(sem: &RwSemaphore<T>) -> RwSemaphoreWriteGuard<'_, T> {
     // SAFETY: `raw` is only used to take the write lock, which the guard
     // made below then owns.
