@@ -25,9 +25,14 @@
 //!   only interrupt the kernel takes), counted by [`irq::timer_tick`];
 //! * `lockdep_report` (images built with the `lockdep` feature): prints the
 //!   report after a `KSYNC-LOCKDEP` line, counts it ([`lockdep_log`]) and
-//!   carries on, so that the runner, not a panic, judges it. `irqs_disabled`
-//!   keeps its default: outside its handler the kernel masks interrupts only
-//!   around the runner's barriers, where it takes no ksync lock.
+//!   carries on, so that the runner, not a panic, judges it;
+//! * `irqs_disabled`: the CPU's own interrupt flag (`arch::irq_enabled`).
+//!   The kernel masks interrupts by itself, not only through ksync: the
+//!   scheduler around its run-queue lock, which `wake` takes from thread
+//!   context and from the timer handler (timed blocks end there, and
+//!   ksync's wake-ups may come from handlers); with the default (`false`)
+//!   lockdep took that lock for one taken with interrupts enabled and
+//!   reported an interrupt inversion.
 //!
 //! The scheduler hooks of ksync's sleeping primitives (wait queues,
 //! completions, semaphores, the sleeping mutex) are the scheduler's
@@ -140,6 +145,11 @@ unsafe impl ksync::kernel::Kernel for QemuKernel {
     #[inline]
     fn in_interrupt() -> bool {
         irq::in_handler()
+    }
+
+    #[inline]
+    fn irqs_disabled() -> bool {
+        !arch::irq_enabled()
     }
 
     /// The running thread's slot + 1: nonzero, kept across migrations,
