@@ -655,12 +655,14 @@ pub fn dump() {
         let state = thread.state.load(Ordering::Relaxed);
         if state != FREE {
             crate::println!(
-                "KSYNC-SCHED-THREAD id={id} state={} cpu={} preempted={} wakes={} wakes_seen={}",
+                "KSYNC-SCHED-THREAD id={id} state={} cpu={} preempted={} blocks={} wakes={} wakes_seen={} timed={}",
                 NAMES.get(usize::from(state)).unwrap_or(&"?"),
                 thread.cpu.load(Ordering::Relaxed),
                 thread.preempted.load(Ordering::Relaxed),
+                thread.blocks.load(Ordering::Relaxed),
                 thread.wakes.load(Ordering::Relaxed),
                 thread.wakes_seen.load(Ordering::Relaxed),
+                thread.deadline.load(Ordering::Relaxed) != NO_DEADLINE,
             );
         }
     }

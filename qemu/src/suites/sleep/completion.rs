@@ -163,7 +163,7 @@ impl CompletionSuite {
         }
         let waiters = self.waiters.load(Ordering::SeqCst);
         let mut round = 0u64;
-        while !ctx.should_stop() {
+        while !self.team.should_stop(ctx) {
             // Nobody waits on the other gate: every waiter has passed
             // the previous round (its gate and its counter).
             self.all[((round + 1) % 2) as usize].reinit();

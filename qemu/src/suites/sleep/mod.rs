@@ -17,7 +17,8 @@
 //! What the suites share, here:
 //!
 //! * [`Team`]: who is in it, arrival (a leader waits, bounded, until every
-//!   member has started before its first round) and departure;
+//!   member has started before its first round), departure, and when to
+//!   stop ([`Team::should_stop`]: the budget, but at least [`MIN_RUN_MS`]);
 //! * [`wait_for`]: a leader's bounded wait (yielding), which is how a lost
 //!   wake-up becomes a reported failure instead of a hang;
 //! * [`Waits`]: per-thread "waiting since" stamps that the timer interrupt
@@ -64,6 +65,8 @@ pub const TEAM_PER_CPU: usize = 3;
 pub const ARRIVE_TIMEOUT_MS: u64 = 2_000;
 /// How long a leader waits, after the close, for every member to leave.
 pub const CLOSE_TIMEOUT_MS: u64 = 2_000;
+/// The least a team runs, from its first arrival ([`Team::should_stop`]).
+pub const MIN_RUN_MS: u64 = 300;
 
 /// Every `sleep-*` suite, for the registry.
 pub static SUITES: &[&dyn Suite] = &[
@@ -89,6 +92,8 @@ pub struct Team {
     cpus: AtomicUsize,
     arrived: AtomicUsize,
     left: AtomicUsize,
+    /// The counter when the first member arrived (0: nobody yet).
+    started: AtomicU64,
 }
 
 impl Team {
@@ -97,6 +102,7 @@ impl Team {
             cpus: AtomicUsize::new(1),
             arrived: AtomicUsize::new(0),
             left: AtomicUsize::new(0),
+            started: AtomicU64::new(0),
         }
     }
 
@@ -106,6 +112,23 @@ impl Team {
         self.cpus.store(cpus, Ordering::Relaxed);
         self.arrived.store(0, Ordering::Relaxed);
         self.left.store(0, Ordering::Relaxed);
+        self.started.store(0, Ordering::Relaxed);
+    }
+
+    /// [`Ctx::should_stop`], but not before [`MIN_RUN_MS`] since the
+    /// first member arrived, unless a failure was flagged. The runner's
+    /// deadline counts from before its opening barrier: a host that stops
+    /// the guest's vCPUs for a second there (a loaded machine; seen once
+    /// at `-smp 8`) would otherwise leave a team no time at all, and its
+    /// "did anything happen" checks would fail for no fault of the
+    /// primitive.
+    pub fn should_stop(&self, ctx: &Ctx) -> bool {
+        if !ctx.should_stop() {
+            return false;
+        }
+        // Relaxed: a time stamp, nothing hangs on it.
+        let started = self.started.load(Ordering::Relaxed);
+        ctx.failed() || (started != 0 && time::now() >= started + time::ms_to_ticks(MIN_RUN_MS))
     }
 
     /// Members in all.
@@ -116,6 +139,13 @@ impl Team {
 
     /// This member has started (and set up what the others look at).
     pub fn arrive(&self) {
+        // Relaxed: a time stamp (the first arrival's).
+        let _ = self.started.compare_exchange(
+            0,
+            time::now().max(1),
+            Ordering::Relaxed,
+            Ordering::Relaxed,
+        );
         // SeqCst (as `left`): a leader that counts it sees what the member
         // set up before (its registration).
         self.arrived.fetch_add(1, Ordering::SeqCst);

@@ -162,7 +162,7 @@ impl<R: RawMutex> MutexSuite<R> {
     }
 
     fn locker(&self, ctx: &Ctx, me: usize, rng: &mut Rng) {
-        while !ctx.should_stop() {
+        while !self.team.should_stop(ctx) {
             let blocks = sched::blocks_of(me);
             let mut guard = if rng.below(8) == 0 {
                 let Some(guard) = self.data.try_lock() else {
@@ -189,7 +189,7 @@ impl<R: RawMutex> MutexSuite<R> {
 
     fn hog(&self, ctx: &Ctx) {
         let hold = time::hz() * HOG_HOLD_US / 1_000_000;
-        while !ctx.should_stop() {
+        while !self.team.should_stop(ctx) {
             if let Some(mut guard) = self.starve.try_lock() {
                 let end = time::now() + hold;
                 while time::now() < end {
@@ -204,7 +204,7 @@ impl<R: RawMutex> MutexSuite<R> {
 
     fn victim(&self, ctx: &Ctx, me: usize) {
         self.victim.store(me, Ordering::Relaxed);
-        while !ctx.should_stop() {
+        while !self.team.should_stop(ctx) {
             snooze(ctx, VICTIM_PAUSE_US);
             self.victim_waits.begin(me);
             let mut guard = self.starve.lock();

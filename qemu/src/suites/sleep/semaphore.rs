@@ -97,7 +97,7 @@ impl SemaphoreSuite {
                 }
                 check_timed_out(ctx, start, TIMEOUT);
                 self.timeouts.add(cpu::current(), 1);
-                if ctx.should_stop() {
+                if self.team.should_stop(ctx) {
                     break false;
                 }
             },
@@ -141,7 +141,7 @@ impl Member for SemaphoreSuite {
         let mut rng = Rng::new(ctx.seed() ^ (me as u64).wrapping_mul(0x2545_F491));
         self.member[me].store(true, Ordering::Relaxed);
         self.team.arrive();
-        while !ctx.should_stop() {
+        while !self.team.should_stop(ctx) {
             if !self.take(ctx, me, &mut rng) {
                 continue;
             }

@@ -223,7 +223,7 @@ impl WaitSuite {
             return;
         }
         let consumers = self.consumers.load(Ordering::SeqCst) > 0;
-        while !ctx.should_stop() {
+        while !self.team.should_stop(ctx) {
             let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
             self.broadcast();
             if consumers {
