@@ -223,7 +223,8 @@ impl WaitSuite {
             return;
         }
         let consumers = self.consumers.load(Ordering::SeqCst) > 0;
-        while !self.team.should_stop(ctx) {
+        // At least one round, whatever the clock says.
+        loop {
             let generation = self.generation.fetch_add(1, Ordering::SeqCst) + 1;
             self.broadcast();
             if consumers {
@@ -252,6 +253,9 @@ impl WaitSuite {
                 break;
             }
             self.rounds.fetch_add(1, Ordering::Relaxed);
+            if self.team.should_stop(ctx) {
+                break;
+            }
         }
     }
 
