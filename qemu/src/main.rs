@@ -111,12 +111,12 @@ fn boot_cpu() -> ! {
 /// off; `now` is the counter at the interrupt): the harness's work
 /// (watchdog, the active suite's handler), then RCU's (stall check, ready
 /// callbacks). If the CPU was idle, RCU watches it while they run. Last,
-/// the scheduler's time slice (the switch itself comes at the end of the
-/// interrupt, `sched::irq_exit`).
+/// the scheduler's timed blocks and time slice (the switch itself comes at
+/// the end of the interrupt, `sched::irq_exit`).
 fn timer_tick(cpu: usize, now: u64) {
     rcu::interrupt(|| {
         runner::on_tick(cpu, now);
         rcu::tick(now);
     });
-    sched::tick(cpu);
+    sched::tick(cpu, now);
 }

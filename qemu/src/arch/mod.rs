@@ -14,6 +14,9 @@
 //!   aarch64 `wfe` with IRQs open, riscv64 `wfi`) and `kick_others()`
 //!   (wakes every other CPU, ordered after this CPU's stores: x86_64 an
 //!   IPI, aarch64 `dsb ish; sev`, riscv64 an SBI IPI);
+//! * an idle wait (`sched::relax`): `wait_for_interrupt()` (called and
+//!   returning with interrupts off: sleeps until an interrupt is pending,
+//!   and takes it; x86_64 `sti; hlt`, aarch64 `wfi`, riscv64 `wfi`);
 //! * `fw_cfg_select(key)`, `fw_cfg_read_u8()`; `boot_args(buf)`, the
 //!   kernel command line where the runner cannot use fw_cfg files
 //!   (riscv64; `None` on the others, defined here);

@@ -36,10 +36,14 @@ pub enum Command {
 /// Reads the arguments and fills the runner's plan with suites of
 /// `registry`.
 pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
-    let mut buf = [0u8; 512];
+    // Room for every suite's name (a full buffer may have cut the words).
+    let mut buf = [0u8; 1024];
     let len = fw_cfg::read_file("opt/ksync/run", &mut buf)
         .or_else(|| arch::boot_args(&mut buf))
         .unwrap_or(0);
+    if len == buf.len() {
+        return Err("the run words are longer than 1023 bytes");
+    }
     let text = core::str::from_utf8(&buf[..len]).map_err(|_| "opt/ksync/run is not UTF-8")?;
     let text = text.trim_end_matches('\0').trim();
     let text = if text.is_empty() { "demo" } else { text };

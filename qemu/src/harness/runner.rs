@@ -65,7 +65,8 @@ use crate::sched;
 pub const WATCHDOG_GRACE_MS: u64 = 10_000;
 
 const NONE: usize = usize::MAX;
-const MAX_PLAN: usize = 32;
+/// Suites in one plan: the scheduler configurations run 28 in one boot.
+const MAX_PLAN: usize = 48;
 
 /// The suites the plan's indices refer to, given by the boot CPU (see
 /// [`release`]).

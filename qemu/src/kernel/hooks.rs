@@ -25,9 +25,41 @@
 //!   only interrupt the kernel takes), counted by [`irq::timer_tick`];
 //! * `lockdep_report` (images built with the `lockdep` feature): prints the
 //!   report after a `KSYNC-LOCKDEP` line, counts it ([`lockdep_log`]) and
-//!   carries on, so that the runner, not a panic, judges it. `irqs_disabled`
-//!   keeps its default: outside its handler the kernel masks interrupts only
-//!   around the runner's barriers, where it takes no ksync lock.
+//!   carries on, so that the runner, not a panic, judges it;
+//! * `irqs_disabled`: the CPU's own interrupt flag (`arch::irq_enabled`).
+//!   The kernel masks interrupts by itself, not only through ksync: the
+//!   scheduler around its run-queue lock, which `wake` takes from thread
+//!   context and from the timer handler (timed blocks end there, and
+//!   ksync's wake-ups may come from handlers); with the default (`false`)
+//!   lockdep took that lock for one taken with interrupts enabled and
+//!   reported an interrupt inversion.
+//!
+//! The scheduler hooks of ksync's sleeping primitives (wait queues,
+//! completions, semaphores, the sleeping mutex) are the scheduler's
+//! threads (`crate::sched`):
+//!
+//! * `current_task`: the running thread's slot + 1 (`sched::current`),
+//!   the same wherever it migrates; a CPU's boot thread is slot `cpu`, so
+//!   outside scheduler mode (one flow per CPU) the token is `cpu + 1`, as
+//!   it is before the CPU's `sched::init_cpu`;
+//! * `block(deadline)`: a worker thread blocks (`sched::block_until`, the
+//!   deadline turned into a counter value that the timer tick watches);
+//!   its "wake pending" flag is the scheduler's wake-up count, so a `wake`
+//!   since its last block makes it return at once. A boot thread never
+//!   blocks (it keeps its CPU's run queue non-empty): it yields, or idles
+//!   until the next interrupt when nothing else is runnable
+//!   (`sched::relax`), and returns; the caller re-checks. Where sleeping is not allowed
+//!   (see `may_sleep`) it only spins once. Either way the switch is an RCU
+//!   quiescent state, as Linux's `schedule()` is;
+//! * `wake(token)`: `sched::wake` onto the CPU the thread last ran on: from
+//!   any CPU, interrupts on or off, in the timer handler; it takes that
+//!   CPU's run-queue lock (interrupts off) and never sleeps;
+//! * `may_sleep`: a scheduler thread with preemption enabled, interrupts
+//!   on, outside the timer handler;
+//! * `clock_ns`: the counter ([`time::now`]: TSC, `CNTVCT_EL0`, `time`) in
+//!   nanoseconds;
+//! * `task_running(token)`: the thread is some CPU's current thread
+//!   (`sched::is_running`), for the mutex's optimistic spinners.
 //!
 //! This file and `kernel::rcu` are the worked example of embedding ksync's
 //! per-CPU data and RCU in a kernel; README.md ("Embedding ksync in your
@@ -43,9 +75,9 @@ use ksync::rcu::StallReport;
 use ksync::spinlock::IrqTicketMutex;
 
 use super::cpu::{self, MAX_CPUS};
-use super::irq;
+use super::{irq, time};
 use crate::println;
-use crate::sched;
+use crate::{arch, sched};
 
 /// This kernel, as ksync sees it.
 pub struct QemuKernel;
@@ -62,7 +94,8 @@ pub struct QemuKernel;
 // stays on its CPU and no other thread runs there. `cpu_id` reads the
 // CPU's own register, which the context switch leaves alone, so it is the
 // CPU the caller runs on even after a migration. `rcu_stall` only prints
-// and records.
+// and records. The scheduler hooks (`current_task` .. `task_running`) are
+// not part of the trait's safety contract.
 unsafe impl ksync::kernel::Kernel for QemuKernel {
     #[inline]
     fn cpu_id() -> usize {
@@ -112,6 +145,75 @@ unsafe impl ksync::kernel::Kernel for QemuKernel {
     #[inline]
     fn in_interrupt() -> bool {
         irq::in_handler()
+    }
+
+    #[inline]
+    fn irqs_disabled() -> bool {
+        !arch::irq_enabled()
+    }
+
+    /// The running thread's slot + 1: nonzero, kept across migrations,
+    /// unique among live threads (a slot is reused only after its thread
+    /// ended). Before `sched::init_cpu` the CPU's own flow, which then
+    /// becomes its boot thread, slot `cpu`: the same token.
+    #[inline]
+    fn current_task() -> usize {
+        match sched::current() {
+            id if id < sched::NR_THREADS => id + 1,
+            _ => cpu::current() + 1,
+        }
+    }
+
+    /// See the module docs. ksync calls it with preemption and interrupts
+    /// on and outside read sections; anything else (`may_sleep` false)
+    /// only spins once, which the contract allows (an early return).
+    fn block(deadline_ns: Option<u64>) {
+        if !Self::may_sleep() {
+            core::hint::spin_loop();
+            return;
+        }
+        // A switch away is a quiescent state (Linux's
+        // `rcu_note_context_switch`): the caller holds no RCU reference
+        // (ksync's `might_sleep` checked), and a CPU whose threads all
+        // wait still lets grace periods end.
+        ksync::rcu::quiescent_state();
+        if sched::current() < MAX_CPUS {
+            // A boot thread never blocks (its CPU always has it to run): it
+            // gives the CPU away, or idles until the next interrupt.
+            sched::relax();
+            return;
+        }
+        sched::block_until(deadline_ns.map(time::ns_to_ticks_ceil));
+    }
+
+    /// See the module docs. A token that names no thread, or a boot
+    /// thread (which never blocks), is ignored.
+    fn wake(task: usize) {
+        let Some(id) = task.checked_sub(1) else {
+            return;
+        };
+        if (MAX_CPUS..sched::NR_THREADS).contains(&id) {
+            sched::wake(id, sched::last_cpu(id));
+        }
+    }
+
+    /// A scheduler thread (after `sched::init_cpu`), preemption enabled,
+    /// interrupts on, outside the timer handler.
+    fn may_sleep() -> bool {
+        !irq::in_handler()
+            && sched::preempt_count() == 0
+            && arch::irq_enabled()
+            && sched::current() < sched::NR_THREADS
+    }
+
+    #[inline]
+    fn clock_ns() -> u64 {
+        time::ticks_to_ns(time::now())
+    }
+
+    #[inline]
+    fn task_running(task: usize) -> bool {
+        task.checked_sub(1).is_some_and(sched::is_running)
     }
 
     /// One `KSYNC-LOCKDEP` line, then the report as lockdep wrote it (one

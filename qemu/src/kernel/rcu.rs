@@ -17,6 +17,7 @@
 //! |---|---|---|
 //! | a CPU comes up | [`cpu_up`], on that CPU | [`ksync::rcu::cpu_online`] |
 //! | a "context switch": between two operations of a thread | every `Ctx::should_stop` (`harness::runner`), the runner's `cond_resched()` | [`ksync::rcu::quiescent_state`] |
+//! | a task sleeps in a ksync wait (a real context switch, outside read sections: ksync's `might_sleep` checks) | every `Kernel::block` (`kernel::hooks`) | [`ksync::rcu::quiescent_state`] |
 //! | waiting with nothing to do: barriers, waiting for the next suite or for the start | [`idle_wait`] | [`ksync::rcu::idle_enter`] / [`ksync::rcu::idle_exit`] |
 //! | an interrupt arrives in an idle wait | [`interrupt`] | `idle_exit` before the handler, `idle_enter` after (Linux's `rcu_irq_enter`/`rcu_irq_exit`) |
 //! | a CPU stops for good | [`halt`] | [`ksync::rcu::cpu_offline`] |

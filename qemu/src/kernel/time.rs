@@ -31,3 +31,12 @@ pub fn ticks_to_ms(ticks: u64) -> u64 {
 pub fn ticks_to_ns(ticks: u64) -> u64 {
     (u128::from(ticks) * 1_000_000_000 / u128::from(hz().max(1))) as u64
 }
+
+/// The first counter value whose [`ticks_to_ns`] is `ns` or more (the
+/// counter ticks in `ns` nanoseconds, rounded up): a deadline on the
+/// nanosecond clock (ksync's `Kernel::clock_ns`, `kernel::hooks`) as a
+/// counter value.
+pub fn ns_to_ticks_ceil(ns: u64) -> u64 {
+    let ticks = (u128::from(ns) * u128::from(hz())).div_ceil(1_000_000_000);
+    u64::try_from(ticks).unwrap_or(u64::MAX)
+}

@@ -79,6 +79,11 @@
 //!
 //! [`block`] takes a worker off every run queue until [`wake`];
 //! [`WaitQueue`] (`wait.rs`) builds "wait until a condition holds" on it.
+//! [`block_until`] adds a deadline on the counter: every timer tick
+//! ([`tick`]) wakes the threads last run on its CPU whose deadline has
+//! passed, so a timed block lasts at most its deadline plus one tick.
+//! ksync's scheduler hooks (`kernel::hooks`: `block`, `wake`,
+//! `current_task`, `task_running`) are these.
 
 mod wait;
 
@@ -153,13 +158,27 @@ struct Thread {
     arg: AtomicUsize,
     /// Times it was switched out by preemption.
     preempted: AtomicU64,
+    /// Times it blocked ([`block`]; counted by the thread itself).
+    blocks: AtomicU64,
     /// Wake-ups sent to it ([`wake`] counts before it looks at the state).
     wakes: AtomicU64,
     /// `wakes` as the thread last returned from [`block`]: a `wakes` past
     /// it is a wake-up the thread has not consumed, and its next `block`
     /// returns at once.
     wakes_seen: AtomicU64,
+    /// The counter value at which its [`block_until`] ends, or
+    /// [`NO_DEADLINE`]: set by the thread before it blocks, cleared by it
+    /// after, claimed (compare-exchanged back to `NO_DEADLINE`) by the
+    /// tick that wakes it.
+    deadline: AtomicU64,
 }
+
+/// In [`Thread::deadline`]: not in a timed block.
+const NO_DEADLINE: u64 = u64::MAX;
+
+/// Threads in a [`block_until`] with a deadline now, everywhere: a hint
+/// that lets the tick skip its scan when there are none.
+static TIMED: AtomicUsize = AtomicUsize::new(0);
 
 // SAFETY: `entry` is written only by `spawn_on` while the slot is claimed
 // (state moved from FREE by its compare-exchange) and not yet queued, and
@@ -182,8 +201,10 @@ impl Thread {
             entry: UnsafeCell::new(nothing),
             arg: AtomicUsize::new(0),
             preempted: AtomicU64::new(0),
+            blocks: AtomicU64::new(0),
             wakes: AtomicU64::new(0),
             wakes_seen: AtomicU64::new(0),
+            deadline: AtomicU64::new(NO_DEADLINE),
         }
     }
 }
@@ -312,6 +333,13 @@ pub fn preemptions_of(id: usize) -> u64 {
     THREADS[id].preempted.load(Ordering::Relaxed)
 }
 
+/// Times thread `id` called [`block`] (since it started).
+pub fn blocks_of(id: usize) -> u64 {
+    // Relaxed: a statistic of the calling thread itself, or read after
+    // the harness's barriers.
+    THREADS[id].blocks.load(Ordering::Relaxed)
+}
+
 /// This CPU's preempt count.
 pub fn preempt_count() -> u32 {
     RQ[cpu::current()].preempt.load(Ordering::Relaxed)
@@ -352,9 +380,30 @@ pub fn preempt_enable() {
     }
 }
 
-/// From every timer interrupt on `cpu`: a time slice is one tick, so ask
-/// for a switch whenever some other thread waits for this CPU.
-pub fn tick(cpu: usize) {
+/// From every timer interrupt on `cpu`, `now` the counter: wakes the
+/// threads last run on this CPU whose [`block_until`] deadline has passed
+/// (each blocked thread is looked at by one CPU's tick only, the one it
+/// will be woken onto); then, a time slice being one tick, asks for a
+/// switch whenever some other thread waits for this CPU.
+pub fn tick(cpu: usize, now: u64) {
+    // Relaxed: a hint. A timed block that this load misses is seen by a
+    // later tick: it only makes that wake-up one tick late.
+    if TIMED.load(Ordering::Relaxed) > 0 {
+        for (id, thread) in THREADS.iter().enumerate().skip(MAX_CPUS) {
+            // Relaxed: the deadline is a plain value (no data hangs on it),
+            // and `wake` has its own ordering with the thread's block.
+            let deadline = thread.deadline.load(Ordering::Relaxed);
+            if deadline <= now
+                && thread.cpu.load(Ordering::Relaxed) == cpu
+                && thread
+                    .deadline
+                    .compare_exchange(deadline, NO_DEADLINE, Ordering::Relaxed, Ordering::Relaxed)
+                    .is_ok()
+            {
+                wake(id, cpu);
+            }
+        }
+    }
     // Relaxed: a hint; the switch reads the queue under its lock.
     if RQ[cpu].len.load(Ordering::Relaxed) > 0 {
         RQ[cpu].need_resched.store(true, Ordering::Relaxed);
@@ -383,6 +432,39 @@ pub fn yield_now() {
     switch_out(How::Yield);
 }
 
+/// Waits a little without blocking (for a boot thread, which never
+/// blocks, or any thread polling for something): gives the CPU to the
+/// next runnable thread if there is one, and otherwise sleeps until the
+/// next interrupt (a timer tick, at most a period away), so that an idle
+/// vCPU gives its host CPU to the others. A thread woken onto this CPU
+/// meanwhile runs from that tick's end (`irq_exit`), as it would after a
+/// busy CPU's time slice.
+///
+/// # Panics
+/// With preemption disabled ("scheduling while atomic").
+pub fn relax() {
+    let rq = &RQ[cpu::current()];
+    // Relaxed: a hint; the switch reads the queue under its lock.
+    if rq.len.load(Ordering::Relaxed) > 0 {
+        yield_now();
+        return;
+    }
+    assert!(
+        rq.preempt.load(Ordering::Relaxed) == 0,
+        "relax with preemption disabled"
+    );
+    let was_on = arch::irq_enabled();
+    arch::irq_disable();
+    // Checked again with interrupts off: a thread queued here from now on
+    // waits for the tick that ends the sleep.
+    if rq.len.load(Ordering::Relaxed) == 0 {
+        arch::wait_for_interrupt();
+    }
+    if was_on {
+        arch::irq_enable();
+    }
+}
+
 /// Moves the calling worker to `cpu`'s run queue; returns running there.
 ///
 /// # Panics
@@ -409,12 +491,54 @@ pub fn migrate_to(target: usize) {
 pub fn block() {
     let me = current();
     assert!(me >= MAX_CPUS, "a boot thread never blocks");
+    // Relaxed: only this thread writes it (see `blocks_of`).
+    let blocks = &THREADS[me].blocks;
+    blocks.store(blocks.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
     switch_out(How::Block);
     let thread = &THREADS[me];
     // SeqCst: pairs with the waker's SeqCst count, so the caller's re-check
     // of its condition sees what every consumed waker published before.
     let wakes = thread.wakes.load(Ordering::SeqCst);
     thread.wakes_seen.store(wakes, Ordering::Relaxed);
+}
+
+/// [`block`] that also ends once the counter reaches `deadline` (a
+/// [`tick`] after it wakes the thread), when there is one. Like `block` it
+/// may return early: callers re-check their condition and the clock.
+///
+/// # Panics
+/// As [`block`].
+pub fn block_until(deadline: Option<u64>) {
+    let Some(deadline) = deadline else {
+        block();
+        return;
+    };
+    let thread = &THREADS[current()];
+    // Relaxed: a hint and a plain value (see `tick`); a tick that sees the
+    // deadline before the thread has switched out sends a wake-up its
+    // `block` counts, so it returns at once.
+    TIMED.fetch_add(1, Ordering::Relaxed);
+    thread
+        .deadline
+        .store(deadline.min(NO_DEADLINE - 1), Ordering::Relaxed);
+    block();
+    // A tick may have claimed it already (then this store is a no-op).
+    thread.deadline.store(NO_DEADLINE, Ordering::Relaxed);
+    TIMED.fetch_sub(1, Ordering::Relaxed);
+}
+
+/// Whether thread `id` is on a CPU now (a snapshot, for ksync's mutex
+/// spinners: `Kernel::task_running`). A running thread is the `current`
+/// of the CPU it last switched in on.
+pub fn is_running(id: usize) -> bool {
+    let Some(thread) = THREADS.get(id) else {
+        return false;
+    };
+    // Relaxed: a hint that is stale the moment it is read; a spinner that
+    // is wrong spins a little longer or sleeps a little early.
+    let cpu = thread.cpu.load(Ordering::Relaxed);
+    RQ.get(cpu)
+        .is_some_and(|rq| rq.current.load(Ordering::Relaxed) == id)
 }
 
 /// Makes thread `id` runnable on `cpu` if it is blocked (or about to
@@ -478,6 +602,7 @@ pub fn spawn_on(cpu: usize, entry: fn(usize), arg: usize) -> Option<usize> {
     thread.arg.store(arg, Ordering::Relaxed);
     thread.preempt.store(0, Ordering::Relaxed);
     thread.preempted.store(0, Ordering::Relaxed);
+    thread.blocks.store(0, Ordering::Relaxed);
     thread
         .wakes_seen
         .store(thread.wakes.load(Ordering::Relaxed), Ordering::Relaxed);
@@ -530,12 +655,14 @@ pub fn dump() {
         let state = thread.state.load(Ordering::Relaxed);
         if state != FREE {
             crate::println!(
-                "KSYNC-SCHED-THREAD id={id} state={} cpu={} preempted={} wakes={} wakes_seen={}",
+                "KSYNC-SCHED-THREAD id={id} state={} cpu={} preempted={} blocks={} wakes={} wakes_seen={} timed={}",
                 NAMES.get(usize::from(state)).unwrap_or(&"?"),
                 thread.cpu.load(Ordering::Relaxed),
                 thread.preempted.load(Ordering::Relaxed),
+                thread.blocks.load(Ordering::Relaxed),
                 thread.wakes.load(Ordering::Relaxed),
                 thread.wakes_seen.load(Ordering::Relaxed),
+                thread.deadline.load(Ordering::Relaxed) != NO_DEADLINE,
             );
         }
     }

@@ -34,6 +34,7 @@ pub mod rwlock_flood;
 pub mod sched;
 pub mod sched_wait;
 pub mod seeds;
+pub mod sleep;
 pub mod spinlock;
 pub mod spinlock_halt;
 
@@ -60,6 +61,7 @@ pub static REGISTRY: Registry = Registry::new(&[
     seeds::SUITES,
     sched::SUITES,
     sched_wait::SUITES,
+    sleep::SUITES,
 ]);
 
 /// A small per-CPU pseudo-random generator (xorshift64*), to vary the mix of

@@ -429,8 +429,10 @@ pub const OVERSUBSCRIBED: &[Oversubscribed] = &[
 /// kernel's `sched` word (every suite's per-CPU body as 3 kernel threads
 /// per CPU, preempted by the timer; `qemu/src/harness/runner.rs`): the
 /// lock suites, per-CPU counter, brlock, RCU and interrupt masking with
-/// their controls, and the scheduler's own suites (lock holders, wait
-/// queue). Not here (`qemu/README.md`, "The scheduler"): the rw locks
+/// their controls, the scheduler's own suites (lock holders, wait queue)
+/// and ksync's sleeping primitives on the scheduler hooks (`sleep-*`:
+/// wait queue, completion, semaphore, mutex; `sleep-rwsem` and
+/// `sleep-percpu-rwsem` join them once those exist). Not here (`qemu/README.md`, "The scheduler"): the rw locks
 /// (their readers may be preempted while their writers wait with
 /// interrupts off: a deadlock on one CPU), halting lock waits,
 /// the stall suite, the seed workloads (per-CPU roles and barriers), the
@@ -458,6 +460,12 @@ pub const SCHED_SUITES: &[&str] = &[
     "sched-lock-holder-preemptible",
     "sched-waitqueue",
     "sched-waitqueue-checkfirst",
+    "sleep-waitqueue",
+    "sleep-waitqueue-checkfirst",
+    "sleep-completion",
+    "sleep-semaphore",
+    "sleep-mutex",
+    "sleep-mutex-nohandoff",
 ];
 
 /// A scheduler configuration: an image booted once with the kernel's

@@ -127,6 +127,26 @@ pub fn halt_until_event() {
     };
 }
 
+/// Sleeps until an interrupt arrives, which is taken before it returns
+/// (an idle thread's wait: `sched::relax`). Called with IRQs masked and
+/// returns with them masked: `wfi` wakes on a pending interrupt whatever
+/// the mask says, so one that came after the caller's last check ends it
+/// at once; then the mask opens for an instant to take it. (Unlike `wfe`,
+/// TCG gives the vCPU's host thread away on `wfi`.)
+pub fn wait_for_interrupt() {
+    // SAFETY: only this CPU's IRQ mask changes, and it is put back as the
+    // caller had it (masked). Not `nomem`: the handler changes memory.
+    unsafe {
+        core::arch::asm!(
+            "wfi",
+            "msr daifclr, #2",
+            "isb",
+            "msr daifset, #2",
+            options(nostack)
+        )
+    };
+}
+
 /// The kick of a halting wait: `dsb ish` (this CPU's earlier stores are
 /// visible to the other CPUs first), then `sev` (every CPU's event
 /// register).

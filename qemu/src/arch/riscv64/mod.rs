@@ -140,6 +140,14 @@ pub fn halt_until_event() {
     irq_disable();
 }
 
+/// Sleeps until an interrupt arrives, which is taken before it returns
+/// (an idle thread's wait: `sched::relax`): [`halt_until_event`], whose
+/// `wfi` wakes on any pending enabled interrupt. Called with `SIE` clear
+/// and returns with it clear.
+pub fn wait_for_interrupt() {
+    halt_until_event();
+}
+
 /// The kick of a halting wait: a supervisor software interrupt (SBI IPI
 /// extension, `send_ipi`) to every other running hart, after a `fence rw,
 /// rw` so that they see this hart's earlier stores.

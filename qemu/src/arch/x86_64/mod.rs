@@ -151,6 +151,13 @@ pub fn halt_until_event() {
     unsafe { core::arch::asm!("sti", "hlt", "cli", options(nostack)) };
 }
 
+/// Sleeps until an interrupt arrives, which is taken before it returns
+/// (an idle thread's wait: `sched::relax`). Called with interrupts off and
+/// returns with them off: `sti; hlt; cli`, as [`halt_until_event`].
+pub fn wait_for_interrupt() {
+    halt_until_event();
+}
+
 /// The kick of a halting wait: an IPI ([`apic::KICK_VECTOR`]) to every
 /// other CPU, which wakes one halted in [`halt_until_event`]. The ICR
 /// write is a store to uncached MMIO, ordered after this CPU's earlier
