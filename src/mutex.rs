@@ -363,10 +363,11 @@ impl RawMutex {
     fn unlock_slow(&self) {
         let mut locked = self.queue.lock();
         let state = self.state.load(Ordering::Relaxed);
-        if state & HANDOFF != 0
-            && let Some((first, _, _)) = locked.front()
-        {
-            let first: *const Node = first;
+        let first = match locked.front() {
+            Some((first, _, _)) if state & HANDOFF != 0 => Some(first as *const Node),
+            _ => None,
+        };
+        if let Some(first) = first {
             // SAFETY: queued, so valid until a wake takes it off.
             let first = unsafe { &*first };
             let token = locked.task_of(first);
@@ -503,10 +504,9 @@ impl Drop for RawLock<'_> {
             _ => {
                 // Woken and cancelled: the wake goes to the next waiter
                 // if the lock is still free.
-                if self.mutex.state.load(Ordering::Relaxed) & LOCKED == 0
-                    && let Some((first, _, _)) = locked.front()
-                {
-                    let first: *const Node = first;
+                let free = self.mutex.state.load(Ordering::Relaxed) & LOCKED == 0;
+                let first = locked.front().map(|(first, _, _)| first as *const Node);
+                if let (true, Some(first)) = (free, first) {
                     // SAFETY: queued, so valid until `wake` takes it off.
                     locked.wake(unsafe { &*first }, wait::WOKEN);
                 }

@@ -403,9 +403,7 @@ impl WaitQueue {
                 drop(self.lock());
                 return state;
             }
-            if let Some(deadline) = deadline_ns
-                && kernel::clock_ns() >= deadline
-            {
+            if deadline_ns.is_some_and(|deadline| kernel::clock_ns() >= deadline) {
                 let mut locked = self.lock();
                 // Relaxed: under the lock, which every store of the state
                 // is made under.

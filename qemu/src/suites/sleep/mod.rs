@@ -252,7 +252,7 @@ static SNOOZE: WaitQueue = WaitQueue::new();
 /// Sleeps about `us` microseconds (a timed wait that nobody ends: the
 /// deadline path of the `block` hook, one timer tick of granularity).
 /// Fails the suite if the wait ends before its timeout or says its
-/// condition held, or takes more than a second.
+/// condition held, or takes more than five seconds past its timeout.
 pub fn snooze(ctx: &Ctx, us: u64) {
     let timeout = Duration::from_micros(us);
     let start = QemuKernel::clock_ns();
@@ -263,15 +263,17 @@ pub fn snooze(ctx: &Ctx, us: u64) {
 }
 
 /// After a timed wait that started at `start` (`clock_ns`) and timed out:
-/// fails the suite if it did not last its `timeout`, or lasted over a
-/// second more (a deadline the tick never saw).
+/// fails the suite if it did not last its `timeout`, or lasted over five
+/// seconds more (a deadline the tick never saw; a woken thread may wait
+/// its turn behind two others on a vCPU the loaded host runs seldom, so
+/// the bound is loose: one second was exceeded at -smp 8 under load 8).
 pub fn check_timed_out(ctx: &Ctx, start: u64, timeout: Duration) {
     let took = QemuKernel::clock_ns().saturating_sub(start);
     let timeout = timeout.as_nanos() as u64;
     if took < timeout {
         ctx.fail("a timed wait timed out before its timeout");
-    } else if took > timeout + 1_000_000_000 {
-        ctx.fail("a timed wait lasted over a second past its timeout");
+    } else if took > timeout + 5_000_000_000 {
+        ctx.fail("a timed wait lasted over five seconds past its timeout");
     }
 }
 
