@@ -767,6 +767,11 @@ fn switch_out(how: How) {
         Ordering::Relaxed,
     );
     rq.prev.store(prev, Ordering::Relaxed);
+    // The lock goes over to the incoming thread with the switch: lockdep
+    // (which keeps held locks per thread) hears it leave this thread
+    // before `current` names the next one (Linux's `spin_release` in
+    // `prepare_lock_switch`); `finish_switch` takes it back.
+    rq.lock.lockdep_release();
     rq.current.store(next, Ordering::Relaxed);
     incoming.cpu.store(cpu, Ordering::Relaxed);
     SWITCH_OUT.add(cpu, 1);
@@ -821,6 +826,9 @@ fn finish_switch() {
         }
         _ => None,
     };
+    // The incoming thread's half of the lockdep hand-over (Linux's
+    // `spin_acquire` in `finish_lock_switch`).
+    rq.lock.lockdep_acquire();
     // SAFETY: the outgoing thread took this CPU's lock in `switch_out`
     // and handed it over with the switch: this context holds it now.
     unsafe { rq.lock.unlock() };
