@@ -52,8 +52,15 @@
 //! * Do not take a read lock recursively on one CPU while a writer may
 //!   come: the writer waits for the outer reader, the inner one waits for
 //!   the writer (as with `percpu_rw_semaphore`).
-//! * A reader may be preempted and migrate: counts are per CPU but only
-//!   their sum matters (a slot may go negative).
+//! * Readers and writers hold preemption off while they hold the lock (as
+//!   Linux's `read_lock`/`write_lock`; through
+//!   [`Kernel::preempt_disable`](crate::kernel::Kernel::preempt_disable),
+//!   free in a kernel without preemption): a reader preempted on the CPU
+//!   of a writer that waits for it with interrupts off would never run
+//!   again. A reader that must sleep takes a
+//!   [`PerCpuRwSemaphore`](crate::percpu_rwsem::PerCpuRwSemaphore), whose
+//!   readers may be preempted and migrate (its counts are per CPU but only
+//!   their sum matters: a slot may go negative).
 //! * If readers run in interrupt handlers, writers must disable local
 //!   interrupts around the write section, or a handler reading on the
 //!   writer's CPU spins forever.
@@ -307,9 +314,16 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_read(&self) -> bool {
+        // Preemption off for the whole read section (released in
+        // `unlock_read`), as Linux's `read_lock`: a reader preempted on
+        // the CPU of a writer that waits for it with interrupts off would
+        // never run again.
+        crate::kernel::preempt_disable_hook();
         let got = self.try_read_untracked();
         if got {
             self.dep_map.acquire(0, true, false);
+        } else {
+            crate::kernel::preempt_enable_hook();
         }
         got
     }
@@ -349,6 +363,8 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
         // Recorded before waiting, so a deadlock is reported first (and
         // forgotten if a debug check panics meanwhile).
         let dep = self.dep_map.acquire_guard(0, false, false);
+        // Preemption off until `unlock_read` (see `try_read`).
+        crate::kernel::preempt_disable_hook();
         while !self.try_read_untracked() {
             while self.block.load(Ordering::Relaxed) {
                 relax::<R>();
@@ -368,6 +384,8 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     pub unsafe fn unlock_read(&self) {
         self.dep_map.release();
         self.unlock_read_untracked();
+        // The read section's preemption count (`read`, `try_read`).
+        crate::kernel::preempt_enable_hook();
     }
 
     /// [`unlock_read`](Self::unlock_read) without telling lockdep (also
@@ -393,7 +411,11 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     #[doc(alias = "percpu_down_write")]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn write(&self) {
+        // Closing the gate may wait for a grace period: with preemption
+        // on. The write section holds it off from here to `unlock_write`
+        // (Linux's `write_lock`).
         self.flavour.writer_enter();
+        crate::kernel::preempt_disable_hook();
         // Recorded before waiting for other writers and for readers (after
         // the gate, whose grace period must be waited for holding nothing).
         self.dep_map.acquire(0, false, false);
@@ -426,8 +448,11 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
         if !self.flavour.try_writer_enter() {
             return false;
         }
+        // Preemption off until `unlock_write` (see `write`).
+        crate::kernel::preempt_disable_hook();
         if !self.try_block() {
             self.flavour.writer_exit();
+            crate::kernel::preempt_enable_hook();
             return false;
         }
         // D pairs with A.
@@ -435,6 +460,7 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
         if self.readers_active() {
             self.clear_block();
             self.flavour.writer_exit();
+            crate::kernel::preempt_enable_hook();
             return false;
         }
         // C pairs with B.
@@ -453,6 +479,8 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
         self.dep_map.release();
         self.clear_block();
         self.flavour.writer_exit();
+        // The write section's preemption count (`write`, `try_write`).
+        crate::kernel::preempt_enable_hook();
     }
 
     /// Sets `block` if it was clear (the writer-writer exclusion).

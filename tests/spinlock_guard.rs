@@ -15,6 +15,7 @@ use std::thread;
 
 use ksync::host;
 use ksync::lock_api::RawMutex;
+use ksync::percpu_rwlock::{GatedPerCpuRwLock, PerCpuRwLock};
 use ksync::spinlock::{
     HolderCheck, IrqDisabled, IrqTicketMutex, NoGuard, QueuedLock, QueuedMutex, RawSpinlock,
     RawTicketLock, SpinLock, SpinLockGuard, TicketMutex, TtasLock, TtasMutex,
@@ -79,6 +80,50 @@ fn spinlocks_disable_preemption_while_held() {
         let g = m.try_lock().unwrap();
         Box::new(move || drop(g))
     });
+}
+
+/// The spinning per-CPU rw locks hold preemption off while held, as
+/// Linux's `read_lock`/`write_lock` do: a reader preempted on the CPU of a
+/// writer that spins with interrupts off would never run again (seen as a
+/// hang in the QEMU scheduler kernel's `rwlock` suite).
+#[test]
+fn percpu_rwlocks_disable_preemption_while_held() {
+    let fenced = PerCpuRwLock::new(0);
+    holder_is_not_preempted("PerCpuRwLock read", &fenced, |l| {
+        let g = l.read();
+        Box::new(move || drop(g))
+    });
+    holder_is_not_preempted("PerCpuRwLock try_read", &fenced, |l| {
+        let g = l.try_read().unwrap();
+        Box::new(move || drop(g))
+    });
+    holder_is_not_preempted("PerCpuRwLock write", &fenced, |l| {
+        let g = l.write();
+        Box::new(move || drop(g))
+    });
+    holder_is_not_preempted("PerCpuRwLock try_write", &fenced, |l| {
+        let g = l.try_write().unwrap();
+        Box::new(move || drop(g))
+    });
+    let gated = GatedPerCpuRwLock::new(0);
+    holder_is_not_preempted("GatedPerCpuRwLock read", &gated, |l| {
+        let g = l.read();
+        Box::new(move || drop(g))
+    });
+    holder_is_not_preempted("GatedPerCpuRwLock write", &gated, |l| {
+        let g = l.write();
+        Box::new(move || drop(g))
+    });
+    // A failed attempt gives preemption back.
+    let writer = fenced.write();
+    assert!(fenced.try_read().is_none());
+    assert!(fenced.try_write().is_none());
+    drop(writer);
+    assert_eq!(
+        host::preempt_count(),
+        0,
+        "a failed try_ left preemption off"
+    );
 }
 
 #[test]

@@ -79,6 +79,12 @@ impl Probe {
     /// writer closing its gate), and that grace period waits for this CPU.
     pub fn probe(&self, cpu: usize, attempt: impl FnOnce()) {
         let me = cpu + 1;
+        // The prober is "a CPU" for the whole handshake: in scheduler mode
+        // a prober preempted after it announced itself would leave its
+        // server spinning with the lock held and interrupts off, and the
+        // threads that then run on the prober's CPU spinning on that lock
+        // with preemption off: nobody would run the prober again.
+        let _preempt = ksync::kernel::preempt_disable();
         // Relaxed: claiming the slot publishes nothing; the handshake below
         // orders what matters.
         if self

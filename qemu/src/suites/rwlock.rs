@@ -139,6 +139,10 @@ unsafe impl RawRwLock for NoBlockRwLock {
     type GuardMarker = GuardNoSend;
 
     fn lock_shared(&self) {
+        // Preemption off while held, as the real lock's readers (else, in
+        // scheduler mode, a reader preempted on a waiting writer's CPU
+        // would hang the control instead of failing it).
+        crate::sched::preempt_disable();
         // The bug: the gated fast path, gate or no gate. No fence, no look
         // at `block`.
         self.readers.get().fetch_add(1, Ordering::Relaxed);
@@ -151,6 +155,7 @@ unsafe impl RawRwLock for NoBlockRwLock {
 
     unsafe fn unlock_shared(&self) {
         self.readers.get().fetch_sub(1, Ordering::Release);
+        crate::sched::preempt_enable();
     }
 
     fn lock_exclusive(&self) {

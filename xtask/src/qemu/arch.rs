@@ -428,15 +428,15 @@ pub const OVERSUBSCRIBED: &[Oversubscribed] = &[
 /// What the scheduler configurations run, in one boot each with the
 /// kernel's `sched` word (every suite's per-CPU body as 3 kernel threads
 /// per CPU, preempted by the timer; `qemu/src/harness/runner.rs`): the
-/// lock suites, per-CPU counter, brlock, RCU and interrupt masking with
-/// their controls, the scheduler's own suites (lock holders, wait queue)
-/// and ksync's sleeping primitives on the scheduler hooks (`sleep-*`:
-/// wait queue, completion, semaphore, mutex; `sleep-rwsem` and
-/// `sleep-percpu-rwsem` join them once those exist). Not here (`qemu/README.md`, "The scheduler"): the rw locks
-/// (their readers may be preempted while their writers wait with
-/// interrupts off: a deadlock on one CPU), halting lock waits,
-/// the stall suite, the seed workloads (per-CPU roles and barriers), the
-/// benchmarks.
+/// lock suites (halting waits included), per-CPU
+/// counter, brlock, the per-CPU rw locks and their writer flood, RCU,
+/// interrupt masking, with their controls, the
+/// scheduler's own suites (lock holders, wait queue) and ksync's sleeping
+/// primitives on the scheduler hooks (`sleep-*`). Not here
+/// (`qemu/README.md`, "The scheduler"): the stall suite and the seed
+/// workloads (per-CPU roles and per-CPU data that assume one flow of
+/// control per CPU), `lockdep` (CPU 1 waits for CPU 0's order without
+/// yielding), the benchmarks.
 pub const SCHED_SUITES: &[&str] = &[
     "lockref",
     "lockref-nolock",
@@ -445,10 +445,17 @@ pub const SCHED_SUITES: &[&str] = &[
     "spinlock-queued",
     "spinlock-noexcl",
     "spinlock-queued-split",
+    "spinlock-halt",
+    "spinlock-halt-nokick",
     "percpu-counter",
     "percpu-counter-shared",
     "brlock",
     "brlock-skipone",
+    "rwlock",
+    "rwlock-gated",
+    "rwlock-noblock",
+    "rwlock-flood",
+    "rwlock-flood-readpref",
     "rcu",
     "rcu-nowait",
     "rcu-callnow",
