@@ -42,6 +42,8 @@
 
 pub mod completion;
 pub mod mutex;
+pub mod percpu_rwsem;
+pub mod rwsem;
 pub mod semaphore;
 pub mod waitqueue;
 
@@ -76,6 +78,10 @@ pub static SUITES: &[&dyn Suite] = &[
     &semaphore::SLEEP_SEMAPHORE,
     &mutex::SLEEP_MUTEX,
     &mutex::SLEEP_MUTEX_NOHANDOFF,
+    &rwsem::SLEEP_RWSEM,
+    &rwsem::SLEEP_RWSEM_READERPREF,
+    &percpu_rwsem::SLEEP_PERCPU_RWSEM,
+    &percpu_rwsem::SLEEP_PERCPU_RWSEM_NODRAIN,
 ];
 
 /// A team suite: what each member runs.
@@ -274,6 +280,58 @@ pub fn check_timed_out(ctx: &Ctx, start: u64, timeout: Duration) {
         ctx.fail("a timed wait timed out before its timeout");
     } else if took > timeout + 5_000_000_000 {
         ctx.fail("a timed wait lasted over five seconds past its timeout");
+    }
+}
+
+/// No thread (a suite's victim before it is known).
+pub const NONE: usize = usize::MAX;
+
+/// A member's part in a suite with a starvation part (`sleep-mutex`,
+/// `sleep-rwsem`): with `s` = 1 and `o` = 2 modulo the CPU count, the
+/// *hogs* are the boot threads of CPUs `s` and `o` (with one CPU, threads
+/// 0 and 2 of it), the *victim* is thread 1 of CPU `s` (beside one hog,
+/// on another CPU than the other), every other member a *locker*.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Locker,
+    Hog,
+    Victim,
+}
+
+impl Role {
+    /// This member's part.
+    pub fn of(ctx: &Ctx) -> Self {
+        let s = 1 % ctx.cpus;
+        let o = (s + 1) % ctx.cpus;
+        match (ctx.cpu, ctx.thread) {
+            (cpu, 1) if cpu == s => Role::Victim,
+            (cpu, 0) if cpu == s || (cpu == o && o != s) => Role::Hog,
+            (cpu, 2) if cpu == s && o == s => Role::Hog,
+            _ => Role::Locker,
+        }
+    }
+}
+
+/// A starvation part's monitor, for CPU 0's timer interrupt (`irq`):
+/// fails the suite with `starved` if the victim (`victim`: its thread, or
+/// [`NONE`]) has waited over `starve_bound_ms` in `victim_waits`, and with
+/// `lost` if a thread has waited over `wait_bound_ms` in `waits`.
+pub fn watch(
+    ctx: &Ctx,
+    (victim, victim_waits, starve_bound_ms, starved): (&AtomicUsize, &Waits, u64, &'static str),
+    (waits, wait_bound_ms, lost): (&Waits, u64, &'static str),
+) {
+    if ctx.cpu != 0 {
+        return;
+    }
+    let now = time::now();
+    // Relaxed: a role, set once the victim starts; a hint.
+    let victim = victim.load(Ordering::Relaxed);
+    if victim != NONE && victim_waits.overdue([victim], now, starve_bound_ms) {
+        ctx.fail(starved);
+    }
+    if waits.overdue(0..NR_THREADS, now, wait_bound_ms) {
+        ctx.fail(lost);
     }
 }
 
