@@ -1,5 +1,6 @@
 //! The sleeping primitives' suites (`sleep-*`): ksync's wait queue,
-//! completion, semaphore and sleeping mutex on this kernel's scheduler,
+//! completion, semaphore, sleeping mutex and the two rw semaphores (the
+//! plain and the per-CPU one) on this kernel's scheduler,
 //! through its scheduler hooks (`kernel::hooks`: `current_task`, `block`,
 //! `wake`, `may_sleep`, `clock_ns`, `task_running`).
 //!
@@ -26,19 +27,19 @@
 //! * [`snooze`]: a timed sleep on a queue nobody wakes (the deadline path
 //!   of `Kernel::block`, checked never to end early), for holders that
 //!   sleep while they hold;
-//! * [`maybe_migrate`].
+//! * [`maybe_migrate`];
+//! * for a suite with a starvation part (`mutex.rs`, `rwsem.rs`): the
+//!   members' [`Role`]s (lockers, two hogs, a victim) and its monitor
+//!   ([`watch`]).
 //!
-//! # Adding a suite (`sleep-rwsem`, `sleep-percpu-rwsem`)
+//! # Adding a suite
 //!
 //! One file here with the suite type (implementing [`Member`] and
-//! `harness::Suite`, whose `run` is [`start`]), its `static`s and their
-//! `SUITES` list, added to [`SUITES`] below; the names go into
-//! `SCHED_SUITES` (`xtask/src/qemu/arch.rs`). A reader-writer semaphore's
-//! suite is `mutex.rs` with readers: its exclusion check (a non-atomic
-//! read-modify-write that readers check and writers change), its hog and
-//! victim (readers that keep the lock read-held against a waiting writer,
-//! and the writer bounded by [`Waits`]), and a control that drops the
-//! writer's hand-off or lets new readers overtake a waiting writer.
+//! `harness::Suite`, whose `run` is [`start`]) and its `static`s (the
+//! test and its control), added to [`SUITES`] below; the names go into
+//! `SCHED_SUITES` (`xtask/src/qemu/arch.rs`). A suite generic over the
+//! lock serves another lock from a file of `static`s alone (as
+//! `percpu_rwsem.rs` runs `rwsem.rs`'s).
 
 pub mod completion;
 pub mod mutex;
