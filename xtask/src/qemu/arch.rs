@@ -473,6 +473,10 @@ pub const SCHED_SUITES: &[&str] = &[
     "sleep-semaphore",
     "sleep-mutex",
     "sleep-mutex-nohandoff",
+    "sleep-rwsem",
+    "sleep-rwsem-readerpref",
+    "sleep-percpu-rwsem",
+    "sleep-percpu-rwsem-nodrain",
 ];
 
 /// A scheduler configuration: an image booted once with the kernel's

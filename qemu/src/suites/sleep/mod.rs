@@ -1,5 +1,6 @@
 //! The sleeping primitives' suites (`sleep-*`): ksync's wait queue,
-//! completion, semaphore and sleeping mutex on this kernel's scheduler,
+//! completion, semaphore, sleeping mutex and the two rw semaphores (the
+//! plain and the per-CPU one) on this kernel's scheduler,
 //! through its scheduler hooks (`kernel::hooks`: `current_task`, `block`,
 //! `wake`, `may_sleep`, `clock_ns`, `task_running`).
 //!
@@ -26,22 +27,24 @@
 //! * [`snooze`]: a timed sleep on a queue nobody wakes (the deadline path
 //!   of `Kernel::block`, checked never to end early), for holders that
 //!   sleep while they hold;
-//! * [`maybe_migrate`].
+//! * [`maybe_migrate`];
+//! * for a suite with a starvation part (`mutex.rs`, `rwsem.rs`): the
+//!   members' [`Role`]s (lockers, two hogs, a victim) and its monitor
+//!   ([`watch`]).
 //!
-//! # Adding a suite (`sleep-rwsem`, `sleep-percpu-rwsem`)
+//! # Adding a suite
 //!
 //! One file here with the suite type (implementing [`Member`] and
-//! `harness::Suite`, whose `run` is [`start`]), its `static`s and their
-//! `SUITES` list, added to [`SUITES`] below; the names go into
-//! `SCHED_SUITES` (`xtask/src/qemu/arch.rs`). A reader-writer semaphore's
-//! suite is `mutex.rs` with readers: its exclusion check (a non-atomic
-//! read-modify-write that readers check and writers change), its hog and
-//! victim (readers that keep the lock read-held against a waiting writer,
-//! and the writer bounded by [`Waits`]), and a control that drops the
-//! writer's hand-off or lets new readers overtake a waiting writer.
+//! `harness::Suite`, whose `run` is [`start`]) and its `static`s (the
+//! test and its control), added to [`SUITES`] below; the names go into
+//! `SCHED_SUITES` (`xtask/src/qemu/arch.rs`). A suite generic over the
+//! lock serves another lock from a file of `static`s alone (as
+//! `percpu_rwsem.rs` runs `rwsem.rs`'s).
 
 pub mod completion;
 pub mod mutex;
+pub mod percpu_rwsem;
+pub mod rwsem;
 pub mod semaphore;
 pub mod waitqueue;
 
@@ -76,6 +79,10 @@ pub static SUITES: &[&dyn Suite] = &[
     &semaphore::SLEEP_SEMAPHORE,
     &mutex::SLEEP_MUTEX,
     &mutex::SLEEP_MUTEX_NOHANDOFF,
+    &rwsem::SLEEP_RWSEM,
+    &rwsem::SLEEP_RWSEM_READERPREF,
+    &percpu_rwsem::SLEEP_PERCPU_RWSEM,
+    &percpu_rwsem::SLEEP_PERCPU_RWSEM_NODRAIN,
 ];
 
 /// A team suite: what each member runs.
@@ -274,6 +281,58 @@ pub fn check_timed_out(ctx: &Ctx, start: u64, timeout: Duration) {
         ctx.fail("a timed wait timed out before its timeout");
     } else if took > timeout + 5_000_000_000 {
         ctx.fail("a timed wait lasted over five seconds past its timeout");
+    }
+}
+
+/// No thread (a suite's victim before it is known).
+pub const NONE: usize = usize::MAX;
+
+/// A member's part in a suite with a starvation part (`sleep-mutex`,
+/// `sleep-rwsem`): with `s` = 1 and `o` = 2 modulo the CPU count, the
+/// *hogs* are the boot threads of CPUs `s` and `o` (with one CPU, threads
+/// 0 and 2 of it), the *victim* is thread 1 of CPU `s` (beside one hog,
+/// on another CPU than the other), every other member a *locker*.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum Role {
+    Locker,
+    Hog,
+    Victim,
+}
+
+impl Role {
+    /// This member's part.
+    pub fn of(ctx: &Ctx) -> Self {
+        let s = 1 % ctx.cpus;
+        let o = (s + 1) % ctx.cpus;
+        match (ctx.cpu, ctx.thread) {
+            (cpu, 1) if cpu == s => Role::Victim,
+            (cpu, 0) if cpu == s || (cpu == o && o != s) => Role::Hog,
+            (cpu, 2) if cpu == s && o == s => Role::Hog,
+            _ => Role::Locker,
+        }
+    }
+}
+
+/// A starvation part's monitor, for CPU 0's timer interrupt (`irq`):
+/// fails the suite with `starved` if the victim (`victim`: its thread, or
+/// [`NONE`]) has waited over `starve_bound_ms` in `victim_waits`, and with
+/// `lost` if a thread has waited over `wait_bound_ms` in `waits`.
+pub fn watch(
+    ctx: &Ctx,
+    (victim, victim_waits, starve_bound_ms, starved): (&AtomicUsize, &Waits, u64, &'static str),
+    (waits, wait_bound_ms, lost): (&Waits, u64, &'static str),
+) {
+    if ctx.cpu != 0 {
+        return;
+    }
+    let now = time::now();
+    // Relaxed: a role, set once the victim starts; a hint.
+    let victim = victim.load(Ordering::Relaxed);
+    if victim != NONE && victim_waits.overdue([victim], now, starve_bound_ms) {
+        ctx.fail(starved);
+    }
+    if waits.overdue(0..NR_THREADS, now, wait_bound_ms) {
+        ctx.fail(lost);
     }
 }
 

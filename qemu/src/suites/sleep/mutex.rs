@@ -48,12 +48,12 @@ use ksync::kernel::{Kernel, SPIN_LIMIT};
 use ksync::lock_api::{self, GuardSend, RawMutex};
 use ksync::wait::WaitQueue;
 
-use super::{Member, Team, Waits, maybe_migrate, snooze, start};
+use super::{Member, NONE, Role, Team, Waits, maybe_migrate, snooze, start, watch};
 use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::{self, Counters};
 use crate::kernel::hooks::QemuKernel;
 use crate::kernel::time;
-use crate::sched::{self, NR_THREADS};
+use crate::sched;
 use crate::suites::{Rng, busy_work};
 
 /// How long a hog holds the lock each time (guest time, preemptible).
@@ -68,21 +68,10 @@ const VICTIM_PAUSE_US: u64 = 1_000;
 /// average (and once in 8 sections while it holds).
 const MIGRATE_ONE_IN: u64 = 16;
 
-/// No thread (in `victim`).
-const NONE: usize = usize::MAX;
-
 /// The exclusion part's data: plain counters, changed non-atomically.
 pub struct Pair {
     first: u64,
     second: u64,
-}
-
-/// What a member does.
-#[derive(Clone, Copy, PartialEq, Eq)]
-enum Role {
-    Locker,
-    Hog,
-    Victim,
 }
 
 /// See the module docs; `R` is ksync's mutex or the control's.
@@ -125,18 +114,6 @@ impl<R: RawMutex> MutexSuite<R> {
             slept: Counters::new(),
             hog_sections: Counters::new(),
             victim_locks: Counters::new(),
-        }
-    }
-
-    /// The member's role: see the module docs.
-    fn role(ctx: &Ctx) -> Role {
-        let s = 1 % ctx.cpus;
-        let o = (s + 1) % ctx.cpus;
-        match (ctx.cpu, ctx.thread) {
-            (cpu, 1) if cpu == s => Role::Victim,
-            (cpu, 0) if cpu == s || (cpu == o && o != s) => Role::Hog,
-            (cpu, 2) if cpu == s && o == s => Role::Hog,
-            _ => Role::Locker,
         }
     }
 
@@ -225,7 +202,7 @@ impl<R: RawMutex + Sync + 'static> Member for MutexSuite<R> {
         let me = sched::current();
         let mut rng = Rng::new(ctx.seed() ^ (me as u64).wrapping_mul(0x9E37_79B9));
         self.team.arrive();
-        match Self::role(ctx) {
+        match Role::of(ctx) {
             Role::Locker => self.locker(ctx, me, &mut rng),
             Role::Hog => self.hog(ctx),
             Role::Victim => self.victim(ctx, me),
@@ -267,17 +244,20 @@ impl<R: RawMutex + Sync + 'static> Suite for MutexSuite<R> {
     /// CPU 0 watches the waits: the victim's against the starvation
     /// bound, the lockers' against the lost-wake-up bound.
     fn irq(&self, ctx: &Ctx) {
-        if ctx.cpu != 0 {
-            return;
-        }
-        let now = time::now();
-        let victim = self.victim.load(Ordering::Relaxed);
-        if victim != NONE && self.victim_waits.overdue([victim], now, STARVE_BOUND_MS) {
-            ctx.fail("starvation: a relocking hog kept a mutex waiter out past the bound");
-        }
-        if self.waits.overdue(0..NR_THREADS, now, WAIT_BOUND_MS) {
-            ctx.fail("a mutex lock() waited over 5 s: a lost wake-up?");
-        }
+        watch(
+            ctx,
+            (
+                &self.victim,
+                &self.victim_waits,
+                STARVE_BOUND_MS,
+                "starvation: a relocking hog kept a mutex waiter out past the bound",
+            ),
+            (
+                &self.waits,
+                WAIT_BOUND_MS,
+                "a mutex lock() waited over 5 s: a lost wake-up?",
+            ),
+        );
     }
 
     fn finish(&self, cpus: usize) -> Summary {
