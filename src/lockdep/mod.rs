@@ -545,6 +545,16 @@ impl Map {
         );
     }
 
+    /// [`acquire_sleeping`](Self::acquire_sleeping), and a guard that
+    /// records the release when it drops: for a wait that may give up (a
+    /// timeout) or unwind; [`Acquired::keep`] once the lock is held.
+    #[track_caller]
+    #[inline]
+    pub(crate) fn acquire_sleeping_guard(&self, subclass: u8, try_lock: bool) -> Acquired<'_> {
+        self.acquire_sleeping(subclass, try_lock);
+        Acquired { map: self }
+    }
+
     /// Records that this CPU released the lock.
     #[doc(alias = "lock_release")]
     #[track_caller]
@@ -631,6 +641,14 @@ impl Map {
     #[inline(always)]
     pub(crate) fn acquire_sleeping(&self, subclass: u8, try_lock: bool) {
         let _ = (subclass, try_lock);
+    }
+
+    /// A sleeping lock's acquisition and its releasing guard (with
+    /// `lockdep`; nothing here).
+    #[inline(always)]
+    pub(crate) fn acquire_sleeping_guard(&self, subclass: u8, try_lock: bool) -> Acquired<'_> {
+        let _ = (subclass, try_lock);
+        Acquired { map: PhantomData }
     }
 
     /// Records a release (with `lockdep`; nothing here).
