@@ -147,6 +147,14 @@ const TAG_WRITE: usize = 1;
 
 /// The lock under [`PerCpuRwSemaphore`] (Linux's `struct
 /// percpu_rw_semaphore`). See the [module docs](self).
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked semaphore (no reader counted,
+/// `block` clear, the gate idle, empty queues): [`new`](Self::new)
+/// without `lockdep`, with it a class of its own (`Zeroable` with the
+/// `bytemuck` feature). `lock_api`'s `PerCpuRwSemaphore<T>` is not
+/// covered (its layout is `lock_api`'s): embed the raw semaphore.
 #[doc(alias = "percpu_rw_semaphore")]
 pub struct RawPerCpuRwSemaphore {
     /// The per-CPU reader counts, `block` and the gate: the gated

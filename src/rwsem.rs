@@ -146,6 +146,13 @@ impl Kind {
 
 /// The lock under [`RwSemaphore`] (Linux's `struct rw_semaphore`). See
 /// the [module docs](self).
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked semaphore with nobody waiting:
+/// [`new`](Self::new) without `lockdep`, with it a class of its own
+/// (`Zeroable` with the `bytemuck` feature). `lock_api`'s `RwSemaphore<T>`
+/// is not covered (its layout is `lock_api`'s): embed the raw semaphore.
 #[doc(alias = "rw_semaphore")]
 pub struct RawRwSemaphore {
     /// `WRITER`, `WAITERS` and the readers (module docs). `WAITERS` is
