@@ -28,7 +28,12 @@
 //!   time), interleaved with (a) in the same reps. No writer: both take
 //!   the gated fast path. Readers with a writer around, and one reader
 //!   per core, are not measured here (`benches/percpu.rs` has the gated
-//!   lock's).
+//!   lock's). The times on a loaded 2-core host swing by 2x between reps;
+//!   instruction counts do not: under `valgrind --tool=callgrind`, a loop
+//!   of `read()` + drop costs 207 instructions per pair for the semaphore
+//!   and 205 for the gated lock (1.01x; the host test kernel's hooks are
+//!   most of both; the 2 are the semaphore's test of the release step's
+//!   "slow path" result, which is the gated lock's own branch as well).
 //!
 //! Each measurement runs for `KSYNC_BENCH_MS` (200); implementations are
 //! interleaved within each of `KSYNC_BENCH_REPS` (7) repetitions, order
