@@ -113,7 +113,7 @@
 //! [`Recursion`](crate::lockdep::ReportKind::Recursion) report). `read`
 //! and `write` are recorded before they wait (`write` before it closes
 //! the gate, as Linux), the `try_` forms once they succeeded. The record
-//! is the gated lock's own [`Map`](crate::lockdep::Map) field, so it adds
+//! is the gated lock's own [`Map`] field, so it adds
 //! nothing to the size; without `lockdep` it is zero-sized.
 //!
 //! # Grace periods in the host test kernel

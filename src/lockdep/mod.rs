@@ -76,7 +76,11 @@
 //! IRQ-saving forms (recorded as taken with interrupts off), the lock in
 //! [`LockRef`](crate::LockRef), [`BrLock`](crate::brlock::BrLock)'s local
 //! and global locks (one class), the per-CPU rw locks' readers and writers
-//! ([`percpu_rwlock`](crate::percpu_rwlock#lock-order-checking)),
+//! ([`percpu_rwlock`](crate::percpu_rwlock#lock-order-checking)), the
+//! sleeping [`Mutex`](crate::mutex::Mutex),
+//! [`RwSemaphore`](crate::rwsem#lock-order-checking) and
+//! [`PerCpuRwSemaphore`](crate::percpu_rwsem#lock-order-checking) (sleeping
+//! acquisitions; their async forms are not tracked),
 //! [`SeqLock`](crate::seqlock::SeqLock) writers, and the crate's own locks
 //! (RCU's grace-period engine, callback lists and `RcuSync`, SRCU's
 //! updaters' lock, the per-CPU counters' fold lock). An RCU read section is
