@@ -114,7 +114,11 @@
 //! and `write` are recorded before they wait (`write` before it closes
 //! the gate, as Linux), the `try_` forms once they succeeded. The record
 //! is the gated lock's own [`Map`] field, so it adds
-//! nothing to the size; without `lockdep` it is zero-sized.
+//! nothing to the size; without `lockdep` it is zero-sized. A guard
+//! released by another task than the one that took it is a
+//! [`BadUnlock`](crate::lockdep::ReportKind::BadUnlock) report, as for the
+//! [`Mutex`](crate::mutex::Mutex) (Linux's `percpu_up_read` from another
+//! task needs `percpu_rwsem_release` first).
 //!
 //! # Grace periods in the host test kernel
 //!
