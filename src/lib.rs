@@ -96,6 +96,7 @@
 //! | [`wait::WaitQueue`], [`completion::Completion`] | `new()`: empty, not done |
 //! | [`semaphore::Semaphore`] | `Semaphore::new(0)` |
 //! | [`mutex::RawMutex`] | unlocked; `new()` without `lockdep`, a lock of its own class with it |
+//! | [`rwsem::RawRwSemaphore`], [`percpu_rwsem::RawPerCpuRwSemaphore`] | unlocked, no waiters (the per-CPU one's gate idle); `new()` without `lockdep`, a lock of its own class with it |
 //!
 //! Not valid as zero bytes, and not meant to be embedded in zeroed objects:
 //! [`lockdep::LockClassKey`] and [`kernel::SpinWait`] (they hold a

@@ -288,7 +288,9 @@ impl<F: Flavour, R> RawPerCpuRwLock<F, R> {
     }
 
     const_fn! {
-        fn with_map(dep_map: Map) -> Self {
+        /// A new, unlocked lock with `dep_map` as its lockdep record (also
+        /// [`PerCpuRwSemaphore`](crate::percpu_rwsem)'s).
+        pub(crate) fn with_map(dep_map: Map) -> Self {
             Self {
                 readers: PerCpu::new(),
                 block: AtomicBool::new(false),
@@ -297,6 +299,16 @@ impl<F: Flavour, R> RawPerCpuRwLock<F, R> {
                 dep_map,
             }
         }
+    }
+}
+
+impl<F, R> RawPerCpuRwLock<F, R> {
+    /// The lock's lockdep record (for
+    /// [`PerCpuRwSemaphore`](crate::percpu_rwsem), which records its own
+    /// acquisitions in it and uses only the untracked steps).
+    #[inline(always)]
+    pub(crate) fn dep_map(&self) -> &Map {
+        &self.dep_map
     }
 }
 

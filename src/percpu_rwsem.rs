@@ -95,10 +95,30 @@
 //!   while the gate is open (closing it takes a grace period) and
 //!   succeeds, with nobody inside, while the gate is still closed from a
 //!   writer that left less than a grace period ago.
-//! * Not tracked by [`lockdep`](crate::lockdep), as the sleeping
-//!   [`Mutex`](crate::mutex::Mutex) is not (its holders sleep and
-//!   migrate); every wait calls [`might_sleep`](crate::wait::might_sleep)
-//!   (readers on their slow path only).
+//! * Every wait calls [`might_sleep`](crate::wait::might_sleep) (readers
+//!   on their slow path only).
+//!
+//! # Lock-order checking
+//!
+//! With [`lockdep`](crate::lockdep) a semaphore is a lock class (the place
+//! it was built, or the key given to
+//! [`with_class`](RawPerCpuRwSemaphore::with_class); `lock_api`'s
+//! `RwLock::new` has no call site, so such a semaphore is a class of its
+//! own), recorded as Linux's `percpu_down_read`/`percpu_down_write`:
+//! sleeping acquisitions on the holder task's held-lock stack (the holder
+//! may sleep and migrate; [`might_sleep`](crate::wait::might_sleep) does
+//! not count it), readers as non-recursive readers, which take part in
+//! the order graph as writers do (a writer waiting between a task's two
+//! reads deadlocks it, the rule above: a second read in one task is a
+//! [`Recursion`](crate::lockdep::ReportKind::Recursion) report). `read`
+//! and `write` are recorded before they wait (`write` before it closes
+//! the gate, as Linux), the `try_` forms once they succeeded. The record
+//! is the gated lock's own [`Map`] field, so it adds
+//! nothing to the size; without `lockdep` it is zero-sized. A guard
+//! released by another task than the one that took it is a
+//! [`BadUnlock`](crate::lockdep::ReportKind::BadUnlock) report, as for the
+//! [`Mutex`](crate::mutex::Mutex) (Linux's `percpu_up_read` from another
+//! task needs `percpu_rwsem_release` first).
 //!
 //! # Grace periods in the host test kernel
 //!
@@ -119,6 +139,7 @@
 //!
 //! [`GatedPerCpuRwLock`]: crate::percpu_rwlock::GatedPerCpuRwLock
 
+use crate::lockdep::{LockClassKey, Map};
 use crate::percpu_rwlock::{Flavour, Gated, RawPerCpuRwLock};
 use crate::sync::{Ordering, fence};
 use crate::wait::{self, GRANTED, Node, Queued, WaitQueue};
@@ -130,6 +151,14 @@ const TAG_WRITE: usize = 1;
 
 /// The lock under [`PerCpuRwSemaphore`] (Linux's `struct
 /// percpu_rw_semaphore`). See the [module docs](self).
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked semaphore (no reader counted,
+/// `block` clear, the gate idle, empty queues): [`new`](Self::new)
+/// without `lockdep`, with it a class of its own (`Zeroable` with the
+/// `bytemuck` feature). `lock_api`'s `PerCpuRwSemaphore<T>` is not
+/// covered (its layout is `lock_api`'s): embed the raw semaphore.
 #[doc(alias = "percpu_rw_semaphore")]
 pub struct RawPerCpuRwSemaphore {
     /// The per-CPU reader counts, `block` and the gate: the gated
@@ -170,15 +199,40 @@ impl RawPerCpuRwSemaphore {
     crate::sync::const_fn! {
         /// A new, unlocked semaphore (Linux's `percpu_init_rwsem`), its
         /// gate idle. `const`, for `static`s.
+        /// In the [lockdep](crate::lockdep) class of the place it is built.
         #[doc(alias = "percpu_init_rwsem")]
         #[must_use]
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
+            Self::with_map(Map::new())
+        }
+    }
+
+    crate::sync::const_fn! {
+        /// A new, unlocked semaphore in `key`'s [lockdep](crate::lockdep)
+        /// class (Linux's `lockdep_set_class`); exactly `new` without
+        /// `lockdep`.
+        #[must_use]
+        pub fn with_class(key: &'static LockClassKey) -> Self {
+            Self::with_map(Map::with_key(key))
+        }
+    }
+
+    crate::sync::const_fn! {
+        fn with_map(dep_map: Map) -> Self {
             RawPerCpuRwSemaphore {
-                core: RawPerCpuRwLock::gated(),
+                core: RawPerCpuRwLock::with_map(dep_map),
                 waiters: WaitQueue::new(),
                 writer: WaitQueue::new(),
             }
         }
+    }
+
+    /// The lockdep record: the gated lock's, which never uses it itself
+    /// here (only its untracked steps are called).
+    #[inline(always)]
+    fn dep_map(&self) -> &Map {
+        self.core.dep_map()
     }
 
     /// Takes a read lock if that needs no waiting (Linux's
@@ -187,8 +241,10 @@ impl RawPerCpuRwSemaphore {
     #[doc(alias = "percpu_down_read_trylock")]
     #[inline]
     #[must_use = "true means a read lock is held and must be unlocked"]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_read(&self) -> bool {
         if self.core.try_read_untracked() {
+            self.dep_map().acquire_sleeping(0, true);
             return true;
         }
         // The increment was counted and backed out: prod the writer to
@@ -208,7 +264,9 @@ impl RawPerCpuRwSemaphore {
     #[inline]
     #[track_caller]
     pub fn read(&self) {
-        if !self.core.try_read_untracked() {
+        if self.core.try_read_untracked() {
+            self.dep_map().acquire_sleeping(0, false);
+        } else {
             self.read_slow();
         }
     }
@@ -219,6 +277,15 @@ impl RawPerCpuRwSemaphore {
         // As in `try_read`: the backed-out increment.
         self.wake_writer();
         wait::might_sleep();
+        // Before waiting, so a deadlock is reported first; dropped again
+        // if the wait unwinds.
+        let dep = self.dep_map().acquire_sleeping_guard(0, false);
+        self.read_wait();
+        dep.keep();
+    }
+
+    /// The waiting of `read_slow`, untracked.
+    fn read_wait(&self) {
         let node = Node::new();
         let _queued = Queued {
             queue: &self.waiters,
@@ -250,7 +317,9 @@ impl RawPerCpuRwSemaphore {
     /// A read lock is held (by the caller; the lock only needs one held).
     #[doc(alias = "percpu_up_read")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock_read(&self) {
+        self.dep_map().release();
         if self.core.unlock_read_untracked() {
             // E pairs with D (module docs): either `block` is seen here
             // and the writer woken, or the writer's sum sees the
@@ -274,6 +343,8 @@ impl RawPerCpuRwSemaphore {
     #[track_caller]
     pub fn write(&self) {
         wait::might_sleep();
+        // Before any wait (the grace period included), as Linux.
+        let dep = self.dep_map().acquire_sleeping_guard(0, false);
         // Readers take the slow path from here on.
         self.core.flavour().writer_enter();
         if !self.core.try_block() {
@@ -284,6 +355,7 @@ impl RawPerCpuRwSemaphore {
         self.writer.wait_event(|| !self.core.readers_active());
         // C pairs with B.
         fence(Ordering::Acquire);
+        dep.keep();
     }
 
     /// Sleeps in the queue until `block` is handed over.
@@ -312,6 +384,7 @@ impl RawPerCpuRwSemaphore {
     /// period. See the [module docs](self#rules).
     #[doc(alias = "percpu_down_write_trylock")]
     #[must_use = "true means the write lock is held and must be unlocked"]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_write(&self) -> bool {
         if self.core.is_write_locked() || !self.core.flavour().try_writer_enter() {
             return false;
@@ -331,6 +404,7 @@ impl RawPerCpuRwSemaphore {
         }
         // C pairs with B.
         fence(Ordering::Acquire);
+        self.dep_map().acquire_sleeping(0, true);
         true
     }
 
@@ -341,7 +415,9 @@ impl RawPerCpuRwSemaphore {
     /// # Safety
     /// The write lock is held (by the caller; the lock only needs it held).
     #[doc(alias = "percpu_up_write")]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock_write(&self) {
+        self.dep_map().release();
         self.release_block();
         // After the hand-off, as Linux: the gate counts writers, so a
         // writer granted `block` above keeps it closed.
@@ -414,8 +490,10 @@ impl RawPerCpuRwSemaphore {
 // Acquire order the sections. The guards may move to other tasks: a
 // release only needs the lock held, on any CPU.
 unsafe impl lock_api::RawRwLock for RawPerCpuRwSemaphore {
+    // No call site to name a class after: with lockdep, each semaphore
+    // built from `INIT` (`PerCpuRwSemaphore::new`) is a class of its own.
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::new();
+    const INIT: Self = Self::with_map(Map::per_instance());
     type GuardMarker = lock_api::GuardSend;
 
     #[inline]
@@ -425,11 +503,13 @@ unsafe impl lock_api::RawRwLock for RawPerCpuRwSemaphore {
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock_shared(&self) -> bool {
         self.try_read()
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_shared(&self) {
         // SAFETY: forwarded: the guard holds a read lock.
         unsafe { self.unlock_read() }
@@ -442,11 +522,13 @@ unsafe impl lock_api::RawRwLock for RawPerCpuRwSemaphore {
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock_exclusive(&self) -> bool {
         self.try_write()
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_exclusive(&self) {
         // SAFETY: forwarded: the guard holds the write lock.
         unsafe { self.unlock_write() }

@@ -71,8 +71,40 @@
 //! [`read_async`] and [`write_async`] are the async forms on the same
 //! lock and queue. Holders may sleep; every wait first calls
 //! [`might_sleep`](crate::wait::might_sleep) (on the contended path only).
-//! The lock is not tracked by [`lockdep`](crate::lockdep), as the sleeping
-//! [`Mutex`](crate::mutex::Mutex) is not.
+//!
+//! # Lock-order checking
+//!
+//! With [`lockdep`](crate::lockdep) a semaphore is a lock class (the place
+//! it was built, or a key given to [`with_class`](RawRwSemaphore::with_class);
+//! `lock_api`'s `RwLock::new` has no call site, so such a semaphore is a
+//! class of its own), recorded as Linux's `down_read`/`down_write`
+//! annotations do:
+//!
+//! * Both sides are *sleeping* acquisitions, on the holder task's
+//!   held-lock stack: the holder may sleep and migrate, and
+//!   [`might_sleep`](crate::wait::might_sleep) does not count it.
+//! * A read is not a recursive read (Linux's `rwsem_acquire_read` is
+//!   `read = 1`, not 2): a writer that queues between a task's two reads
+//!   blocks the second one behind it, and the writer waits for the first.
+//!   So readers take part in the order graph as writers do, and a task
+//!   taking a read lock it already holds is a
+//!   [`Recursion`](crate::lockdep::ReportKind::Recursion) report.
+//! * The blocking and timed forms are recorded before they wait (so a
+//!   deadlock is reported before it hangs; a timed wait that gives up
+//!   drops its record again), the `try_` forms once they succeeded (no
+//!   edge into the semaphore: they do not wait).
+//! * [`downgrade`](RawRwSemaphore::downgrade) keeps the record: the task
+//!   still holds the lock, and readers and writers obey the same rules,
+//!   so nothing lockdep checks changes with it (Linux's `lock_downgrade`
+//!   only relabels the entry); the read unlock then drops it.
+//! * The async forms ([`read_async`], [`write_async`]) are not tracked, as
+//!   the [`Mutex`](crate::mutex::Mutex)'s are not: a future may be polled
+//!   by one thread and dropped by another, which no per-task stack
+//!   follows. A read unlock drops a record only if the unlocking task
+//!   holds one for this semaphore, so an untracked read guard is released
+//!   without a report; a tracked read guard sent to another task and
+//!   dropped there leaves its record behind (Linux has
+//!   `up_read_non_owner` for that, and no checking).
 
 use core::future::Future;
 use core::pin::Pin;
@@ -80,6 +112,7 @@ use core::task::{Context, Poll, Waker};
 use core::time::Duration;
 
 use crate::kernel::{self, SPIN_LIMIT};
+use crate::lockdep::{LockClassKey, Map};
 use crate::sync::{AtomicUsize, Ordering};
 use crate::wait::{self, GRANTED, Locked, Node, WAITING, WaitQueue};
 
@@ -113,6 +146,13 @@ impl Kind {
 
 /// The lock under [`RwSemaphore`] (Linux's `struct rw_semaphore`). See
 /// the [module docs](self).
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are a valid unlocked semaphore with nobody waiting:
+/// [`new`](Self::new) without `lockdep`, with it a class of its own
+/// (`Zeroable` with the `bytemuck` feature). `lock_api`'s `RwSemaphore<T>`
+/// is not covered (its layout is `lock_api`'s): embed the raw semaphore.
 #[doc(alias = "rw_semaphore")]
 pub struct RawRwSemaphore {
     /// `WRITER`, `WAITERS` and the readers (module docs). `WAITERS` is
@@ -123,6 +163,14 @@ pub struct RawRwSemaphore {
     /// to ask whether it runs. Relaxed: a hint, never for exclusion.
     owner: AtomicUsize,
     queue: WaitQueue,
+    /// The semaphore's [lockdep](crate::lockdep) class (zero-sized without
+    /// `lockdep`): a sleeping lock, on its holders' task stacks.
+    dep_map: Map,
+    /// With `lockdep`: the writer took it through a tracked path (not the
+    /// async ones), so its unlock records the release. Written by the
+    /// writer only.
+    #[cfg(feature = "lockdep")]
+    tracked: crate::sync::AtomicBool,
 }
 
 impl core::fmt::Debug for RawRwSemaphore {
@@ -151,16 +199,59 @@ pub type RwSemaphoreWriteGuard<'a, T> = lock_api::RwLockWriteGuard<'a, RawRwSema
 
 impl RawRwSemaphore {
     crate::sync::const_fn! {
-        /// A new, unlocked semaphore (Linux's `init_rwsem`).
+        /// A new, unlocked semaphore (Linux's `init_rwsem`), in the
+        /// [lockdep](crate::lockdep) class of the place it is built.
         #[doc(alias = "init_rwsem")]
         #[must_use]
+        #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
+            Self::with_map(Map::new())
+        }
+    }
+
+    crate::sync::const_fn! {
+        /// A new, unlocked semaphore in `key`'s [lockdep](crate::lockdep)
+        /// class (Linux's `lockdep_set_class`); exactly `new` without
+        /// `lockdep`.
+        #[must_use]
+        pub fn with_class(key: &'static LockClassKey) -> Self {
+            Self::with_map(Map::with_key(key))
+        }
+    }
+
+    crate::sync::const_fn! {
+        fn with_map(dep_map: Map) -> Self {
             RawRwSemaphore {
                 state: AtomicUsize::new(0),
                 owner: AtomicUsize::new(0),
                 queue: WaitQueue::new(),
+                dep_map,
+                #[cfg(feature = "lockdep")]
+                tracked: crate::sync::AtomicBool::new(false),
             }
         }
+    }
+
+    /// With lockdep: the new writer's acquisition was recorded, so its
+    /// unlock records the release (only the writer writes it).
+    #[inline(always)]
+    fn mark_tracked(&self, kind: Kind) {
+        #[cfg(feature = "lockdep")]
+        if kind == Kind::Write {
+            self.tracked
+                .store(true, core::sync::atomic::Ordering::Relaxed);
+        }
+        #[cfg(not(feature = "lockdep"))]
+        let _ = kind;
+    }
+
+    /// With lockdep: whether the writer's acquisition was recorded (and
+    /// forgets it).
+    #[cfg(feature = "lockdep")]
+    #[inline(always)]
+    fn take_tracked(&self) -> bool {
+        self.tracked
+            .swap(false, core::sync::atomic::Ordering::Relaxed)
     }
 
     /// Whether anyone holds it (a snapshot: stale as soon as it returns).
@@ -182,7 +273,18 @@ impl RawRwSemaphore {
     #[doc(alias = "down_read_trylock")]
     #[inline]
     #[must_use = "true means a read lock is held and must be unlocked"]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_read(&self) -> bool {
+        let got = self.try_read_untracked();
+        if got {
+            self.dep_map.acquire_sleeping(0, true);
+        }
+        got
+    }
+
+    /// `try_read` without telling lockdep.
+    #[inline]
+    fn try_read_untracked(&self) -> bool {
         let mut state = self.state.load(Ordering::Relaxed);
         loop {
             if state & (WRITER | WAITERS) != 0 {
@@ -207,7 +309,19 @@ impl RawRwSemaphore {
     #[doc(alias = "down_write_trylock")]
     #[inline]
     #[must_use = "true means the write lock is held and must be unlocked"]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_write(&self) -> bool {
+        let got = self.try_write_untracked();
+        if got {
+            self.dep_map.acquire_sleeping(0, true);
+            self.mark_tracked(Kind::Write);
+        }
+        got
+    }
+
+    /// `try_write` without telling lockdep.
+    #[inline]
+    fn try_write_untracked(&self) -> bool {
         // Acquire: pairs with the Release of the unlock that freed it.
         let got = self
             .state
@@ -219,11 +333,26 @@ impl RawRwSemaphore {
         got
     }
 
+    /// Takes the lock for `kind` if that needs no waiting, without
+    /// telling lockdep.
     fn try_take(&self, kind: Kind) -> bool {
         match kind {
-            Kind::Read => self.try_read(),
-            Kind::Write => self.try_write(),
+            Kind::Read => self.try_read_untracked(),
+            Kind::Write => self.try_write_untracked(),
         }
+    }
+
+    /// The uncontended blocking path: takes the lock for `kind` if that
+    /// needs no waiting and records it as a blocking acquisition.
+    #[inline(always)]
+    #[track_caller]
+    fn try_take_blocking(&self, kind: Kind) -> bool {
+        let got = self.try_take(kind);
+        if got {
+            self.dep_map.acquire_sleeping(0, false);
+            self.mark_tracked(kind);
+        }
+        got
     }
 
     /// Takes a read lock, sleeping while a writer holds it or anyone is
@@ -236,7 +365,7 @@ impl RawRwSemaphore {
     #[inline]
     #[track_caller]
     pub fn read(&self) {
-        if !self.try_read() {
+        if !self.try_take_blocking(Kind::Read) {
             self.lock_slow(Kind::Read, None);
         }
     }
@@ -251,7 +380,7 @@ impl RawRwSemaphore {
     #[inline]
     #[track_caller]
     pub fn write(&self) {
-        if !self.try_write() {
+        if !self.try_take_blocking(Kind::Write) {
             self.lock_slow(Kind::Write, None);
         }
     }
@@ -263,7 +392,8 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means a read lock is held and must be unlocked"]
     pub fn try_read_for(&self, timeout: Duration) -> bool {
-        self.try_read() || self.lock_slow(Kind::Read, Some(wait::deadline(timeout)))
+        self.try_take_blocking(Kind::Read)
+            || self.lock_slow(Kind::Read, Some(wait::deadline(timeout)))
     }
 
     /// [`read`](Self::read) until the kernel's clock
@@ -272,7 +402,7 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means a read lock is held and must be unlocked"]
     pub fn try_read_until(&self, deadline_ns: u64) -> bool {
-        self.try_read() || self.lock_slow(Kind::Read, Some(deadline_ns))
+        self.try_take_blocking(Kind::Read) || self.lock_slow(Kind::Read, Some(deadline_ns))
     }
 
     /// [`write`](Self::write) for at most `timeout`: whether it took the
@@ -280,7 +410,8 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means the write lock is held and must be unlocked"]
     pub fn try_write_for(&self, timeout: Duration) -> bool {
-        self.try_write() || self.lock_slow(Kind::Write, Some(wait::deadline(timeout)))
+        self.try_take_blocking(Kind::Write)
+            || self.lock_slow(Kind::Write, Some(wait::deadline(timeout)))
     }
 
     /// [`write`](Self::write) until the kernel's clock reaches
@@ -288,7 +419,7 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means the write lock is held and must be unlocked"]
     pub fn try_write_until(&self, deadline_ns: u64) -> bool {
-        self.try_write() || self.lock_slow(Kind::Write, Some(deadline_ns))
+        self.try_take_blocking(Kind::Write) || self.lock_slow(Kind::Write, Some(deadline_ns))
     }
 
     /// The contended path: spin while a running writer holds it, then
@@ -297,6 +428,19 @@ impl RawRwSemaphore {
     #[track_caller]
     fn lock_slow(&self, kind: Kind, deadline_ns: Option<u64>) -> bool {
         wait::might_sleep();
+        // Before waiting, so a deadlock is reported first; dropped again
+        // if the wait gives up or unwinds.
+        let dep = self.dep_map.acquire_sleeping_guard(0, false);
+        let got = self.lock_slow_untracked(kind, deadline_ns);
+        if got {
+            dep.keep();
+            self.mark_tracked(kind);
+        }
+        got
+    }
+
+    /// `lock_slow` without telling lockdep.
+    fn lock_slow_untracked(&self, kind: Kind, deadline_ns: Option<u64>) -> bool {
         if self.spin(kind) {
             return true;
         }
@@ -489,7 +633,14 @@ impl RawRwSemaphore {
     /// held).
     #[doc(alias = "up_read")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock_read(&self) {
+        // A read taken through a tracked path by this task (an async one,
+        // or one another task took, has no record here).
+        #[cfg(feature = "lockdep")]
+        if self.dep_map.is_held() == Some(true) {
+            self.dep_map.release();
+        }
         // Release: pairs with the Acquire of the next writer (its fast
         // path, or the grant that hands it the lock).
         let old = self.state.fetch_sub(READER, Ordering::Release);
@@ -511,7 +662,12 @@ impl RawRwSemaphore {
     /// it held).
     #[doc(alias = "up_write")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn unlock_write(&self) {
+        #[cfg(feature = "lockdep")]
+        if self.take_tracked() {
+            self.dep_map.release();
+        }
         self.owner.store(0, Ordering::Relaxed);
         // Release: pairs with the next locker's Acquire.
         if self
@@ -544,6 +700,10 @@ impl RawRwSemaphore {
     /// afterwards.
     #[doc(alias = "downgrade_write")]
     pub unsafe fn downgrade(&self) {
+        // With lockdep the writer's record, if any, becomes the reader's
+        // (module docs): the read unlock finds it held and drops it.
+        #[cfg(feature = "lockdep")]
+        self.take_tracked();
         self.owner.store(0, Ordering::Relaxed);
         // WRITER out, one READER in, in one step (bit 0 is set, so adding
         // READER - WRITER borrows nothing). Release: readers granted
@@ -562,6 +722,7 @@ impl RawRwSemaphore {
     ///
     /// # Safety
     /// It is held for `kind`.
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock(&self, kind: Kind) {
         match kind {
             // SAFETY: forwarded.
@@ -767,8 +928,10 @@ pub async fn write_async<T: ?Sized>(sem: &RwSemaphore<T>) -> RwSemaphoreWriteGua
 // through the grant's wake). The guards may move to other tasks: the
 // release depends on no per-task state (the owner token is a hint).
 unsafe impl lock_api::RawRwLock for RawRwSemaphore {
+    // No call site to name a class after: with lockdep, each semaphore
+    // built from `INIT` (`RwSemaphore::new`) is a class of its own.
     #[allow(clippy::declare_interior_mutable_const)]
-    const INIT: Self = Self::new();
+    const INIT: Self = Self::with_map(Map::per_instance());
     type GuardMarker = lock_api::GuardSend;
 
     #[inline]
@@ -778,11 +941,13 @@ unsafe impl lock_api::RawRwLock for RawRwSemaphore {
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock_shared(&self) -> bool {
         self.try_read()
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_shared(&self) {
         // SAFETY: forwarded: the guard holds a read lock.
         unsafe { self.unlock_read() }
@@ -795,11 +960,13 @@ unsafe impl lock_api::RawRwLock for RawRwSemaphore {
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock_exclusive(&self) -> bool {
         self.try_write()
     }
 
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_exclusive(&self) {
         // SAFETY: forwarded: the guard holds the write lock.
         unsafe { self.unlock_write() }
@@ -821,6 +988,7 @@ unsafe impl lock_api::RawRwLock for RawRwSemaphore {
 // writer gets in between, and the caller then holds a read lock.
 unsafe impl lock_api::RawRwLockDowngrade for RawRwSemaphore {
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn downgrade(&self) {
         // SAFETY: forwarded: the guard holds the write lock.
         unsafe { RawRwSemaphore::downgrade(self) }

@@ -20,9 +20,11 @@ use crate::mutex::RawMutex;
 use crate::percpu::PerCpu;
 use crate::percpu_counter::PerCpuCounter;
 use crate::percpu_rwlock::{Fenced, Gated, RawPerCpuRwLock};
+use crate::percpu_rwsem::RawPerCpuRwSemaphore;
 use crate::rcu::list::{Hlist, Link, RcuHashTable, RcuList};
 use crate::rcu::srcu::Srcu;
 use crate::rcu::{RcuHead, RcuPtr, RcuSync};
+use crate::rwsem::RawRwSemaphore;
 use crate::semaphore::Semaphore;
 use crate::seqlock::{SeqCount, SeqData, SeqLock};
 use crate::spinlock::{QueuedLock, RawIrqSave, RawSpinlock, SpinGuardian, TicketLock, TtasLock};
@@ -159,3 +161,13 @@ unsafe impl Zeroable for Completion {}
 // a `WaitQueue` (above), a `Map` (zero-valid) and with `lockdep` an
 // `AtomicBool` `false`: `RawMutex::new()`, unlocked.
 unsafe impl Zeroable for RawMutex {}
+
+// SAFETY: two `AtomicUsize` (state 0: no writer, no readers, no waiters;
+// owner 0: none), a `WaitQueue` (above), a `Map` (zero-valid) and with
+// `lockdep` an `AtomicBool` `false`: `RawRwSemaphore::new()`, unlocked.
+unsafe impl Zeroable for RawRwSemaphore {}
+
+// SAFETY: a `RawPerCpuRwLock<Gated>` (zero-valid, above: no readers,
+// `block` clear, the gate idle, a `Map`) and two `WaitQueue`s (above):
+// `RawPerCpuRwSemaphore::new()`, unlocked.
+unsafe impl Zeroable for RawPerCpuRwSemaphore {}

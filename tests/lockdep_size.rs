@@ -97,3 +97,42 @@ fn locks_carry_their_class_with_lockdep() {
     assert!(size_of::<RawTtasLock>() > size_of::<Map>());
     assert!(size_of::<RawQueuedLock>() >= 4 + size_of::<Map>());
 }
+
+/// The sleeping rw semaphores, without `lockdep`: no bytes for lockdep
+/// (their `Map` is zero-sized and the writer's tracked flag is gone).
+#[cfg(not(feature = "lockdep"))]
+#[test]
+fn rw_semaphores_carry_nothing_without_lockdep() {
+    use ksync::percpu_rwlock::{Gated, RawPerCpuRwLock};
+    use ksync::percpu_rwsem::RawPerCpuRwSemaphore;
+    use ksync::rwsem::RawRwSemaphore;
+    use ksync::wait::WaitQueue;
+
+    // The state word and the owner hint, then the queue.
+    assert_eq!(
+        size_of::<RawRwSemaphore>(),
+        size_of::<(usize, usize, WaitQueue)>()
+    );
+    // The gated core (its `Map` zero-sized too) and two queues.
+    assert_eq!(
+        size_of::<RawPerCpuRwSemaphore>(),
+        size_of::<(RawPerCpuRwLock<Gated>, WaitQueue, WaitQueue)>()
+    );
+}
+
+/// With `lockdep` the rw semaphores carry one `Map` each (the per-CPU one
+/// in its gated core).
+#[cfg(feature = "lockdep")]
+#[test]
+fn rw_semaphores_carry_their_class_with_lockdep() {
+    use ksync::percpu_rwlock::{Gated, RawPerCpuRwLock};
+    use ksync::percpu_rwsem::RawPerCpuRwSemaphore;
+    use ksync::rwsem::RawRwSemaphore;
+    use ksync::wait::WaitQueue;
+
+    assert!(size_of::<RawRwSemaphore>() > size_of::<(usize, usize, WaitQueue, Map)>());
+    assert_eq!(
+        size_of::<RawPerCpuRwSemaphore>(),
+        size_of::<(RawPerCpuRwLock<Gated>, WaitQueue, WaitQueue)>()
+    );
+}

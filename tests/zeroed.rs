@@ -88,6 +88,62 @@ fn check_raw_mutex<L: RawMutex>(what: &str, lock: &L) {
     assert!(!lock.is_locked(), "{what}");
 }
 
+/// A sleeping rw lock behaves as a fresh one: free; readers share it and
+/// keep a writer out; a writer excludes readers; and contended, a reader
+/// on another thread sleeps until the writer here leaves, then a writer
+/// there sleeps until the reader here leaves.
+fn check_raw_rwlock_contended<L: RawRwLock + Sync>(what: &str, lock: &L) {
+    use std::sync::atomic::AtomicBool;
+    use std::thread;
+    use std::time::Duration;
+
+    assert!(!lock.is_locked(), "{what}: zeroed lock is held");
+    lock.lock_shared();
+    assert!(lock.try_lock_shared(), "{what}: readers do not share it");
+    assert!(!lock.try_lock_exclusive(), "{what}: a writer got in");
+    // SAFETY: the two read locks taken above.
+    unsafe { lock.unlock_shared() };
+    // SAFETY: as above.
+    unsafe { lock.unlock_shared() };
+    lock.lock_exclusive();
+    assert!(
+        !lock.try_lock_shared(),
+        "{what}: a reader got past a writer"
+    );
+    let inside = AtomicBool::new(false);
+    thread::scope(|s| {
+        let reader = s.spawn(|| {
+            lock.lock_shared();
+            inside.store(true, Relaxed);
+            // SAFETY: taken above, on this thread.
+            unsafe { lock.unlock_shared() };
+        });
+        thread::sleep(Duration::from_millis(20));
+        assert!(!inside.load(Relaxed), "{what}: a reader got past a writer");
+        // SAFETY: the write lock taken above.
+        unsafe { lock.unlock_exclusive() };
+        reader.join().unwrap();
+    });
+    assert!(inside.load(Relaxed), "{what}");
+    lock.lock_shared();
+    inside.store(false, Relaxed);
+    thread::scope(|s| {
+        let writer = s.spawn(|| {
+            lock.lock_exclusive();
+            inside.store(true, Relaxed);
+            // SAFETY: taken above, on this thread.
+            unsafe { lock.unlock_exclusive() };
+        });
+        thread::sleep(Duration::from_millis(20));
+        assert!(!inside.load(Relaxed), "{what}: a writer got past a reader");
+        // SAFETY: the read lock taken above.
+        unsafe { lock.unlock_shared() };
+        writer.join().unwrap();
+    });
+    assert!(inside.load(Relaxed), "{what}");
+    assert!(!lock.is_locked(), "{what}");
+}
+
 #[test]
 fn the_algorithms_are_zero_and_work_from_zero() {
     // SAFETY: (each `assert_new_is_zero`) one atomic word, no padding, and
@@ -473,6 +529,15 @@ fn sleeping_primitives_from_zero() {
     done.complete();
     done.wait_for_completion();
     check_raw_mutex("sleeping RawMutex", &mutex);
+    // SAFETY: the "Zeroed memory" claims of the two rw semaphores.
+    let (rwsem, percpu) = unsafe {
+        (
+            zeroed::<ksync::rwsem::RawRwSemaphore>(),
+            zeroed::<ksync::percpu_rwsem::RawPerCpuRwSemaphore>(),
+        )
+    };
+    check_raw_rwlock_contended("RawRwSemaphore", &rwsem);
+    check_raw_rwlock_contended("RawPerCpuRwSemaphore", &percpu);
     // Not compared with `new()` byte for byte: their queue lock keeps an
     // uninitialised saved-state slot (written by each holder), so `new()`'s
     // bytes are not all initialised.
@@ -516,6 +581,16 @@ fn zeroable_impls_cover_the_documented_types() {
     zeroable::<ksync::semaphore::Semaphore>();
     zeroable::<ksync::completion::Completion>();
     zeroable::<ksync::mutex::RawMutex>();
+    zeroable::<ksync::rwsem::RawRwSemaphore>();
+    zeroable::<ksync::percpu_rwsem::RawPerCpuRwSemaphore>();
+    check_raw_rwlock_contended(
+        "Zeroable RawRwSemaphore",
+        &ksync::rwsem::RawRwSemaphore::zeroed(),
+    );
+    check_raw_rwlock_contended(
+        "Zeroable RawPerCpuRwSemaphore",
+        &ksync::percpu_rwsem::RawPerCpuRwSemaphore::zeroed(),
+    );
 
     // A kernel's object, zero-allocated and derived (by hand here; the
     // derive macro does the same): every field is `Zeroable`.

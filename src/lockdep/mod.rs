@@ -76,7 +76,11 @@
 //! IRQ-saving forms (recorded as taken with interrupts off), the lock in
 //! [`LockRef`](crate::LockRef), [`BrLock`](crate::brlock::BrLock)'s local
 //! and global locks (one class), the per-CPU rw locks' readers and writers
-//! ([`percpu_rwlock`](crate::percpu_rwlock#lock-order-checking)),
+//! ([`percpu_rwlock`](crate::percpu_rwlock#lock-order-checking)), the
+//! sleeping [`Mutex`](crate::mutex::Mutex),
+//! [`RwSemaphore`](crate::rwsem#lock-order-checking) and
+//! [`PerCpuRwSemaphore`](crate::percpu_rwsem#lock-order-checking) (sleeping
+//! acquisitions; their async forms are not tracked),
 //! [`SeqLock`](crate::seqlock::SeqLock) writers, and the crate's own locks
 //! (RCU's grace-period engine, callback lists and `RcuSync`, SRCU's
 //! updaters' lock, the per-CPU counters' fold lock). An RCU read section is
@@ -545,6 +549,16 @@ impl Map {
         );
     }
 
+    /// [`acquire_sleeping`](Self::acquire_sleeping), and a guard that
+    /// records the release when it drops: for a wait that may give up (a
+    /// timeout) or unwind; [`Acquired::keep`] once the lock is held.
+    #[track_caller]
+    #[inline]
+    pub(crate) fn acquire_sleeping_guard(&self, subclass: u8, try_lock: bool) -> Acquired<'_> {
+        self.acquire_sleeping(subclass, try_lock);
+        Acquired { map: self }
+    }
+
     /// Records that this CPU released the lock.
     #[doc(alias = "lock_release")]
     #[track_caller]
@@ -631,6 +645,14 @@ impl Map {
     #[inline(always)]
     pub(crate) fn acquire_sleeping(&self, subclass: u8, try_lock: bool) {
         let _ = (subclass, try_lock);
+    }
+
+    /// A sleeping lock's acquisition and its releasing guard (with
+    /// `lockdep`; nothing here).
+    #[inline(always)]
+    pub(crate) fn acquire_sleeping_guard(&self, subclass: u8, try_lock: bool) -> Acquired<'_> {
+        let _ = (subclass, try_lock);
+        Acquired { map: PhantomData }
     }
 
     /// Records a release (with `lockdep`; nothing here).
