@@ -222,6 +222,12 @@ impl Faults {
         self.count.fetch_add(1, Relaxed);
     }
 
+    /// Violations recorded so far.
+    pub(crate) fn count(&self) -> u64 {
+        // Relaxed: a statistic (the check reads it after the run).
+        self.count.load(Relaxed)
+    }
+
     pub(crate) fn result(
         &self,
         workload: &'static str,

@@ -533,6 +533,12 @@ impl MmapSleep {
     pub fn inner(&self) -> &MmapSem {
         &self.inner
     }
+
+    /// Violations the faults recorded so far in this run (a control may
+    /// stop once it is caught).
+    pub fn violations(&self) -> u64 {
+        self.inner.faults.count()
+    }
 }
 
 impl Workload for MmapSleep {

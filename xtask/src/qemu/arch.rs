@@ -466,6 +466,9 @@ pub const SCHED_SUITES: &[&str] = &[
     "sleep-semaphore",
     "sleep-mutex",
     "sleep-mutex-nohandoff",
+    "seed-mmap-sleep",
+    "seed-mmap-sleep-rwsem",
+    "seed-mmap-sleep-control",
 ];
 
 /// A scheduler configuration: an image booted once with the kernel's

@@ -41,6 +41,7 @@
 //! writer's hand-off or lets new readers overtake a waiting writer.
 
 pub mod completion;
+pub mod mmap;
 pub mod mutex;
 pub mod semaphore;
 pub mod waitqueue;
@@ -76,6 +77,9 @@ pub static SUITES: &[&dyn Suite] = &[
     &semaphore::SLEEP_SEMAPHORE,
     &mutex::SLEEP_MUTEX,
     &mutex::SLEEP_MUTEX_NOHANDOFF,
+    &mmap::SEED_MMAP_SLEEP,
+    &mmap::SEED_MMAP_SLEEP_RWSEM,
+    &mmap::SEED_MMAP_SLEEP_CONTROL,
 ];
 
 /// A team suite: what each member runs.
