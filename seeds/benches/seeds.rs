@@ -29,7 +29,7 @@ use ksync::rcu;
 use seeds::Workload;
 use seeds::fd::FdLookup;
 use seeds::fget_light::FgetLight;
-use seeds::mmap::{MmapSem, MmapVariant};
+use seeds::mmap::{IO_EVERY, IO_US, MmapSem, MmapSleep, MmapVariant};
 use seeds::stat::StatStorm;
 use seeds::walk::PathWalk;
 
@@ -40,6 +40,7 @@ static LIGHT: FgetLight = FgetLight::new();
 static STAT: StatStorm = StatStorm::new();
 static WALK: PathWalk = PathWalk::new();
 static MMAP: MmapSem = MmapSem::new();
+static MMAP_SLEEP: MmapSleep = MmapSleep::new();
 
 /// A measurement in which a worker had less than this share of its CPU
 /// (of the elapsed time; of its fair share when threads outnumber cores)
@@ -177,11 +178,13 @@ fn ratio_at(m: &Measured, a: usize, b: usize, threads: usize) -> f64 {
 
 // ---- the writer's cost ------------------------------------------------------
 
-const WRITERS: [(MmapVariant, &str); 4] = [
+const WRITERS: [(MmapVariant, &str); 6] = [
     (MmapVariant::Percpu, "PerCpuRwLock"),
     (MmapVariant::Gated, "GatedPerCpuRwLock"),
     (MmapVariant::SpinRwLock, "spin::RwLock"),
     (MmapVariant::Rwsem, "ticket-lock rwsem"),
+    (MmapVariant::PercpuRwsem, "PerCpuRwSemaphore"),
+    (MmapVariant::RwSemaphore, "RwSemaphore"),
 ];
 
 /// ns per empty write section, one thread, no readers: (median, min) over
@@ -226,7 +229,9 @@ fn print_writer(ns: &[(f64, f64)]) {
 
 // ---- plots ------------------------------------------------------------------
 
-const COLOURS: [&str; 5] = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e"];
+const COLOURS: [&str; 6] = [
+    "#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#8c564b",
+];
 
 /// Throughput against threads, one line per variant, as a small SVG.
 fn svg(m: &Measured, note: &str) -> String {
@@ -365,6 +370,8 @@ fn main() {
             env_or("KSYNC_BENCH_REPS", 5usize).max(1),
         )
     };
+    let io_every = env_or("KSYNC_MMAP_IO_EVERY", IO_EVERY);
+    let io_us = env_or("KSYNC_MMAP_IO_US", IO_US);
     let cores = core_affinity::get_core_ids().map_or(0, |c| c.len());
     let start = Instant::now();
 
@@ -405,7 +412,18 @@ fn main() {
         (
             measure(&MMAP, dur, reps),
             Report {
-                pairs: &[(0, 2), (1, 2), (1, 3)],
+                pairs: &[(0, 2), (1, 2), (1, 3), (4, 5), (4, 1)],
+                seed: "ebizzy sys 137.7 -> 124.3 s (1.11x), 2-way",
+            },
+        ),
+        (
+            {
+                // Threads are CPUs: a sleeping fault's CPU idles.
+                MMAP_SLEEP.inner().set_io(io_every, io_us, true);
+                measure(&MMAP_SLEEP, dur, reps)
+            },
+            Report {
+                pairs: &[(0, 1)],
                 seed: "ebizzy sys 137.7 -> 124.3 s (1.11x), 2-way",
             },
         ),
@@ -432,6 +450,11 @@ fn main() {
     for (m, r) in &results {
         print_table(m, r);
     }
+    println!(
+        "\n{}: one fault in {io_every} sleeps {io_us} us inside its read section \
+         (KSYNC_MMAP_IO_EVERY, KSYNC_MMAP_IO_US).",
+        MmapSleep::NAME
+    );
     let disturbed: usize = results
         .iter()
         .flat_map(|(m, _)| m.share.iter().flatten().flatten())
@@ -465,6 +488,16 @@ fn main() {
             "mmap_sem Gated / spin::RwLock at 2 threads",
             ratio_at(&results[4].0, 1, 2, 2),
             1.5,
+        ),
+        (
+            "mmap_sem PerCpuRwSemaphore / RwSemaphore at 2 threads, no I/O",
+            ratio_at(&results[4].0, 4, 5, 2),
+            1.11,
+        ),
+        (
+            "mmap_sem, sleeping faults: PerCpuRwSemaphore / RwSemaphore at 2 threads",
+            ratio_at(&results[5].0, 0, 1, 2),
+            1.11,
         ),
     ];
     println!("\n## Goals (median of per-rep ratios)\n");

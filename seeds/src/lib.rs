@@ -8,6 +8,7 @@
 //! | [`stat`] | lockref (2013) | lockless get/put on the final dentry | the dentry's lock taken for every get and put |
 //! | [`walk`] | store-free path walking (2009) | `SeqLock` (root, pwd), `BrLock` mounts, no refs per component | a shared `fs` spinlock, a global mount lock, a ref per component |
 //! | [`mmap`] | scalable `mmap_sem` (2007) | `PerCpuRwLock`, `GatedPerCpuRwLock` | `spin::RwLock`; a ticket-lock-protected rwsem |
+//! | [`mmap::MmapSleep`] | the same as it was: sleeping locks, faults that sleep for I/O holding it | `PerCpuRwSemaphore` | `RwSemaphore` |
 //!
 //! # The shape every workload has
 //!
@@ -220,6 +221,12 @@ impl Faults {
             self.detail.store(detail, Relaxed);
         }
         self.count.fetch_add(1, Relaxed);
+    }
+
+    /// Violations recorded so far.
+    pub(crate) fn count(&self) -> u64 {
+        // Relaxed: a statistic (the check reads it after the run).
+        self.count.load(Relaxed)
     }
 
     pub(crate) fn result(

@@ -13,6 +13,14 @@
 //! * Before: [`spin::RwLock`] (one shared reader count), and [`Rwsem`], a
 //!   counter under a ticket lock (Linux's `rwsem-spinlock.c`).
 //! * Control: faults that take no lock at all.
+//! * Sleeping, the 2007 rw_mutex as it was meant:
+//!   [`PerCpuRwSemaphore`] (after) and [`RwSemaphore`] (before): writers
+//!   sleep instead of spinning. In [`MmapSem`] their faults never sleep
+//!   (the fast paths compared with the spinning locks'); in [`MmapSleep`]
+//!   one fault in [`IO_EVERY`] also sleeps inside its read section for a
+//!   simulated I/O ([`IO_US`], a timed wait on a queue nobody wakes: the
+//!   kernel's `block` hook with a deadline), with a control whose faults
+//!   take no lock.
 //!
 //! The writer's cost grows with the number of possible CPUs
 //! ([`MAX_CPUS`](ksync::kernel::MAX_CPUS), `KSYNC_MAX_CPUS` at build time):
@@ -21,10 +29,16 @@
 use core::sync::atomic::Ordering::Relaxed;
 use core::sync::atomic::{AtomicU32, AtomicU64};
 
+use core::sync::atomic::AtomicBool;
+use core::time::Duration;
 use ksync::percpu::CachePadded;
 use ksync::percpu_rwlock::{GatedPerCpuRwLock, PerCpuRwLock};
+
+use ksync::percpu_rwsem::PerCpuRwSemaphore;
 use ksync::rcu;
+use ksync::rwsem::RwSemaphore;
 use ksync::spinlock::TicketMutex;
+use ksync::wait::WaitQueue;
 
 use crate::{Config, Counts, Faults, Rng, Settings, Violation, Workload};
 
@@ -143,7 +157,46 @@ pub enum MmapVariant {
     Rwsem,
     /// Control: faults without the lock.
     ControlNoLock,
+    /// [`PerCpuRwSemaphore`] (after, sleeping).
+    PercpuRwsem,
+    /// [`RwSemaphore`] (before, sleeping).
+    RwSemaphore,
+    /// Control of [`MmapSleep`]: faults (and their I/O) without the lock,
+    /// the writer under the [`PerCpuRwSemaphore`].
+    ControlSleepNoLock,
 }
+
+/// Every variant of both workloads (the settings store an index into it).
+const ALL: &[(MmapVariant, &str)] = &[
+    (MmapVariant::Percpu, "PerCpuRwLock"),
+    (MmapVariant::Gated, "GatedPerCpuRwLock"),
+    (MmapVariant::SpinRwLock, "spin::RwLock"),
+    (MmapVariant::Rwsem, "ticket-lock rwsem"),
+    (
+        MmapVariant::ControlNoLock,
+        "control: faults without the lock",
+    ),
+    (MmapVariant::PercpuRwsem, "PerCpuRwSemaphore"),
+    (MmapVariant::RwSemaphore, "RwSemaphore"),
+    (
+        MmapVariant::ControlSleepNoLock,
+        "control: sleeping faults without the lock",
+    ),
+];
+
+/// [`MmapSleep`]: one fault in this many sleeps for a simulated I/O
+/// (default of [`MmapSem::set_io`]).
+pub const IO_EVERY: u32 = 1 << 16;
+/// [`MmapSleep`]: how long the simulated I/O sleeps, microseconds: one
+/// tick of a `HZ=1000` kernel (default of [`MmapSem::set_io`]).
+pub const IO_US: u32 = 1000;
+/// Under torture ([`Config::delay`] > 0), one fault in this many sleeps.
+const TORTURE_IO_EVERY: u32 = 64;
+/// Under torture, the I/O's length, microseconds.
+const TORTURE_IO_US: u32 = 50;
+
+/// Nobody ever wakes it: the simulated I/O's waits end by their deadlines.
+static IO: WaitQueue = WaitQueue::new();
 
 /// The `mmap_sem` workload.
 #[derive(Debug)]
@@ -152,6 +205,14 @@ pub struct MmapSem {
     gated: GatedPerCpuRwLock<()>,
     spin: spin::RwLock<()>,
     rwsem: Rwsem,
+    percpu_rwsem: PerCpuRwSemaphore<()>,
+    rw_semaphore: RwSemaphore<()>,
+    /// [`MmapSleep`] runs: faults sleep now and then.
+    io: AtomicBool,
+    io_every: AtomicU32,
+    io_us: AtomicU32,
+    /// The CPU idles while its fault sleeps (see [`MmapSem::set_io`]).
+    io_idles: AtomicBool,
     vmas: [Vma; VMAS],
     pages: [CachePadded<AtomicU64>; PAGES],
     settings: Settings,
@@ -172,6 +233,12 @@ impl MmapSem {
             gated: GatedPerCpuRwLock::new(()),
             spin: spin::RwLock::new(()),
             rwsem: Rwsem::new(),
+            percpu_rwsem: PerCpuRwSemaphore::new(()),
+            rw_semaphore: RwSemaphore::new(()),
+            io: AtomicBool::new(false),
+            io_every: AtomicU32::new(IO_EVERY),
+            io_us: AtomicU32::new(IO_US),
+            io_idles: AtomicBool::new(false),
             vmas: [const {
                 Vma {
                     state: AtomicU32::new(UNMAPPED),
@@ -180,6 +247,37 @@ impl MmapSem {
             pages: [const { CachePadded::new(AtomicU64::new(0)) }; PAGES],
             settings: Settings::new(),
             faults: Faults::new(),
+        }
+    }
+
+    /// The simulated I/O of [`MmapSleep`]'s faults: one in `every` sleeps
+    /// `us` microseconds (0: never; defaults [`IO_EVERY`], [`IO_US`];
+    /// torture runs use their own). With `cpu_idles`, the fault's CPU
+    /// enters an RCU extended quiescent state while it sleeps
+    /// ([`rcu::idle_enter`]): right where a thread is a CPU (ksync's host
+    /// test kernel, whose `block` reports nothing to RCU), where a sleeping
+    /// thread's CPU has nothing else to run. A kernel with a scheduler
+    /// reports the context switch itself; leave it `false` there. Call it
+    /// with no run going.
+    pub fn set_io(&self, every: u32, us: u32, cpu_idles: bool) {
+        // Relaxed: between runs; the next run's start orders it.
+        self.io_every.store(every, Relaxed);
+        self.io_us.store(us, Relaxed);
+        self.io_idles.store(cpu_idles, Relaxed);
+    }
+
+    /// The simulated I/O: a timed sleep inside the read section.
+    #[cold]
+    fn sleep_io(&self, us: u32) {
+        // Relaxed: a setting (see `set_io`).
+        let idles = self.io_idles.load(Relaxed);
+        if idles {
+            rcu::idle_enter();
+        }
+        let slept = IO.wait_event_timeout(|| false, Duration::from_micros(u64::from(us)));
+        debug_assert!(!slept, "nobody wakes the I/O queue");
+        if idles {
+            rcu::idle_exit();
         }
     }
 
@@ -205,7 +303,15 @@ impl MmapSem {
                 self.rwsem.up_read();
                 r
             }
-            MmapVariant::ControlNoLock => f(),
+            MmapVariant::ControlNoLock | MmapVariant::ControlSleepNoLock => f(),
+            MmapVariant::PercpuRwsem => {
+                let _g = self.percpu_rwsem.read();
+                f()
+            }
+            MmapVariant::RwSemaphore => {
+                let _g = self.rw_semaphore.read();
+                f()
+            }
         }
     }
 
@@ -232,6 +338,14 @@ impl MmapSem {
                 self.rwsem.up_write();
                 r
             }
+            MmapVariant::PercpuRwsem | MmapVariant::ControlSleepNoLock => {
+                let _g = self.percpu_rwsem.write();
+                f()
+            }
+            MmapVariant::RwSemaphore => {
+                let _g = self.rw_semaphore.write();
+                f()
+            }
         }
     }
 
@@ -243,7 +357,7 @@ impl MmapSem {
 
     /// The fault handler, under the read lock: `true` if `addr` was mapped.
     #[inline]
-    fn handle(&self, cpu: usize, addr: u64, delay: u32) -> bool {
+    fn handle(&self, cpu: usize, addr: u64, delay: u32, io_us: u32) -> bool {
         // Relaxed: the lock orders VMA changes against faults.
         let vma = &self.vmas[(addr >> VMA_SHIFT) as usize % VMAS];
         let state = vma.state.load(Relaxed);
@@ -254,6 +368,10 @@ impl MmapSem {
             return false;
         }
         crate::delay(delay);
+        if io_us != 0 {
+            // The page is not in memory: read it in, holding the lock.
+            self.sleep_io(io_us);
+        }
         if vma.state.load(Relaxed) != MAPPED {
             self.faults.record(0, addr);
         }
@@ -280,16 +398,8 @@ impl MmapSem {
 impl Workload for MmapSem {
     const NAME: &'static str = "mmap_sem";
     type Variant = MmapVariant;
-    const VARIANTS: &'static [(MmapVariant, &'static str)] = &[
-        (MmapVariant::Percpu, "PerCpuRwLock"),
-        (MmapVariant::Gated, "GatedPerCpuRwLock"),
-        (MmapVariant::SpinRwLock, "spin::RwLock"),
-        (MmapVariant::Rwsem, "ticket-lock rwsem"),
-        (
-            MmapVariant::ControlNoLock,
-            "control: faults without the lock",
-        ),
-    ];
+    const VARIANTS: &'static [(MmapVariant, &'static str)] =
+        &[ALL[0], ALL[1], ALL[2], ALL[3], ALL[4], ALL[5], ALL[6]];
     const CONTROL: MmapVariant = MmapVariant::ControlNoLock;
     const BENCH: Config = Config {
         write_every: 4096,
@@ -297,7 +407,23 @@ impl Workload for MmapSem {
     };
 
     fn setup(&'static self, variant: MmapVariant, config: Config) {
-        self.settings.set(Self::VARIANTS, variant, config);
+        self.setup_run(variant, config, false);
+    }
+
+    fn step(&self, cpu: usize, n: u64, rng: &mut Rng) -> Counts {
+        self.step_run(cpu, n, rng)
+    }
+
+    fn check(&self) -> Result<(), Violation> {
+        self.check_run()
+    }
+}
+
+impl MmapSem {
+    fn setup_run(&self, variant: MmapVariant, config: Config, io: bool) {
+        self.settings.set(ALL, variant, config);
+        // Relaxed: setup; the run's start orders it.
+        self.io.store(io, Relaxed);
         self.faults.reset();
         // Relaxed: setup; the run's start orders it.
         for (k, v) in self.vmas.iter().enumerate() {
@@ -315,8 +441,14 @@ impl Workload for MmapSem {
         }
     }
 
-    fn step(&self, cpu: usize, n: u64, rng: &mut Rng) -> Counts {
-        let (variant, config) = self.settings.get(Self::VARIANTS);
+    fn step_run(&self, cpu: usize, n: u64, rng: &mut Rng) -> Counts {
+        let (variant, config) = self.settings.get(ALL);
+        // Relaxed: settings (see `setup_run` and `set_io`).
+        let (io_every, io_us) = match (self.io.load(Relaxed), config.delay) {
+            (false, _) => (0, 0),
+            (true, 0) => (self.io_every.load(Relaxed), self.io_us.load(Relaxed)),
+            (true, _) => (TORTURE_IO_EVERY, TORTURE_IO_US),
+        };
         let mut c = Counts::default();
         for i in 0..n {
             if crate::writes_now(cpu, config, rng) {
@@ -330,7 +462,12 @@ impl Workload for MmapSem {
                 (r >> 32) as usize % VMAS
             };
             let addr = ((vma as u64) << VMA_SHIFT) | (((cpu % PAGES) as u64) << PAGE_SHIFT);
-            if !self.read(variant, || self.handle(cpu, addr, config.delay)) {
+            let io = if io_every != 0 && rng.below(u64::from(io_every)) == 0 {
+                io_us
+            } else {
+                0
+            };
+            if !self.read(variant, || self.handle(cpu, addr, config.delay, io)) {
                 c.misses += 1;
             }
             c.ops += 1;
@@ -340,15 +477,15 @@ impl Workload for MmapSem {
         c
     }
 
-    fn check(&self) -> Result<(), Violation> {
-        self.faults.result(Self::NAME, &MESSAGES)?;
+    fn check_run(&self) -> Result<(), Violation> {
+        self.faults.result(MmapSem::NAME, &MESSAGES)?;
         if let Some(k) = self
             .vmas
             .iter()
             .position(|v| v.state.load(Relaxed) > MAPPED)
         {
             return Err(crate::violation(
-                Self::NAME,
+                MmapSem::NAME,
                 "a VMA was left half-changed",
                 k as u64,
             ));
@@ -357,13 +494,69 @@ impl Workload for MmapSem {
             || self.gated.is_locked()
             || self.spin.try_write().is_none()
             || !self.rwsem.is_idle()
+            || self.percpu_rwsem.is_locked()
+            || self.rw_semaphore.is_locked()
         {
             return Err(crate::violation(
-                Self::NAME,
+                MmapSem::NAME,
                 "a lock is still held after the run",
                 0,
             ));
         }
         Ok(())
+    }
+}
+
+/// The `mmap_sem` seed as it was: [`MmapSem`] with the sleeping locks
+/// only, and faults that sleep now and then inside their read sections
+/// (a simulated I/O; [`MmapSem::set_io`] on [`inner`](Self::inner)).
+#[derive(Debug)]
+pub struct MmapSleep {
+    inner: MmapSem,
+}
+
+impl Default for MmapSleep {
+    fn default() -> Self {
+        Self::new()
+    }
+}
+
+impl MmapSleep {
+    /// A workload in its initial state; [`setup`](Workload::setup) before use.
+    pub const fn new() -> Self {
+        MmapSleep {
+            inner: MmapSem::new(),
+        }
+    }
+
+    /// The address space (for [`MmapSem::set_io`]).
+    pub fn inner(&self) -> &MmapSem {
+        &self.inner
+    }
+
+    /// Violations the faults recorded so far in this run (a control may
+    /// stop once it is caught).
+    pub fn violations(&self) -> u64 {
+        self.inner.faults.count()
+    }
+}
+
+impl Workload for MmapSleep {
+    const NAME: &'static str = "mmap_sem, sleeping faults";
+    type Variant = MmapVariant;
+    const VARIANTS: &'static [(MmapVariant, &'static str)] = &[ALL[5], ALL[6], ALL[7]];
+    const CONTROL: MmapVariant = MmapVariant::ControlSleepNoLock;
+    const BENCH: Config = MmapSem::BENCH;
+
+    fn setup(&'static self, variant: MmapVariant, config: Config) {
+        self.inner.setup_run(variant, config, true);
+    }
+
+    fn step(&self, cpu: usize, n: u64, rng: &mut Rng) -> Counts {
+        self.inner.step_run(cpu, n, rng)
+    }
+
+    fn check(&self) -> Result<(), Violation> {
+        self.inner.check_run()
     }
 }

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use seeds::fd::FdLookup;
 use seeds::fget_light::FgetLight;
-use seeds::mmap::MmapSem;
+use seeds::mmap::{IO_EVERY, IO_US, MmapSem, MmapSleep};
 use seeds::stat::StatStorm;
 use seeds::walk::PathWalk;
 use seeds::{Config, Workload};
@@ -71,6 +71,8 @@ static WALK: PathWalk = PathWalk::new();
 static WALK_CONTROL: PathWalk = PathWalk::new();
 static MMAP: MmapSem = MmapSem::new();
 static MMAP_CONTROL: MmapSem = MmapSem::new();
+static MMAP_SLEEP: MmapSleep = MmapSleep::new();
+static MMAP_SLEEP_CONTROL: MmapSleep = MmapSleep::new();
 
 #[test]
 fn fd_lookup() {
@@ -120,4 +122,17 @@ fn mmap_sem() {
 #[test]
 fn mmap_sem_control_caught() {
     control(&MMAP_CONTROL);
+}
+
+// Threads are CPUs here: a sleeping fault's CPU idles (see `set_io`).
+#[test]
+fn mmap_sem_sleeping() {
+    MMAP_SLEEP.inner().set_io(IO_EVERY, IO_US, true);
+    correct(&MMAP_SLEEP);
+}
+
+#[test]
+fn mmap_sem_sleeping_control_caught() {
+    MMAP_SLEEP_CONTROL.inner().set_io(IO_EVERY, IO_US, true);
+    control(&MMAP_SLEEP_CONTROL);
 }

@@ -477,6 +477,9 @@ pub const SCHED_SUITES: &[&str] = &[
     "sleep-rwsem-readerpref",
     "sleep-percpu-rwsem",
     "sleep-percpu-rwsem-nodrain",
+    "seed-mmap-sleep",
+    "seed-mmap-sleep-rwsem",
+    "seed-mmap-sleep-control",
 ];
 
 /// A scheduler configuration: an image booted once with the kernel's

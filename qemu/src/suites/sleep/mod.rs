@@ -42,6 +42,7 @@
 //! `percpu_rwsem.rs` runs `rwsem.rs`'s).
 
 pub mod completion;
+pub mod mmap;
 pub mod mutex;
 pub mod percpu_rwsem;
 pub mod rwsem;
@@ -83,6 +84,9 @@ pub static SUITES: &[&dyn Suite] = &[
     &rwsem::SLEEP_RWSEM_READERPREF,
     &percpu_rwsem::SLEEP_PERCPU_RWSEM,
     &percpu_rwsem::SLEEP_PERCPU_RWSEM_NODRAIN,
+    &mmap::SEED_MMAP_SLEEP,
+    &mmap::SEED_MMAP_SLEEP_RWSEM,
+    &mmap::SEED_MMAP_SLEEP_CONTROL,
 ];
 
 /// A team suite: what each member runs.
