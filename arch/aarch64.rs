@@ -27,6 +27,13 @@
 //! `DAIF` holds the mask bits; saving reads it and sets I and F with
 //! `msr daifset, #3`; restoring writes the saved value back. Used only on
 //! bare metal (`target_os = "none"`), where the kernel runs at EL1.
+//!
+//! # The stall clock
+//!
+//! The generic timer's virtual count, `CNTVCT_EL0`, at the rate
+//! `CNTFRQ_EL0` states (firmware sets it; 62.5 MHz under QEMU `virt`, 1
+//! GHz from Armv8.6). EL1 reads both; Linux lets EL0 read them too, so
+//! hosted builds use them as well.
 
 #[cfg(not(target_feature = "lse"))]
 use crate::lockref::word as layout;
@@ -299,4 +306,27 @@ pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
     // save. Not `nomem`: a compiler barrier, so protected accesses stay
     // before it.
     unsafe { core::arch::asm!("msr daif, {}", in(reg) flags, options(nostack, preserves_flags)) };
+}
+
+// ---- the stall clock -----------------------------------------------------
+
+/// The stall clock: `(CNTVCT_EL0 now, CNTFRQ_EL0 / 1000)`; `None` if the
+/// firmware left the frequency at zero.
+#[inline]
+pub(crate) fn stall_clock() -> Option<(u64, u64)> {
+    let (now, hz): (u64, u64);
+    // SAFETY: reads two generic-timer registers that EL1 (and EL0 under
+    // Linux) may read; no memory, no flags. No `isb` before the count: a
+    // stall of milliseconds does not care where in the stream it is read.
+    unsafe {
+        core::arch::asm!(
+            "mrs {now}, cntvct_el0",
+            "mrs {hz}, cntfrq_el0",
+            now = out(reg) now,
+            hz = out(reg) hz,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+    let per_ms = hz / 1000;
+    (per_ms != 0).then_some((now, per_ms))
 }

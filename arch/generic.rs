@@ -441,3 +441,10 @@ mod tests {
 pub(crate) fn hypervisor_present() -> bool {
     false
 }
+
+/// No counter known: FIFO waiters measure a stall in spin rounds instead
+/// (`kernel::spin`).
+#[inline]
+pub(crate) fn stall_clock() -> Option<(u64, u64)> {
+    None
+}
