@@ -66,9 +66,17 @@ fn start(mode: VcpuMode) -> std::sync::MutexGuard<'static, ()> {
     serial
 }
 
+/// How long a holder waits, past [`HOLD`], for a watched waiter to
+/// switch the mode: a bound that turns a never-switching watch into a
+/// failure. Targets without a counter count spin rounds
+/// (`STALL_BOUND_ROUNDS`), which under an emulator (qemu-user) take far
+/// longer than the counter's 4 ms.
+const SWITCH_TIMEOUT: Duration = Duration::from_secs(20);
+
 /// Holds through `lock`/`unlock` for [`HOLD`] while one thread waits in
 /// `lock` behind it (FIFO: it takes its ticket or queue place before the
-/// holder lets go).
+/// holder lets go), and, while the mode is still watching, until the
+/// waiter switched it or [`SWITCH_TIMEOUT`].
 fn stall_one_waiter(lock: impl Fn() + Sync, unlock: impl Fn() + Sync, queued: impl Fn() -> bool) {
     lock();
     thread::scope(|s| {
@@ -80,6 +88,10 @@ fn stall_one_waiter(lock: impl Fn() + Sync, unlock: impl Fn() + Sync, queued: im
             thread::yield_now();
         }
         thread::sleep(HOLD);
+        let start = std::time::Instant::now();
+        while kernel::vcpu_mode() == VcpuMode::FifoWatching && start.elapsed() < SWITCH_TIMEOUT {
+            thread::sleep(Duration::from_millis(1));
+        }
         unlock();
     });
 }
