@@ -205,10 +205,26 @@ crate::sync::const_init! {
 impl CpuState {
     /// Read sections open on this CPU, for the CPU itself (Relaxed: its
     /// own counters).
+    ///
+    /// Two loads, which an interrupt handler's whole read section can come
+    /// between: its end counted without its begin (or the reverse) would
+    /// be off by one. So the begun count is read again after the ended
+    /// count: unchanged, no section began in between, and none that began
+    /// before the first load can end in between (a handler's section ends
+    /// before the handler returns, and this CPU's own sections are not
+    /// running code here). Changed, read again (only an interrupt changes
+    /// it, so this ends).
     #[inline]
     fn nesting(&self) -> usize {
-        (self.state.load(Ordering::Relaxed) & !WATCHED)
-            .wrapping_sub(self.unlocks.load(Ordering::Relaxed))
+        let mut state = self.state.load(Ordering::Relaxed);
+        loop {
+            let unlocks = self.unlocks.load(Ordering::Relaxed);
+            let again = self.state.load(Ordering::Relaxed);
+            if again == state {
+                return (state & !WATCHED).wrapping_sub(unlocks);
+            }
+            state = again;
+        }
     }
 
     /// Whether the CPU is in an extended quiescent state with no reader,
