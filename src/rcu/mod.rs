@@ -2,8 +2,10 @@
 //!
 //! Readers of RCU-protected data take no lock, write nothing shared and
 //! issue no fence: [`read_lock`] disables preemption (the kernel's hook)
-//! and counts the section in this CPU's own cache line (a plain add when
-//! it begins, another when it ends; nobody else writes the line). Writers publish a new version with a single pointer
+//! and counts the section in this CPU's own cache line (one add when it
+//! begins, another when it ends, each atomic with respect to this CPU's
+//! interrupts and without a `lock` prefix or fence; nobody else writes the
+//! line). Writers publish a new version with a single pointer
 //! store and wait for a **grace period** — until every CPU has passed a
 //! *quiescent state*, a point where it is not inside a read-side critical
 //! section — before they free the old version. Any reader that could still
