@@ -27,6 +27,13 @@
 //! `DAIF` holds the mask bits; saving reads it and sets I and F with
 //! `msr daifset, #3`; restoring writes the saved value back. Used only on
 //! bare metal (`target_os = "none"`), where the kernel runs at EL1.
+//!
+//! # The stall clock
+//!
+//! The generic timer's virtual count, `CNTVCT_EL0`, at the rate
+//! `CNTFRQ_EL0` states (firmware sets it; 62.5 MHz under QEMU `virt`, 1
+//! GHz from Armv8.6). EL1 reads both; Linux lets EL0 read them too, so
+//! hosted builds use them as well.
 
 #[cfg(not(target_feature = "lse"))]
 use crate::lockref::word as layout;
@@ -263,6 +270,21 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
     };
 }
 
+/// [`local_add`] on a word-sized slot (RCU's per-CPU section counts):
+/// LSE `stadd` on the 64-bit word.
+#[cfg(target_feature = "lse")]
+#[inline(always)]
+pub(crate) fn local_add_usize(slot: &crate::sync::AtomicUsize, amount: usize) {
+    let ptr = slot.as_ptr();
+    debug_assert!(ptr.is_aligned());
+    // SAFETY: `ptr` points into a live, 8-byte aligned `AtomicUsize`; the
+    // instruction reads and writes only it. `nostack`; `stadd` leaves NZCV
+    // alone (`preserves_flags`).
+    unsafe {
+        core::arch::asm!("stadd {amount:x}, [{ptr}]", ptr = in(reg) ptr, amount = in(reg) amount, options(nostack, preserves_flags))
+    };
+}
+
 // ---- interrupts ----------------------------------------------------------
 
 /// Saved `DAIF`.
@@ -299,4 +321,27 @@ pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
     // save. Not `nomem`: a compiler barrier, so protected accesses stay
     // before it.
     unsafe { core::arch::asm!("msr daif, {}", in(reg) flags, options(nostack, preserves_flags)) };
+}
+
+// ---- the stall clock -----------------------------------------------------
+
+/// The stall clock: `(CNTVCT_EL0 now, CNTFRQ_EL0 / 1000)`; `None` if the
+/// firmware left the frequency at zero.
+#[inline]
+pub(crate) fn stall_clock() -> Option<(u64, u64)> {
+    let (now, hz): (u64, u64);
+    // SAFETY: reads two generic-timer registers that EL1 (and EL0 under
+    // Linux) may read; no memory, no flags. No `isb` before the count: a
+    // stall of milliseconds does not care where in the stream it is read.
+    unsafe {
+        core::arch::asm!(
+            "mrs {now}, cntvct_el0",
+            "mrs {hz}, cntfrq_el0",
+            now = out(reg) now,
+            hz = out(reg) hz,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+    let per_ms = hz / 1000;
+    (per_ms != 0).then_some((now, per_ms))
 }

@@ -63,6 +63,14 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
     slot.fetch_add(amount, crate::sync::Ordering::Relaxed);
 }
 
+/// [`local_add`] on a word-sized slot (RCU's per-CPU section counts): the
+/// same Relaxed `fetch_add` (riscv64: one `amoadd.d`; aarch64 without LSE:
+/// an LL/SC loop, whose store-exclusive fails if an exception came between).
+#[inline]
+pub(crate) fn local_add_usize(slot: &crate::sync::AtomicUsize, amount: usize) {
+    slot.fetch_add(amount, crate::sync::Ordering::Relaxed);
+}
+
 /// Saved local interrupt state: whatever the `critical-section`
 /// implementation restores.
 #[cfg(not(ksync_loom))]
@@ -440,4 +448,11 @@ mod tests {
 /// (`kernel::set_vcpu_preemptible`).
 pub(crate) fn hypervisor_present() -> bool {
     false
+}
+
+/// No counter known: FIFO waiters measure a stall in spin rounds instead
+/// (`kernel::spin`).
+#[inline]
+pub(crate) fn stall_clock() -> Option<(u64, u64)> {
+    None
 }

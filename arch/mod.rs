@@ -30,9 +30,18 @@
 //!     such a target overrides the hooks); loom: nothing to mask.
 //! * **hypervisor detection**, the default of `kernel::vcpu_preemptible`:
 //!   CPUID's hypervisor bit on x86_64, nothing elsewhere.
-//! * **per-CPU local add** — add to this CPU's slot of a per-CPU counter,
-//!   atomic with respect to interrupts on this CPU (only this CPU writes the
-//!   slot, so no cross-CPU atomicity is needed):
+//! * **the stall clock**, with which a FIFO lock waiter measures how long
+//!   the value it waits on has not changed (`kernel::spin`'s stall watch):
+//!   - loom and Miri: none (the watch is not modelled);
+//!   - x86_64: `rdtsc` (frequency not architectural: assumed);
+//!   - aarch64: `cntvct_el0`, its frequency from `cntfrq_el0`;
+//!   - riscv64 bare metal: `rdtime` (the `time` CSR; frequency in the
+//!     device tree only: assumed);
+//!   - everything else: none; the watch counts its spin rounds instead.
+//! * **per-CPU local add** — add to this CPU's slot of a per-CPU counter
+//!   (`local_add` on an `i32`, `local_add_usize` on a word: RCU's section
+//!   counts), atomic with respect to interrupts on this CPU (only this CPU
+//!   writes the slot, so no cross-CPU atomicity is needed):
 //!   - loom, Miri and `--cfg ksync_generic`: the portable `fetch_add`;
 //!   - x86_64: a plain `add` to memory, one instruction, no `lock` prefix;
 //!   - aarch64 with LSE: `stadd`;
@@ -181,6 +190,42 @@ pub(crate) use x86_64::hypervisor_present;
 #[cfg(not(all(target_arch = "x86_64", not(any(ksync_loom, miri)))))]
 pub(crate) use generic::hypervisor_present;
 
+// ---- the stall clock ---------------------------------------------------------
+
+// First match wins (each backend: `stall_clock() -> Option<(now, ticks per
+// ms)>`, `None` where there is no counter):
+// 1. loom and Miri run no `asm!` (and the watch is inert under loom);
+// 2. x86_64: the TSC, readable at every privilege level;
+// 3. aarch64: the virtual counter, which EL1 (and Linux's EL0) may read;
+// 4. riscv64 bare metal: the `time` CSR (S-mode reads it; OpenSBI or the
+//    `sstc` extension provides it);
+// 5. everything else: no counter.
+#[cfg(all(target_arch = "aarch64", not(any(ksync_loom, miri))))]
+pub(crate) use aarch64::stall_clock;
+#[cfg(not(any(
+    all(
+        any(target_arch = "x86_64", target_arch = "aarch64"),
+        not(any(ksync_loom, miri))
+    ),
+    all(
+        target_arch = "riscv64",
+        target_os = "none",
+        not(any(ksync_loom, miri))
+    )
+)))]
+pub(crate) use generic::stall_clock;
+#[cfg(all(
+    target_arch = "riscv64",
+    target_os = "none",
+    not(any(ksync_loom, miri))
+))]
+pub(crate) use riscv64::stall_clock;
+#[cfg(all(target_arch = "x86_64", not(any(ksync_loom, miri))))]
+pub(crate) use x86_64::stall_clock;
+
+/// Keeps every backend's stall clock the same shape.
+const _: fn() -> Option<(u64, u64)> = stall_clock;
+
 // ---- per-CPU local add -----------------------------------------------------
 
 // First match wins:
@@ -197,7 +242,7 @@ pub(crate) use generic::hypervisor_present;
     target_feature = "lse",
     not(any(ksync_loom, miri, ksync_generic))
 ))]
-pub(crate) use aarch64::local_add;
+pub(crate) use aarch64::{local_add, local_add_usize};
 #[cfg(not(all(
     not(any(ksync_loom, miri, ksync_generic)),
     any(
@@ -205,9 +250,9 @@ pub(crate) use aarch64::local_add;
         all(target_arch = "aarch64", target_feature = "lse")
     )
 )))]
-pub(crate) use generic::local_add;
+pub(crate) use generic::{local_add, local_add_usize};
 #[cfg(all(target_arch = "x86_64", not(any(ksync_loom, miri, ksync_generic))))]
-pub(crate) use x86_64::local_add;
+pub(crate) use x86_64::{local_add, local_add_usize};
 
 /// Keeps the signature of every backend's step identical (checked at
 /// compile time on every target that has one).

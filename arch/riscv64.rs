@@ -12,6 +12,13 @@
 //! 64-bit `compare_exchange` is an LR/SC loop the compiler emits, and a
 //! relaxed `fetch_add` on a CPU's own slot is one `amoadd.w`.
 //!
+//! The stall clock is the `time` CSR (`rdtime`), which S-mode may read
+//! (OpenSBI delegates it or emulates it; with `sstc` it is direct). Its
+//! rate is the device tree's `timebase-frequency`, which the library
+//! cannot read: it assumes 10 MHz (QEMU `virt`; boards run it at 1-24
+//! MHz: 1 MHz on a SiFive FU740, 4 MHz on a StarFive JH7110, 24 MHz on an
+//! Allwinner D1, so a bound of `n` ms lasts from 0.4 n to 10 n ms).
+//!
 //! Used for `target_os = "none"` only: a kernel running in M-mode (no
 //! supervisor) provides its own [`Kernel::irq_save`](crate::kernel::Kernel::irq_save).
 
@@ -50,4 +57,20 @@ pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
             core::arch::asm!("csrsi sstatus, {sie}", sie = const SSTATUS_SIE, options(nostack))
         };
     }
+}
+
+/// The `time` CSR's assumed rate, in ticks per millisecond (see the
+/// module docs).
+const TIME_TICKS_PER_MS: u64 = 10_000;
+
+/// The stall clock: `(time now, assumed ticks per ms)`.
+#[inline]
+pub(crate) fn stall_clock() -> Option<(u64, u64)> {
+    let now: u64;
+    // SAFETY: reads the `time` CSR, which S-mode may read; no memory, no
+    // flags (riscv has none).
+    unsafe {
+        core::arch::asm!("rdtime {}", out(reg) now, options(nomem, nostack, preserves_flags))
+    };
+    Some((now, TIME_TICKS_PER_MS))
 }

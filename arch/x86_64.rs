@@ -1,4 +1,5 @@
-//! x86_64: local interrupt control (bare metal) and the per-CPU local add.
+//! x86_64: local interrupt control (bare metal), the per-CPU local add,
+//! CPUID's hypervisor bit and the TSC as the stall clock.
 //!
 //! lockref's step needs no assembly here: `compare_exchange` compiles to
 //! `lock cmpxchg` and the compiler branches on its ZF result directly, so
@@ -26,6 +27,21 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
     // it. `nostack`: no stack use. Flags are clobbered (`add` sets them).
     unsafe {
         core::arch::asm!("add dword ptr [{ptr}], {amount:e}", ptr = in(reg) ptr, amount = in(reg) amount, options(nostack))
+    };
+}
+
+/// [`local_add`] on a word-sized slot (RCU's per-CPU section counts): one
+/// `add` to memory, no `lock` prefix, so an interrupt handler on this CPU
+/// runs before or after it, never inside it.
+#[inline(always)]
+pub(crate) fn local_add_usize(slot: &crate::sync::AtomicUsize, amount: usize) {
+    let ptr = slot.as_ptr();
+    debug_assert!(ptr.is_aligned());
+    // SAFETY: `ptr` points into a live, 8-byte aligned `AtomicUsize` that
+    // only this CPU writes (the per-CPU contract); the instruction touches
+    // only it. `nostack`: no stack use. Flags are clobbered (`add` sets them).
+    unsafe {
+        core::arch::asm!("add qword ptr [{ptr}], {amount}", ptr = in(reg) ptr, amount = in(reg) amount, options(nostack))
     };
 }
 
@@ -75,4 +91,26 @@ pub(crate) fn hypervisor_present() -> bool {
     // effects (the intrinsic is `unsafe` only on older compilers).
     let leaf = unsafe { core::arch::x86_64::__cpuid(1) };
     leaf.ecx & (1 << 31) != 0
+}
+
+/// The TSC's assumed rate, in ticks per millisecond. Its real rate is the
+/// CPU's nominal frequency, which no architectural register states
+/// (CPUID leaf 0x15 is optional and absent under most hypervisors): 1-4
+/// GHz on current parts. Assuming 3 GHz makes a bound of `n` ms last
+/// between 0.75 n ms (a 4 GHz TSC) and 3 n ms (1 GHz): never much
+/// shorter than asked, which is the direction that matters (a stall bound
+/// must not trip on a real CPU's critical section).
+const TSC_TICKS_PER_MS: u64 = 3_000_000;
+
+/// The stall clock: `(TSC now, assumed ticks per ms)`. `rdtsc` works at
+/// every privilege level unless the kernel sets CR4.TSD, which no kernel
+/// this crate targets does. Not serialising, which a stall of
+/// milliseconds does not need.
+#[inline]
+pub(crate) fn stall_clock() -> Option<(u64, u64)> {
+    #[allow(unused_unsafe)]
+    // SAFETY: `rdtsc` exists on every x86_64 CPU and only reads the
+    // counter (the intrinsic is `unsafe` only on older compilers).
+    let now = unsafe { core::arch::x86_64::_rdtsc() };
+    Some((now, TSC_TICKS_PER_MS))
 }

@@ -59,7 +59,11 @@
 //! [`set_vcpu_preemptible`] and [`set_spin_wait`] tell the locks that a CPU
 //! may be descheduled while it spins (a guest with more vCPUs than host
 //! cores) and what a waiter may do about it. They are settings, not hooks,
-//! so plain spinlocks keep working without `set_kernel!`.
+//! so plain spinlocks keep working without `set_kernel!`. A kernel that
+//! says nothing is still covered: on x86_64 CPUID's hypervisor bit
+//! decides, elsewhere the FIFO locks' waiters watch for a stall (no
+//! hand-off for [`STALL_BOUND_MS`]) and switch to test-and-set hand-off
+//! once ([`vcpu_stall`] reports it, [`set_vcpu_stall_hook`] is told).
 //!
 //! # Early boot: which paths call the hooks
 //!
@@ -711,8 +715,12 @@ pub use stall_report::{STALL_REPORT_CPUS, StallReport};
 /// The report type of [`Kernel::lockdep_report`]: [`lockdep::Report`](crate::lockdep::Report).
 pub use lockdep_report::Report as LockdepReport;
 
-pub(crate) use spin::{BACKOFF_MAX, Backoff, Waiter, kick_waiters};
-pub use spin::{SPIN_LIMIT, SpinWait, set_spin_wait, set_vcpu_preemptible, vcpu_preemptible};
+pub(crate) use spin::{BACKOFF_MAX, Backoff, StallSite, StallWatch, Waiter, kick_waiters};
+pub use spin::{
+    SPIN_LIMIT, STALL_BOUND_MS, STALL_BOUND_ROUNDS, SpinWait, VcpuMode, VcpuStall, set_spin_wait,
+    set_vcpu_mode, set_vcpu_preemptible, set_vcpu_stall_hook, vcpu_mode, vcpu_preemptible,
+    vcpu_stall,
+};
 
 #[cfg(all(test, feature = "test-hooks"))]
 mod tests {

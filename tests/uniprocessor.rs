@@ -221,6 +221,10 @@ fn recursion_is_reported() {
     assert!(t.try_lock() && s.try_lock() && q.try_lock());
 }
 
+#[cfg(target_os = "linux")]
+#[path = "common/signal.rs"]
+mod posix_signal;
+
 /// Interrupts on the one CPU, played by signals to this thread.
 #[cfg(target_os = "linux")]
 mod signal {
@@ -297,18 +301,7 @@ mod signal {
     /// of the loop's own lock operations, the case the single-CPU build's
     /// argument is about).
     pub(super) fn handlers_interleave_with_lock_operations() {
-        // SAFETY: a zeroed `sigaction` is a valid "default action, no
-        // flags, empty mask" value (a C struct of integers and a mask).
-        let mut old: libc::sigaction = unsafe { core::mem::zeroed() };
-        // SAFETY: as above for `action`; the handler is async-signal-safe
-        // (above); the previous action is restored below.
-        unsafe {
-            let mut action: libc::sigaction = core::mem::zeroed();
-            action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as usize;
-            action.sa_flags = libc::SA_RESTART;
-            libc::sigemptyset(&mut action.sa_mask);
-            assert_eq!(libc::sigaction(libc::SIGUSR1, &action, &mut old), 0);
-        }
+        let old = super::posix_signal::install(libc::SIGUSR1, on_signal);
         // SAFETY: `pthread_self` has no preconditions.
         let me = unsafe { libc::pthread_self() };
         let done = AtomicBool::new(false);
@@ -368,13 +361,7 @@ mod signal {
         // The sender has stopped, and a signal it sent was delivered when
         // this thread returned from the kernel (joining it, at the
         // latest): none is pending.
-        // SAFETY: the action saved above.
-        unsafe {
-            assert_eq!(
-                libc::sigaction(libc::SIGUSR1, &old, core::ptr::null_mut()),
-                0
-            )
-        };
+        super::posix_signal::restore(libc::SIGUSR1, &old);
         // Every update arrived: the loop's and the handler's.
         assert_eq!(
             DATA.load(Relaxed),

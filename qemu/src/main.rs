@@ -58,9 +58,10 @@ extern "C" fn kernel_entry(cpu: usize) -> ! {
 }
 
 fn boot_cpu() -> ! {
-    // A guest: tell ksync its CPUs may be descheduled while they spin
-    // before any lock is taken (the run's `fifo` word turns it off).
-    kernel::spin::init(true);
+    // A guest that does not tell ksync so: ksync's default mode (the
+    // run's `fifo`, `preempt` and `watch` words force one), with a hook
+    // that records a detected stall.
+    kernel::spin::init();
     arch::upcalls::set(arch::Upcalls {
         timer_tick: irq::timer_tick,
         irq_exit: sched::irq_exit,

@@ -17,11 +17,12 @@
 //!   with a bounded backoff instead of strict FIFO: fairness is traded for
 //!   progress. Unset, the answer is detected once: on x86_64 the CPUID
 //!   "hypervisor present" bit (leaf 1, ECX bit 31); with the `test-hooks`
-//!   feature, yes (threads are preemptible); otherwise no. Kernels on other
-//!   architectures that know they are guests say so at boot.
+//!   feature, yes (threads are preemptible); otherwise FIFO *watching*:
+//!   the locks' own waiters find out (below). Either explicit answer is
+//!   final; [`set_vcpu_mode`] can also re-arm the watch.
 //! * [`set_spin_wait`]: what a waiter does after it has spun for a bounded
-//!   time without getting the lock (in either mode: FIFO waiters of the
-//!   queued lock give the CPU away too): give the CPU away (yield the
+//!   time without getting the lock (in every mode: FIFO waiters give the
+//!   CPU away too, so that a queue stays live behind a descheduled CPU): give the CPU away (yield the
 //!   thread, or halt until a kick, latched like `WFE`/`SEV`: see
 //!   [`SpinWait`]'s contract). Unset, the host test hooks yield the thread
 //!   and everything else keeps spinning, which is right on bare metal.
@@ -30,6 +31,12 @@
 //! purpose: plain spinlocks must work in a binary that never calls
 //! [`set_kernel!`](crate::set_kernel), and the lock fast paths should test
 //! one cached, predictable flag (Linux's static key) rather than call out.
+//! For the same reason the report of a detected stall is a setting too
+//! ([`set_vcpu_stall_hook`], and [`vcpu_stall`] to ask afterwards).
+//!
+//! How the locks find out by themselves, and why their bound never trips
+//! on real hardware, is documented on [`set_vcpu_preemptible`] (sections
+//! "Watching for descheduled CPUs" and "The bound").
 //!
 #![cfg_attr(feature = "test-hooks", doc = " ```")]
 #![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
@@ -50,12 +57,21 @@ use crate::sync::config::{AtomicBool, AtomicPtr, AtomicU8, Ordering};
 use crate::sync::{StatCounter, fence};
 use Ordering::{Relaxed, SeqCst};
 
-/// Unknown yet: detect on first use.
-const UNKNOWN: u8 = 0;
-/// One CPU per core: strict FIFO.
-const DEDICATED: u8 = 1;
-/// CPUs may be descheduled while spinning.
+// The mode's states, ordered so that the FIFO fast paths decide with one
+// compare (`mode < PREEMPTIBLE`: strict FIFO, watched or not).
+
+/// Strict FIFO, as the kernel said (`set_vcpu_preemptible(false)`): never
+/// switched by a stall.
+const FIFO_FORCED: u8 = 0;
+/// FIFO, watching: the default where nothing says the CPUs are vCPUs. A
+/// FIFO waiter that sees no hand-off for [`STALL_BOUND_MS`] switches the
+/// mode to [`PREEMPTIBLE`], once.
+const FIFO_WATCHING: u8 = 1;
+/// CPUs may be descheduled while spinning: said, detected at first use, or
+/// switched to by a stall.
 const PREEMPTIBLE: u8 = 2;
+/// Unknown yet: detect on first use.
+const UNKNOWN: u8 = 3;
 
 /// The cached answer. This module's atomics are `core`'s even under loom:
 /// they hold configuration, not part of any modelled algorithm, and must
@@ -66,35 +82,428 @@ static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
 /// more vCPUs than host cores, threads playing CPUs). Set it once at boot,
 /// before other CPUs take locks; changing it while locks are contended is
 /// safe (every mode excludes), only fairness changes.
+///
+/// Either answer is final: `false` is strict FIFO that no stall switches
+/// (see [below](#watching-for-descheduled-cpus) for what the FIFO
+/// waiters then do about a long stall), `true` is test-and-set
+/// hand-off. A kernel that never calls this gets the detected default,
+/// which on architectures without a hypervisor bit is FIFO *watching* for
+/// stalls.
+///
+/// # Watching for descheduled CPUs
+///
+/// Only x86_64 has an architectural "you are a guest" bit, and it says
+/// nothing about oversubscription (a guest with pinned, dedicated vCPUs
+/// sets it too). What every architecture can see is the symptom: a FIFO
+/// waiter whose lock does not move. So where nothing was said, the FIFO
+/// locks start in strict FIFO and each FIFO waiter watches the value it
+/// waits on (the ticket lock's and lockref's `owner`; the queued lock's
+/// word, seen from the pending CPU, the queue head and every queued CPU,
+/// and the head's wait for its successor's link) with the architecture's
+/// counter (x86_64 `rdtsc`, aarch64 `CNTVCT_EL0` at `CNTFRQ_EL0`, riscv64
+/// `rdtime`; elsewhere spin rounds, [`STALL_BOUND_ROUNDS`]), looking every
+/// 128 rounds. The first waiter that sees no change for [`STALL_BOUND_MS`]
+/// switches the process to test-and-set hand-off, once and for good, and
+/// reports it ([`vcpu_stall`], [`set_vcpu_stall_hook`]). Waiters already
+/// queued keep their places and drain; new acquisitions take the
+/// test-and-set path. A kernel that said `set_vcpu_preemptible(false)`
+/// ("FIFO forced") is never switched.
+///
+/// In every mode, every FIFO waiter (the ticket lock's, lockref's and the
+/// queued lock's) gives the CPU away through [`SpinWait::wait`] every
+/// [`SPIN_LIMIT`] rounds. With FIFO forced on an oversubscribed host that
+/// is the only bound there can be on a wait behind a descheduled CPU (a
+/// FIFO waiter cannot overtake it: its ticket must be served, its queue
+/// place handed on), and it is as good as the kernel's policy: one that
+/// halts (`wfi`, `hlt` with a kick) or yields frees the host CPU for the
+/// CPU everyone waits for; the bare-metal default keeps spinning, and then
+/// only the host's scheduler ends the wait. (Measured with host threads,
+/// 8 on 2 cores, strict FIFO ticket lock, 20,000 acquisitions each: with
+/// the ticket waiters spinning only, 11,518 to 91,695 of the 160,000
+/// done after 60 s in four runs, the longest single wait 96-307 ms;
+/// yielding every `SPIN_LIMIT` rounds, all of them in 3.2-12.7 s, the
+/// longest wait 15 ms.)
+///
+/// # The bound
+///
+/// A FIFO waiter's clock restarts at every change it sees, so what it
+/// measures is the time in which *no* hand-off happened ahead of it: for
+/// the ticket lock and lockref one critical section (the holder's) plus
+/// one hand-off; for the queued lock's queued CPUs the lock word, which
+/// changes at every hand-off (the locked byte, the tails of CPUs that
+/// queue again), so not the length of the queue. On real hardware that is
+/// a spinlock critical section, microseconds (Linux's lock-holding code
+/// is written to keep it so; a section that disables interrupts for a
+/// millisecond is a latency bug there), and a hand-off, tens of
+/// nanoseconds per cache-line transfer. 4 ms is three orders of magnitude
+/// above both. A descheduled vCPU, on the other hand, stalls for a host
+/// scheduling slice: 3 ms and more on Linux's CFS/EEVDF with more
+/// runnable threads than cores, tens of ms under load, so a guest whose
+/// vCPUs are descheduled under contention trips the bound within its
+/// first few contended hand-offs (measured in QEMU at `-smp 8` on 2 host
+/// cores: see the README).
+///
+/// The counter rate behind "4 ms": aarch64 states it (`CNTFRQ_EL0`);
+/// x86_64's TSC rate is assumed to be 3 GHz (so the bound is 3-12 ms on
+/// 1-4 GHz parts) and riscv64's `time` 10 MHz (QEMU `virt`; 1-24 MHz on
+/// boards, so 1.7-40 ms: the 24 MHz Allwinner D1 is the one where it is
+/// shortest, still far above a critical section).
+///
+/// What can trip it on real hardware, and what it costs: a lock held for
+/// milliseconds (printing to a slow serial console under a spinlock, a
+/// kernel that preempts lock holders), or a waiter's CPU stopped by a
+/// debugger or by firmware (SMIs) for that long. The switch then costs
+/// fairness only (test-and-set hand-off with backoff, what every x86_64
+/// guest gets anyway), never exclusion; a kernel for which that is wrong
+/// says `set_vcpu_preemptible(false)` at boot.
+///
 #[doc(alias = "virt_spin_lock")]
 pub fn set_vcpu_preemptible(preemptible: bool) {
     // Relaxed: the mode chooses a waiting strategy; exclusion never depends
     // on which one a CPU uses.
-    MODE.store(if preemptible { PREEMPTIBLE } else { DEDICATED }, Relaxed);
+    MODE.store(
+        if preemptible {
+            PREEMPTIBLE
+        } else {
+            FIFO_FORCED
+        },
+        Relaxed,
+    );
 }
 
 /// Whether CPUs may be descheduled while they spin (see
-/// [`set_vcpu_preemptible`]); detected on first use when never set.
+/// [`set_vcpu_preemptible`]); detected on first use when never set, and
+/// `true` from the moment a FIFO waiter detected a stall
+/// ([`vcpu_stall`]).
 #[inline]
 pub fn vcpu_preemptible() -> bool {
     let mode = MODE.load(Relaxed);
     // The FIFO fast paths test one compare (a `match` put two in front of
     // them); the other modes call out of line anyway.
-    if mode == DEDICATED {
+    if mode < PREEMPTIBLE {
         return false;
     }
     mode == PREEMPTIBLE || detect()
 }
 
+/// The three ways the FIFO locks can hand off ([`vcpu_mode`],
+/// [`set_vcpu_mode`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum VcpuMode {
+    /// Strict FIFO, never switched: `set_vcpu_preemptible(false)`.
+    Fifo,
+    /// Strict FIFO, watching for a stall that switches to
+    /// [`Preemptible`](Self::Preemptible) once: the default where nothing
+    /// says the CPUs are vCPUs.
+    FifoWatching,
+    /// Test-and-set hand-off with backoff: `set_vcpu_preemptible(true)`,
+    /// a hypervisor bit, the host test hooks, or a detected stall.
+    Preemptible,
+}
+
+/// The mode the locks are in now (detected on first use when never set).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::{self, VcpuMode};
+///
+/// kernel::set_vcpu_mode(VcpuMode::FifoWatching);
+/// assert!(!kernel::vcpu_preemptible());
+/// kernel::set_vcpu_preemptible(true);
+/// assert_eq!(kernel::vcpu_mode(), VcpuMode::Preemptible);
+/// ```
+pub fn vcpu_mode() -> VcpuMode {
+    if vcpu_preemptible() {
+        return VcpuMode::Preemptible;
+    }
+    match MODE.load(Relaxed) {
+        FIFO_FORCED => VcpuMode::Fifo,
+        FIFO_WATCHING => VcpuMode::FifoWatching,
+        // A switch between the two loads.
+        _ => VcpuMode::Preemptible,
+    }
+}
+
+/// Sets the mode ([`set_vcpu_preemptible`] sets the two final ones);
+/// [`FifoWatching`](VcpuMode::FifoWatching) re-arms the stall watch, for
+/// example on an x86_64 guest that wants FIFO until a stall says
+/// otherwise, or after a test forced a mode. The same rules as
+/// [`set_vcpu_preemptible`]: at boot, or at any time at the price of
+/// fairness only.
+pub fn set_vcpu_mode(mode: VcpuMode) {
+    let mode = match mode {
+        VcpuMode::Fifo => FIFO_FORCED,
+        VcpuMode::FifoWatching => FIFO_WATCHING,
+        VcpuMode::Preemptible => PREEMPTIBLE,
+    };
+    // Relaxed: as in `set_vcpu_preemptible`.
+    MODE.store(mode, Relaxed);
+}
+
 #[cold]
 fn detect() -> bool {
-    // loom models choose the mode themselves (FIFO unless a model sets it).
+    // loom models choose the mode themselves (FIFO unless a model sets it;
+    // the stall watch is inert under loom, see `StallWatch`).
     let preemptible =
         !cfg!(ksync_loom) && (cfg!(feature = "test-hooks") || crate::arch::hypervisor_present());
-    // Racing detections store the same answer. A store, not a
-    // compare-exchange: targets without CAS (thumbv6m) have atomic stores.
-    MODE.store(if preemptible { PREEMPTIBLE } else { DEDICATED }, Relaxed);
+    let mode = if preemptible {
+        PREEMPTIBLE
+    } else {
+        FIFO_WATCHING
+    };
+    // Only from UNKNOWN: a detection racing with `set_vcpu_preemptible`
+    // or with a stall's switch must not undo them. Targets without CAS
+    // (thumbv6m) are single-core: nothing races there, a store will do.
+    #[cfg(target_has_atomic = "8")]
+    let _ = MODE.compare_exchange(UNKNOWN, mode, Relaxed, Relaxed);
+    #[cfg(not(target_has_atomic = "8"))]
+    MODE.store(mode, Relaxed);
     preemptible
+}
+
+// ---- watching FIFO waiters for descheduled CPUs ----------------------------------
+
+/// How long a FIFO waiter may see no hand-off before it concludes that a
+/// CPU ahead of it (the holder, or the waiter the lock was handed to) is
+/// not running: 4 ms of the architecture's counter. See [`set_vcpu_preemptible`'s
+/// docs](set_vcpu_preemptible#the-bound) for why real hardware does not
+/// reach it.
+pub const STALL_BOUND_MS: u64 = 4;
+
+/// Where the architecture has no counter ([`VcpuStall::ticks`] false): the
+/// bound in spin rounds. One round is a `spin_loop` hint, from about a
+/// nanosecond to 150 ns on current CPUs, so this is 4 ms at the very
+/// least.
+pub const STALL_BOUND_ROUNDS: u64 = 1 << 22;
+
+/// Rounds between two looks at the clock: a look costs a counter read
+/// (tens of cycles; more under emulation), a round a `spin_loop`.
+const STALL_CHECK_ROUNDS: u32 = 1 << 7;
+
+/// The report of the stall that switched the locks to test-and-set
+/// hand-off ([`vcpu_stall`], [`set_vcpu_stall_hook`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub struct VcpuStall {
+    /// Which waiter saw it: `"ticket lock"`, `"lockref"`, `"queued lock"`.
+    pub lock: &'static str,
+    /// How long it saw no hand-off: counter ticks, or spin rounds where
+    /// the architecture has no counter (see [`ticks`](Self::ticks)).
+    pub waited: u64,
+    /// The bound it passed, in the same unit.
+    pub bound: u64,
+    /// Whether [`waited`](Self::waited) and [`bound`](Self::bound) are
+    /// ticks of the architecture's counter (x86_64 TSC, aarch64
+    /// `CNTVCT_EL0`, riscv64 `time`) rather than spin rounds.
+    pub ticks: bool,
+}
+
+/// The sites a [`VcpuStall`] names, indexed by [`StallWatch::site`].
+const SITES: [&str; 3] = ["ticket lock", "lockref", "queued lock"];
+
+/// A FIFO waiter's site (an index into [`SITES`]).
+#[derive(Clone, Copy, Debug)]
+// lockref takes its lock every time where 64-bit atomics are missing,
+// through the ticket lock.
+#[cfg_attr(not(target_has_atomic = "64"), allow(dead_code))]
+pub(crate) enum StallSite {
+    Ticket = 0,
+    LockRef = 1,
+    Queued = 2,
+}
+
+/// The stall that switched the mode: site + 1 (0: none yet), waited and
+/// bound (saturated to `usize`), whether in ticks. Written once, by the
+/// waiter that won the switch, before it publishes `STALL_SITE` (Release).
+static STALL_SITE: StatCounter = StatCounter::new(0);
+static STALL_WAITED: StatCounter = StatCounter::new(0);
+static STALL_BOUND: StatCounter = StatCounter::new(0);
+static STALL_TICKS: AtomicBool = AtomicBool::new(false);
+
+/// The registered stall hook, a `fn(&VcpuStall)` (null: none).
+static STALL_HOOK: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
+
+/// The stall that switched the locks from watched FIFO to test-and-set
+/// hand-off, if one did (see
+/// [`set_vcpu_preemptible`](set_vcpu_preemptible#watching-for-descheduled-cpus)).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// // The host test hooks say CPUs are preemptible from the start: no
+/// // stall ever had to tell.
+/// assert!(ksync::kernel::vcpu_preemptible());
+/// assert_eq!(ksync::kernel::vcpu_stall(), None);
+/// ```
+pub fn vcpu_stall() -> Option<VcpuStall> {
+    // Acquire pairs with the Release store in `StallWatch::switch`: the
+    // figures are written before the site.
+    let site = STALL_SITE.load(Ordering::Acquire);
+    let lock = SITES.get(site.checked_sub(1)?)?;
+    Some(VcpuStall {
+        lock,
+        waited: STALL_WAITED.load(Relaxed) as u64,
+        bound: STALL_BOUND.load(Relaxed) as u64,
+        ticks: STALL_TICKS.load(Relaxed),
+    })
+}
+
+/// Registers a function called once, by the waiter whose stall switched
+/// the locks to test-and-set hand-off, with its report. It runs inside
+/// that waiter's lock wait, possibly with interrupts masked and while the
+/// waiter holds a place in the lock's queue: it must not take a lock, nor
+/// print through a console behind one (record, and report later; or poll
+/// [`vcpu_stall`]). Set it at boot, before locks are contended.
+pub fn set_vcpu_stall_hook(hook: fn(&VcpuStall)) {
+    // Release pairs with the Acquire load in `report_stall`; a function
+    // pointer carries no data, so Relaxed would do too.
+    STALL_HOOK.store(hook as *mut (), Ordering::Release);
+}
+
+/// A FIFO waiter's watch on the value it waits to see change (the ticket
+/// being served, a queue node's flag, the lock word): with it, a waiter
+/// that has seen no change for [`STALL_BOUND_MS`] of the architecture's
+/// counter (or [`STALL_BOUND_ROUNDS`] rounds where there is none), in
+/// watched FIFO mode, switches the process to test-and-set hand-off, once
+/// ([`vcpu_stall`] says so afterwards).
+///
+/// It wraps the waiter's [`Waiter`], so the advertise-then-re-check
+/// contract is the same. Inert under loom: the mode lives outside the
+/// model, and a switch in one execution would change the next ones.
+#[derive(Debug)]
+pub(crate) struct StallWatch {
+    waiter: Waiter,
+    site: StallSite,
+    /// The value last seen, and the clock (ticks, or checks where there is
+    /// no counter) when it was first seen; `since` is `None` until the
+    /// first look.
+    seen: u32,
+    since: Option<u64>,
+    rounds: u32,
+    /// Looks at the clock so far: the clock where there is no counter.
+    checks: u32,
+}
+
+impl StallWatch {
+    pub(crate) const fn new(site: StallSite) -> Self {
+        Self {
+            waiter: Waiter::new(),
+            site,
+            seen: 0,
+            since: None,
+            rounds: 0,
+            checks: 0,
+        }
+    }
+
+    /// One round of waiting; `value` reads the watched value (called only
+    /// when the watch looks at the clock, every few rounds, so that a
+    /// waiter spinning on its own line reads another one rarely). Gives
+    /// the CPU away every [`SPIN_LIMIT`] rounds if `give_away` (as
+    /// [`Waiter::wait`]; every FIFO waiter asks for it). Returns
+    /// whether it advertised or gave the CPU away: the caller must re-check
+    /// its condition before waiting again.
+    #[inline]
+    pub(crate) fn wait<R: spin::relax::RelaxStrategy>(
+        &mut self,
+        value: impl FnOnce() -> u32,
+        give_away: bool,
+    ) -> bool {
+        let again = self.waiter.wait::<R>(give_away);
+        if !cfg!(ksync_loom) {
+            self.rounds = self.rounds.wrapping_add(1);
+            if self.rounds % STALL_CHECK_ROUNDS == 0 {
+                self.check(value());
+            }
+        }
+        again
+    }
+
+    #[cold]
+    #[inline(never)]
+    fn check(&mut self, value: u32) {
+        self.checks = self.checks.wrapping_add(1);
+        let (now, bound, ticks) = match crate::arch::stall_clock() {
+            Some((now, per_ms)) => (now, per_ms.saturating_mul(STALL_BOUND_MS), true),
+            None => (
+                u64::from(self.checks),
+                STALL_BOUND_ROUNDS / u64::from(STALL_CHECK_ROUNDS),
+                false,
+            ),
+        };
+        let since = match self.since {
+            // (A clock that went back, from a wrapped check count or a
+            // waiter moved to a CPU whose counter lags, starts again too.)
+            Some(since) if value == self.seen && now >= since => since,
+            _ => {
+                // A hand-off (or the first look): the clock starts again.
+                self.seen = value;
+                self.since = Some(now);
+                return;
+            }
+        };
+        let waited = now - since;
+        if waited < bound {
+            return;
+        }
+        if MODE.load(Relaxed) == FIFO_WATCHING {
+            let (waited, bound) = if ticks {
+                (waited, bound)
+            } else {
+                let rounds = u64::from(STALL_CHECK_ROUNDS);
+                (waited * rounds, bound * rounds)
+            };
+            self.switch(VcpuStall {
+                lock: SITES[self.site as usize],
+                waited,
+                bound,
+                ticks,
+            });
+        }
+    }
+
+    /// Switches watched FIFO to test-and-set hand-off, once; the CPU that
+    /// wins records and reports the stall. FIFO waiters already queued
+    /// keep their places (a ticket must be served; a queue drains); new
+    /// arrivals take the lock by test-and-set.
+    #[cold]
+    fn switch(&self, stall: VcpuStall) {
+        // Only from watched FIFO: an explicit `set_vcpu_preemptible`
+        // (FIFO forced, or preemptible already) is never overridden.
+        // Relaxed: a waiting strategy, never exclusion. Targets without
+        // CAS are single-core and never stall on another CPU.
+        #[cfg(target_has_atomic = "8")]
+        let won = MODE
+            .compare_exchange(FIFO_WATCHING, PREEMPTIBLE, Relaxed, Relaxed)
+            .is_ok();
+        #[cfg(not(target_has_atomic = "8"))]
+        let won = {
+            MODE.store(PREEMPTIBLE, Relaxed);
+            true
+        };
+        if won {
+            report_stall(self.site, &stall);
+        }
+    }
+}
+
+fn report_stall(site: StallSite, stall: &VcpuStall) {
+    let clamp = |v: u64| usize::try_from(v).unwrap_or(usize::MAX);
+    STALL_WAITED.store(clamp(stall.waited), Relaxed);
+    STALL_BOUND.store(clamp(stall.bound), Relaxed);
+    STALL_TICKS.store(stall.ticks, Relaxed);
+    // Release pairs with the Acquire load in `vcpu_stall`.
+    STALL_SITE.store(site as usize + 1, Ordering::Release);
+    // Acquire pairs with the Release store in `set_vcpu_stall_hook`.
+    let hook = STALL_HOOK.load(Ordering::Acquire);
+    if !hook.is_null() {
+        // SAFETY: only `set_vcpu_stall_hook` stores a non-null pointer,
+        // cast from a `fn(&VcpuStall)`; casting it back gives that
+        // function (function and data pointers have one size on every
+        // target this crate supports, checked by the transmute).
+        let hook = unsafe { core::mem::transmute::<*mut (), fn(&VcpuStall)>(hook) };
+        hook(stall);
+    }
 }
 
 /// What a lock waiter does when it has spun for a bounded time without

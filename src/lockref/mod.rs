@@ -132,9 +132,9 @@ use word::{Attempt, Rule};
 #[cfg(target_has_atomic = "64")]
 use crate::{
     arch,
-    kernel::{Backoff, kick_waiters, vcpu_preemptible},
+    kernel::{Backoff, StallSite, StallWatch, kick_waiters, vcpu_preemptible},
     spinlock::Spin,
-    sync::{AtomicU64, spin_loop},
+    sync::AtomicU64,
 };
 
 #[cfg(not(target_has_atomic = "64"))]
@@ -256,15 +256,32 @@ impl LockRef {
                 .compare_exchange_weak(seen, taken, Ordering::Acquire, Ordering::Relaxed)
             {
                 Ok(_) if word::owner(seen) == next => return next,
-                Ok(_) => {
-                    // Acquire pairs with the Release unlock that serves us.
-                    while word::owner(self.word.load(Ordering::Acquire)) != next {
-                        spin_loop();
-                    }
-                    return next;
-                }
+                // A tail call that takes the word, not the ticket: a
+                // ticket passed through would be kept in a callee-saved
+                // register, pushed on the uncontended path too.
+                Ok(_) => return self.raw_lock_wait(seen),
                 Err(current) => seen = current,
             }
+        }
+    }
+
+    /// Waits until the ticket taken from the word `seen` is served,
+    /// watching `owner` for a stall (as the ticket lock's waiters do: the
+    /// kernel's `StallWatch`), and returns the ticket. Out of line: only
+    /// contended acquisitions pay for the call.
+    #[inline(never)]
+    fn raw_lock_wait(&self, seen: u64) -> u16 {
+        let ticket = word::next(seen);
+        let mut watch = StallWatch::new(StallSite::LockRef);
+        loop {
+            // Acquire pairs with the Release unlock that serves us.
+            let owner = word::owner(self.word.load(Ordering::Acquire));
+            if owner == ticket {
+                return ticket;
+            }
+            // Giving the CPU away every `SPIN_LIMIT` rounds, as the
+            // ticket lock's FIFO waiters do.
+            watch.wait::<Spin>(|| u32::from(owner), true);
         }
     }
 

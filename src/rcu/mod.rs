@@ -2,8 +2,10 @@
 //!
 //! Readers of RCU-protected data take no lock, write nothing shared and
 //! issue no fence: [`read_lock`] disables preemption (the kernel's hook)
-//! and counts the section in this CPU's own cache line (a plain add when
-//! it begins, another when it ends; nobody else writes the line). Writers publish a new version with a single pointer
+//! and counts the section in this CPU's own cache line (one add when it
+//! begins, another when it ends, each atomic with respect to this CPU's
+//! interrupts and without a `lock` prefix or fence; nobody else writes the
+//! line). Writers publish a new version with a single pointer
 //! store and wait for a **grace period** — until every CPU has passed a
 //! *quiescent state*, a point where it is not inside a read-side critical
 //! section — before they free the old version. Any reader that could still
@@ -205,10 +207,26 @@ crate::sync::const_init! {
 impl CpuState {
     /// Read sections open on this CPU, for the CPU itself (Relaxed: its
     /// own counters).
+    ///
+    /// Two loads, which an interrupt handler's whole read section can come
+    /// between: its end counted without its begin (or the reverse) would
+    /// be off by one. So the begun count is read again after the ended
+    /// count: unchanged, no section began in between, and none that began
+    /// before the first load can end in between (a handler's section ends
+    /// before the handler returns, and this CPU's own sections are not
+    /// running code here). Changed, read again (only an interrupt changes
+    /// it, so this ends).
     #[inline]
     fn nesting(&self) -> usize {
-        (self.state.load(Ordering::Relaxed) & !WATCHED)
-            .wrapping_sub(self.unlocks.load(Ordering::Relaxed))
+        let mut state = self.state.load(Ordering::Relaxed);
+        loop {
+            let unlocks = self.unlocks.load(Ordering::Relaxed);
+            let again = self.state.load(Ordering::Relaxed);
+            if again == state {
+                return (state & !WATCHED).wrapping_sub(unlocks);
+            }
+            state = again;
+        }
     }
 
     /// Whether the CPU is in an extended quiescent state with no reader,

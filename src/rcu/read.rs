@@ -26,15 +26,20 @@ impl ReadSection {
         // Preemption off first: the section stays on this CPU (Linux's
         // non-preemptible `rcu_read_lock` is exactly `preempt_disable`).
         let (cpu, preempt) = this_cpu().into_parts();
-        // A plain add on this CPU's own word: a load and a store, not a
-        // read-modify-write instruction. Only this CPU writes it; an
-        // interrupt handler that runs between the two leaves its own read
-        // sections (and idle transitions, which panic inside a section)
-        // balanced by the time it returns. Relaxed: on a watched CPU no
-        // other CPU reads the counts (grace periods wait for the CPU's
-        // quiescent state, which is refused inside a section).
+        // Relaxed: on a watched CPU no other CPU reads the counts (grace
+        // periods wait for the CPU's quiescent state, which is refused
+        // inside a section); the unwatched path's fence E2 orders it.
         let old = cpu.state.load(Ordering::Relaxed);
-        cpu.state.store(old.wrapping_add(READER), Ordering::Relaxed);
+        // One add that an interrupt cannot split (`arch::local_add_usize`:
+        // a plain `add` to memory on x86_64, `stadd` or LL/SC on aarch64,
+        // `amoadd` on riscv64), not a load and a store: a handler's whole
+        // read section between those two would have its begin overwritten
+        // while its end stays counted, leaving the CPU one section short for
+        // good. The load above only reads WATCHED, which only this CPU's
+        // online, offline and idle transitions change, never inside a
+        // section (they panic there); a handler's read section leaves it as
+        // it was.
+        crate::arch::local_add_usize(&cpu.state, READER);
         let watched = old & WATCHED != 0;
         if !watched {
             unwatched_enter();
@@ -51,12 +56,8 @@ impl Drop for ReadSection {
     #[inline]
     fn drop(&mut self) {
         if self.watched {
-            let unlocks = &self.cpu.unlocks;
-            // Relaxed, a plain add: as in `enter`.
-            unlocks.store(
-                unlocks.load(Ordering::Relaxed).wrapping_add(READER),
-                Ordering::Relaxed,
-            );
+            // Relaxed, one interrupt-atomic add: as in `enter`.
+            crate::arch::local_add_usize(&self.cpu.unlocks, READER);
         } else {
             unwatched_exit(self.cpu);
         }
@@ -83,11 +84,8 @@ fn unwatched_exit(cpu: &'static CpuState) {
     // Q1: the section's accesses happen-before a grace period whose scan
     // reads the raised end count (Acquire in `quiescent`).
     fence(Ordering::SeqCst);
-    let unlocks = &cpu.unlocks;
-    unlocks.store(
-        unlocks.load(Ordering::Relaxed).wrapping_add(READER),
-        Ordering::Relaxed,
-    );
+    // Interrupt-atomic, as in `ReadSection::enter`.
+    crate::arch::local_add_usize(&cpu.unlocks, READER);
     if cpu.nesting() == 0 {
         // Pairs with G1: a grace period whose scan saw this section (and
         // left the CPU pending) gets this report.
@@ -99,8 +97,8 @@ fn unwatched_exit(cpu: &'static CpuState) {
 /// A read-side critical section: RCU-protected data read under it stays
 /// valid until it drops. `!Send`. It keeps preemption disabled (the
 /// kernel's [`preempt_disable`](crate::kernel::Kernel::preempt_disable))
-/// and is counted in this CPU's slot (a plain add on entry and one on
-/// exit), which the quiescent-state side checks.
+/// and is counted in this CPU's slot (one interrupt-atomic add on entry
+/// and one on exit), which the quiescent-state side checks.
 ///
 /// A leaked guard (`mem::forget`) leaves its CPU inside a read section for
 /// ever: preemption stays disabled, the CPU's quiescent states panic and

@@ -9,7 +9,9 @@ use core::sync::atomic::{Ordering::SeqCst, compiler_fence};
 use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
 use super::up::{self, UP};
 use super::{PreemptDisabled, RawIrqSave, RelaxStrategy, Spin};
-use crate::kernel::{self, Backoff, MAX_CPUS, Waiter, kick_waiters, vcpu_preemptible};
+use crate::kernel::{
+    self, Backoff, MAX_CPUS, StallSite, StallWatch, kick_waiters, vcpu_preemptible,
+};
 use crate::percpu::{CachePadded, PerCpu};
 use crate::sync::{AtomicU32, Ordering, const_fn, relax};
 use Ordering::{AcqRel, Acquire, Relaxed, Release};
@@ -447,10 +449,15 @@ impl<R: RelaxStrategy> QueuedLock<R> {
             if prev & !LOCKED_MASK == 0 {
                 // Ours. Wait for the owner to go.
                 if prev & LOCKED_MASK != 0 {
-                    let mut waiter = Waiter::new();
-                    // Acquire pairs with the Release `fetch_sub` in `unlock`.
-                    while self.val.load(Acquire) & LOCKED_MASK != 0 {
-                        waiter.wait::<R>(true);
+                    let mut watch = StallWatch::new(StallSite::Queued);
+                    loop {
+                        // Acquire pairs with the Release `fetch_sub` in
+                        // `unlock`.
+                        let val = self.val.load(Acquire);
+                        if val & LOCKED_MASK == 0 {
+                            break;
+                        }
+                        watch.wait::<R>(|| val, true);
                     }
                 }
                 // Clear pending and set locked in one add (the locked byte
@@ -510,7 +517,12 @@ impl<R: RelaxStrategy> QueuedLock<R> {
             }
         };
 
-        let mut waiter = Waiter::new();
+        // Every stage below watches for a stall (the kernel's
+        // `StallWatch`). A queued waiter watches the lock word, not only its
+        // own node: the word changes with every hand-off (the locked byte,
+        // the tail of re-queueing CPUs), so a stall is time in which the
+        // whole queue ahead did not move, never the length of the queue.
+        let mut watch = StallWatch::new(StallSite::Queued);
         if old & TAIL_MASK != 0 {
             // Link behind the old tail. Release pairs with its Acquire load
             // of `next`: our `locked = 0` happens-before its hand-off.
@@ -520,7 +532,8 @@ impl<R: RelaxStrategy> QueuedLock<R> {
             kick_waiters();
             // Acquire pairs with the predecessor's Release hand-off store.
             while node.locked.load(Acquire) == 0 {
-                waiter.wait::<R>(true);
+                // Relaxed: only a stall's clock reads it.
+                watch.wait::<R>(|| self.val.load(Relaxed), true);
             }
         }
 
@@ -530,7 +543,7 @@ impl<R: RelaxStrategy> QueuedLock<R> {
         loop {
             let val = self.val.load(Acquire);
             if val & LOCKED_PENDING_MASK != 0 {
-                waiter.wait::<R>(true);
+                watch.wait::<R>(|| val, true);
                 continue;
             }
             if val & TAIL_MASK != tail {
@@ -564,7 +577,7 @@ impl<R: RelaxStrategy> QueuedLock<R> {
             if next != 0 {
                 break next;
             }
-            waiter.wait::<R>(true);
+            watch.wait::<R>(|| next, true);
         };
         // Release pairs with the successor's Acquire load of `locked`: our
         // last reads of our node happen-before it can reuse the queue.

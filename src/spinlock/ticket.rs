@@ -8,7 +8,7 @@ use core::marker::PhantomData;
 use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
 use super::up::{self, UP};
 use super::{IrqState, PreemptDisabled, RelaxStrategy, Spin};
-use crate::kernel::{Backoff, kick_waiters, vcpu_preemptible};
+use crate::kernel::{Backoff, StallSite, StallWatch, kick_waiters, vcpu_preemptible};
 use crate::sync::{AtomicU32, Ordering, const_fn, relax};
 
 /// Width of each ticket: 16 bits, or 2 under loom, so that a model can wrap
@@ -204,9 +204,28 @@ impl<R: RelaxStrategy> TicketLock<R> {
         if owner_of(old) == ticket {
             return;
         }
-        // Acquire pairs with the Release RMW in `unlock`.
-        while owner_of(self.word.load(Ordering::Acquire)) != ticket {
-            relax::<R>();
+        self.lock_slow(ticket);
+    }
+
+    /// Waits until `ticket` is served, watching `owner` for a stall (the
+    /// kernel's `StallWatch`: no hand-off for
+    /// [`STALL_BOUND_MS`](crate::kernel::STALL_BOUND_MS) means a CPU ahead
+    /// is descheduled; in watched FIFO mode the locks then switch to
+    /// test-and-set). Gives the CPU away every
+    /// [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds through the
+    /// kernel's [`SpinWait`](crate::kernel::SpinWait), as the queued lock's
+    /// FIFO waiters do, so that the queue stays live behind a descheduled
+    /// CPU. Out of line: only contended acquisitions pay for the call.
+    #[inline(never)]
+    fn lock_slow(&self, ticket: u32) {
+        let mut watch = StallWatch::new(StallSite::Ticket);
+        loop {
+            // Acquire pairs with the Release RMW in `unlock`.
+            let owner = owner_of(self.word.load(Ordering::Acquire));
+            if owner == ticket {
+                return;
+            }
+            watch.wait::<R>(|| owner, true);
         }
     }
 

@@ -17,8 +17,13 @@
 //!   kernel threads per CPU (3 for `sched`), preempted by the timer
 //!   (`runner`, "Scheduler mode").
 //! * `fifo`: strict FIFO hand-off in the ticket and queued locks and
-//!   lockref's lock for the whole boot, instead of the test-and-set hand-off
-//!   of a guest whose vCPUs may be descheduled (`kernel::spin`).
+//!   lockref's lock for the whole boot, never switched; `preempt`: their
+//!   test-and-set hand-off from the start; `watch`: FIFO until a stall
+//!   switches it (ksync's default without a hypervisor bit, so on x86_64
+//!   only this word gives it). Without any of them the mode is ksync's
+//!   default (`kernel::spin`).
+
+use ksync::kernel::VcpuMode;
 
 use super::{Kind, Registry, runner};
 use crate::arch;
@@ -58,7 +63,9 @@ pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
                     .map_err(|_| "seed=N wants a decimal number")?;
                 runner::set_seed(seed);
             }
-            "fifo" => spin::init(false),
+            "fifo" => spin::force(VcpuMode::Fifo),
+            "preempt" => spin::force(VcpuMode::Preemptible),
+            "watch" => spin::force(VcpuMode::FifoWatching),
             "sched" => runner::set_threads(3)?,
             threads if threads.starts_with("sched=") => {
                 let n = threads["sched=".len()..]

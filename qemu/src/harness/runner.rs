@@ -437,7 +437,7 @@ fn judge(suite: &dyn Suite, cpus: usize) -> bool {
             .then_some("the suite left its own RCU stall timeout behind"))
         .or((cpu_off != cpu_on).then_some("hotplug: a CPU went offline and did not come back"));
     println!(
-        "KSYNC-RESULT suite={} kind={} status={} cpus={cpus} ops={} cpu_min={} cpu_max={} irq_min={irq_min} irq_max={irq_max} irq_skipped={irq_skipped} gps={gps} cb_queued={} cb_invoked={} stalls={stalls} cpu_off={cpu_off} cpu_on={cpu_on} restart_retries={restart_retries} seed={} reason=\"{}\"",
+        "KSYNC-RESULT suite={} kind={} status={} cpus={cpus} ops={} cpu_min={} cpu_max={} irq_min={irq_min} irq_max={irq_max} irq_skipped={irq_skipped} gps={gps} cb_queued={} cb_invoked={} stalls={stalls} cpu_off={cpu_off} cpu_on={cpu_on} restart_retries={restart_retries} seed={} spin={} reason=\"{}\"",
         suite.name(),
         suite.kind().word(),
         verdict_word(failure.is_none()),
@@ -447,9 +447,12 @@ fn judge(suite: &dyn Suite, cpus: usize) -> bool {
         summary.callbacks.0,
         summary.callbacks.1,
         SEED.load(Ordering::Relaxed),
+        crate::kernel::spin::mode_word(),
         failure.unwrap_or("-"),
     );
     sched_line(suite, cpus);
+    // The FIFO locks' mode, with the stall that switched it if one did.
+    crate::kernel::spin::report();
     if suite.kind() == Kind::Control && failure.is_some() {
         println!(
             "  (a control: this failure is the expected outcome, it proves the checks can fire)"

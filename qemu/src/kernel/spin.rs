@@ -1,16 +1,20 @@
-//! How this kernel's lock waiters behave: it is always a guest, usually
+//! How this kernel's lock waiters behave. It is always a guest, usually
 //! with more vCPUs than the host has cores (`-smp 4` or `8` on a two-core
-//! CI runner), so it tells ksync that its CPUs may be descheduled while
-//! they spin ([`ksync::kernel::set_vcpu_preemptible`]): the FIFO locks
-//! (ticket lock, the lock inside `LockRef`, the queued lock) then hand off
-//! by test-and-set with backoff instead of to a waiter whose vCPU thread
-//! the host may not be running.
+//! CI runner), and it does *not* tell ksync so: it keeps ksync's default
+//! ([`ksync::kernel::vcpu_mode`]), as a kernel that knows nothing about
+//! oversubscription would. On x86_64 that is CPUID's hypervisor bit
+//! (test-and-set hand-off from the start); on aarch64 and riscv64 it is
+//! FIFO *watching*: the first FIFO waiter that sees no hand-off for
+//! [`ksync::kernel::STALL_BOUND_MS`] switches the ticket lock, lockref's
+//! lock and the queued lock to test-and-set hand-off, and the hook
+//! registered here records when ([`report`] prints it).
 //!
-//! The run's word `fifo` (see `harness::args`) turns that off for the whole
-//! boot, to compare with strict FIFO hand-off; the `*-fifo` suites turn it
-//! off for themselves ([`set_fifo_for_suite`]) so that the queue paths are
-//! tested too, and put the boot's setting back in their `finish`
-//! ([`restore`]).
+//! The run's words (see `harness::args`) force a mode for the whole boot,
+//! to compare with the default: `fifo` (strict FIFO, never switched),
+//! `preempt` (test-and-set from the start), `watch` (FIFO watching, even
+//! on x86_64). The `*-fifo` suites turn strict FIFO on for themselves
+//! ([`set_fifo_for_suite`]) so that the queue paths are tested too, and
+//! put the mode they found back in their `finish` ([`restore`]).
 //!
 //! # Waiting
 //!
@@ -26,40 +30,121 @@
 //! a wait that really halts until kicked, to test that the locks never
 //! lose a wake-up.
 
-use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicU8, AtomicU64, Ordering};
+
+use ksync::kernel::{self as ksync_kernel, VcpuMode, VcpuStall};
 
 use crate::arch;
 use crate::println;
 
-/// The boot's setting: whether CPUs may be descheduled while they spin.
-static BOOT_PREEMPTIBLE: AtomicBool = AtomicBool::new(true);
+/// The mode a suite found in its `setup` ([`save`]), put back by
+/// [`restore`]: a `VcpuMode` as [`encode`] writes it.
+static SAVED: AtomicU8 = AtomicU8::new(NONE);
+const NONE: u8 = 0;
 
-/// Sets the boot's mode (boot CPU, before the other CPUs start): preemptible
-/// unless the run says `fifo`.
-pub fn init(preemptible: bool) {
-    // Relaxed: the other CPUs start after this (their start-up orders it),
-    // and ksync's own setting is a waiting strategy, never exclusion.
-    BOOT_PREEMPTIBLE.store(preemptible, Ordering::Relaxed);
-    ksync::kernel::set_vcpu_preemptible(preemptible);
+/// When a stall switched the mode (counter ticks; 0: it did not), and the
+/// report.
+static STALL_AT: AtomicU64 = AtomicU64::new(0);
+
+fn encode(mode: VcpuMode) -> u8 {
+    match mode {
+        VcpuMode::Fifo => 1,
+        VcpuMode::FifoWatching => 2,
+        _ => 3,
+    }
 }
 
-/// Prints the mode as a `KSYNC-SPIN` line.
+fn decode(mode: u8) -> Option<VcpuMode> {
+    match mode {
+        1 => Some(VcpuMode::Fifo),
+        2 => Some(VcpuMode::FifoWatching),
+        3 => Some(VcpuMode::Preemptible),
+        _ => None,
+    }
+}
+
+fn name(mode: VcpuMode) -> &'static str {
+    match mode {
+        VcpuMode::Fifo => "fifo",
+        VcpuMode::FifoWatching => "watching",
+        _ => "preemptible",
+    }
+}
+
+/// The stall hook: runs inside a lock wait, so it only records the time
+/// (printing would take the console's lock); ksync keeps the report.
+fn stalled(_stall: &VcpuStall) {
+    // Relaxed: read after the suites, ordered by the runner's barriers.
+    STALL_AT.store(crate::kernel::time::now().max(1), Ordering::Relaxed);
+}
+
+/// Boot CPU, before the other CPUs start and before any lock is taken:
+/// registers the stall hook and leaves the mode to ksync's default.
+pub fn init() {
+    ksync_kernel::set_vcpu_stall_hook(stalled);
+}
+
+/// Forces `mode` for the whole boot (the run's `fifo`, `preempt` and
+/// `watch` words; boot CPU, before the other CPUs start).
+pub fn force(mode: VcpuMode) {
+    ksync_kernel::set_vcpu_mode(mode);
+}
+
+/// Prints the mode as a `KSYNC-SPIN` line: `mode` (`fifo`, `watching`,
+/// `preemptible`), `preemptible` (0/1), and when a stall switched it, the
+/// stall (`stall_ms`: when, after boot; `stall_lock`, `stall_waited`,
+/// `stall_bound`: ksync's report, in counter ticks).
 pub fn report() {
-    println!(
-        "KSYNC-SPIN preemptible={} wait=spin",
-        u8::from(ksync::kernel::vcpu_preemptible())
-    );
+    let mode = ksync_kernel::vcpu_mode();
+    let at = STALL_AT.load(Ordering::Relaxed);
+    match ksync_kernel::vcpu_stall() {
+        Some(stall) => println!(
+            "KSYNC-SPIN mode={} preemptible={} wait=spin stall_ms={} stall_lock=\"{}\" stall_waited={} stall_bound={} stall_unit={}",
+            name(mode),
+            u8::from(ksync_kernel::vcpu_preemptible()),
+            crate::kernel::time::ticks_to_ms(at),
+            stall.lock,
+            stall.waited,
+            stall.bound,
+            if stall.ticks { "ticks" } else { "rounds" },
+        ),
+        None => println!(
+            "KSYNC-SPIN mode={} preemptible={} wait=spin",
+            name(mode),
+            u8::from(ksync_kernel::vcpu_preemptible())
+        ),
+    }
+}
+
+/// The mode now, as the `spin` field of a `KSYNC-RESULT` line: `fifo`,
+/// `watching`, `preemptible`, or `detected` (preemptible because a stall
+/// switched it).
+pub fn mode_word() -> &'static str {
+    match ksync_kernel::vcpu_mode() {
+        VcpuMode::Preemptible if ksync_kernel::vcpu_stall().is_some() => "detected",
+        mode => name(mode),
+    }
+}
+
+/// Remembers the mode, for [`restore`] (a suite's `setup`, boot CPU).
+pub fn save() {
+    // Relaxed: the boot CPU's own variable.
+    SAVED.store(encode(ksync_kernel::vcpu_mode()), Ordering::Relaxed);
 }
 
 /// Strict FIFO hand-off for one suite (boot CPU, in its `setup`, before
 /// the other CPUs start it); [`restore`] undoes it.
 pub fn set_fifo_for_suite() {
-    ksync::kernel::set_vcpu_preemptible(false);
+    save();
+    ksync_kernel::set_vcpu_preemptible(false);
 }
 
-/// Back to the boot's setting (after a suite, with the other CPUs quiet).
+/// Back to the mode [`save`] found (after a suite, with the other CPUs
+/// quiet).
 pub fn restore() {
-    ksync::kernel::set_vcpu_preemptible(BOOT_PREEMPTIBLE.load(Ordering::Relaxed));
+    if let Some(mode) = decode(SAVED.swap(NONE, Ordering::Relaxed)) {
+        ksync_kernel::set_vcpu_mode(mode);
+    }
 }
 
 // ---- a halting wait, for the `spinlock-halt` suites ----------------------------

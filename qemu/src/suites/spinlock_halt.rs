@@ -220,6 +220,8 @@ impl Suite for HaltTorture {
             Ordering::Relaxed,
         );
         spin::reset_halting();
+        // The run flips the mode: `finish` puts this one back.
+        spin::save();
         // Before the other CPUs start (the runner's barrier orders it).
         ksync_kernel::set_spin_wait(self.policy);
     }

@@ -106,19 +106,10 @@ fn scaling_table(config: &Config, kernel: &std::path::Path, demo: &Run) -> Resul
         }
         runs.push((cpus, Some(run)));
     }
-    let preemptible = demo
-        .markers("KSYNC-SPIN")
-        .next()
-        .and_then(|m| m.get("preemptible").map(|p| p == "1"))
-        .unwrap_or(false);
-    let mode = if preemptible {
-        "oversubscribed mode: test-and-set hand-off"
-    } else {
-        "strict FIFO"
-    };
     let _ = writeln!(
         out,
-        "locks by CPU count (TCG on this host: emulation, NOT hardware performance; {mode}):"
+        "locks by CPU count (TCG on this host: emulation, NOT hardware performance; ksync's \
+         default mode, see the letters below):"
     );
     let _ = write!(out, "{:<17}", "suite");
     for (cpus, _) in &runs {
@@ -144,7 +135,8 @@ fn scaling_table(config: &Config, kernel: &std::path::Path, demo: &Run) -> Resul
                         ));
                     }
                     let fair = if hi > 0.0 { lo / hi } else { 0.0 };
-                    format!("{:.0} ({fair:.2})", ops / *cpus as f64)
+                    let mode = spin_letter(r.get("spin"));
+                    format!("{:.0} ({fair:.2}) {mode}", ops / *cpus as f64)
                 }
                 None => "-".to_string(),
             };
@@ -155,13 +147,28 @@ fn scaling_table(config: &Config, kernel: &std::path::Path, demo: &Run) -> Resul
     let _ = writeln!(
         out,
         "  (ops: thread and interrupt acquisitions in the suite's budget; min/max: thread-context\n   \
-         acquisitions of the slowest CPU over the fastest's; lockref: operations of all kinds)"
+         acquisitions of the slowest CPU over the fastest's; lockref: operations of all kinds;\n   \
+         the letter: the FIFO locks' mode after the suite, P test-and-set from the start (x86_64's\n   \
+         hypervisor bit), D test-and-set since a FIFO waiter detected a stall, W FIFO still watching,\n   \
+         F strict FIFO)"
     );
     if errors.is_empty() {
         Ok(out)
     } else {
         print!("{out}");
         Err(errors.join("\n"))
+    }
+}
+
+/// One letter for the `spin` field of a `KSYNC-RESULT` line (the FIFO
+/// locks' mode after the suite, `qemu/src/kernel/spin.rs`).
+fn spin_letter(mode: Option<&str>) -> &'static str {
+    match mode {
+        Some("preemptible") => "P",
+        Some("detected") => "D",
+        Some("watching") => "W",
+        Some("fifo") => "F",
+        _ => "?",
     }
 }
 

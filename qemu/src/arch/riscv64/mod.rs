@@ -71,13 +71,11 @@ fn uart_base() -> NonZeroUsize {
 }
 
 /// Boot CPU, after [`init_console`]: the counter frequency and the timer
-/// compare mechanism, from the device tree. Also tells ksync that its CPUs
-/// are vCPUs that may be descheduled while they spin: under QEMU, four
-/// harts on fewer host cores are, and nothing on riscv64 says so (x86_64
-/// has CPUID's hypervisor bit, which ksync reads itself).
+/// compare mechanism, from the device tree. Nothing tells ksync that the
+/// harts are vCPUs (riscv64 has no hypervisor bit to read): its FIFO
+/// waiters detect a descheduled hart themselves (`kernel::spin`).
 pub fn init_platform() {
     timer::init_platform(boot::dtb());
-    ksync::kernel::set_vcpu_preemptible(true);
 }
 
 /// Every CPU, after [`init_platform`]: the timer interrupt enabled, the

@@ -1,0 +1,173 @@
+//! The FIFO locks' stall watch (`ksync::kernel::set_vcpu_preemptible`,
+//! "Watching for descheduled CPUs"): a FIFO waiter that sees no hand-off
+//! for `STALL_BOUND_MS` switches watched FIFO to test-and-set hand-off
+//! once and reports it, never switches FIFO that the kernel forced; and
+//! every FIFO waiter gives the CPU away through the spin-wait policy every
+//! `SPIN_LIMIT` rounds (the ticket lock's and lockref's never did).
+//!
+//! A holder keeps the lock for ten times the bound while one waiter waits
+//! in FIFO: the stall a descheduled CPU ahead of it would cause. A binary
+//! of its own, because the mode and the policy are process-wide; the tests
+//! take turns (`SERIAL`).
+
+// Under loom the crate is built for the loom models only (and the watch is
+// inert there).
+#![cfg(not(ksync_loom))]
+
+use std::sync::Mutex;
+use std::sync::atomic::{AtomicUsize, Ordering::Relaxed};
+use std::thread;
+use std::time::Duration;
+
+use ksync::LockRef;
+use ksync::kernel::{self, SpinWait, VcpuMode, VcpuStall};
+use ksync::spinlock::{QueuedLock, TicketLock};
+
+/// One test at a time: they set process-wide modes.
+static SERIAL: Mutex<()> = Mutex::new(());
+
+/// How long the holder keeps the lock: far past the bound.
+const HOLD: Duration = Duration::from_millis(10 * kernel::STALL_BOUND_MS);
+
+/// Calls of the policy's `wait`.
+static WAITS: AtomicUsize = AtomicUsize::new(0);
+
+fn counting_wait() {
+    WAITS.fetch_add(1, Relaxed);
+    thread::yield_now();
+}
+
+/// Yields, and counts: no kick needed (it never sleeps past a bound).
+static COUNTING: SpinWait = SpinWait {
+    wait: counting_wait,
+    kick: None,
+};
+
+/// Calls of the stall hook, and the last report.
+static HOOK_CALLS: AtomicUsize = AtomicUsize::new(0);
+static LAST: Mutex<Option<VcpuStall>> = Mutex::new(None);
+
+fn hook(stall: &VcpuStall) {
+    HOOK_CALLS.fetch_add(1, Relaxed);
+    // A test's hook may take a host mutex: the waiter holds no ksync lock
+    // other than its place in the queue, and nothing else takes LAST.
+    *LAST.lock().unwrap() = Some(*stall);
+}
+
+/// The mode and counters for one test.
+fn start(mode: VcpuMode) -> std::sync::MutexGuard<'static, ()> {
+    let serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    kernel::set_spin_wait(&COUNTING);
+    kernel::set_vcpu_stall_hook(hook);
+    kernel::set_vcpu_mode(mode);
+    assert!(!kernel::vcpu_preemptible());
+    WAITS.store(0, Relaxed);
+    HOOK_CALLS.store(0, Relaxed);
+    serial
+}
+
+/// How long a holder waits, past [`HOLD`], for a watched waiter to
+/// switch the mode: a bound that turns a never-switching watch into a
+/// failure. Targets without a counter count spin rounds
+/// (`STALL_BOUND_ROUNDS`), which under an emulator (qemu-user) take far
+/// longer than the counter's 4 ms.
+const SWITCH_TIMEOUT: Duration = Duration::from_secs(20);
+
+/// Holds through `lock`/`unlock` for [`HOLD`] while one thread waits in
+/// `lock` behind it (FIFO: it takes its ticket or queue place before the
+/// holder lets go), and, while the mode is still watching, until the
+/// waiter switched it or [`SWITCH_TIMEOUT`].
+fn stall_one_waiter(lock: impl Fn() + Sync, unlock: impl Fn() + Sync, queued: impl Fn() -> bool) {
+    lock();
+    thread::scope(|s| {
+        s.spawn(|| {
+            lock();
+            unlock();
+        });
+        while !queued() {
+            thread::yield_now();
+        }
+        thread::sleep(HOLD);
+        let start = std::time::Instant::now();
+        while kernel::vcpu_mode() == VcpuMode::FifoWatching && start.elapsed() < SWITCH_TIMEOUT {
+            thread::sleep(Duration::from_millis(1));
+        }
+        unlock();
+    });
+}
+
+fn stall_ticket() {
+    let lock: TicketLock = TicketLock::new();
+    stall_one_waiter(
+        || lock.lock(),
+        // SAFETY: each unlock follows this thread's own `lock`.
+        || unsafe { lock.unlock() },
+        || lock.is_contended(),
+    );
+}
+
+#[test]
+fn watched_fifo_switches_once_and_reports_the_stall() {
+    let _serial = start(VcpuMode::FifoWatching);
+    stall_ticket();
+    assert_eq!(kernel::vcpu_mode(), VcpuMode::Preemptible);
+    let stall = kernel::vcpu_stall().expect("a stall was reported");
+    assert_eq!(stall.lock, "ticket lock");
+    assert!(
+        stall.waited >= stall.bound,
+        "{} waited, bound {}",
+        stall.waited,
+        stall.bound
+    );
+    assert_eq!(HOOK_CALLS.load(Relaxed), 1);
+    assert_eq!(*LAST.lock().unwrap(), Some(stall));
+}
+
+#[test]
+fn forced_fifo_is_never_switched_and_gives_the_cpu_away() {
+    let _serial = start(VcpuMode::Fifo);
+    let before = kernel::vcpu_stall();
+    stall_ticket();
+    assert_eq!(kernel::vcpu_mode(), VcpuMode::Fifo);
+    assert_eq!(kernel::vcpu_stall(), before);
+    assert_eq!(HOOK_CALLS.load(Relaxed), 0);
+    // A ticket waiter used to spin without ever calling the policy.
+    assert!(
+        WAITS.load(Relaxed) > 0,
+        "a FIFO ticket waiter gives the CPU away"
+    );
+}
+
+#[test]
+fn forced_fifo_lockref_waiter_gives_the_cpu_away() {
+    let _serial = start(VcpuMode::Fifo);
+    let r = LockRef::new(1);
+    let held = r.lock();
+    thread::scope(|s| {
+        s.spawn(|| drop(r.lock()));
+        // The waiter's ticket shows as a failed lockless update: wait for
+        // a while instead (it queues within microseconds).
+        thread::sleep(HOLD);
+        drop(held);
+    });
+    assert_eq!(kernel::vcpu_mode(), VcpuMode::Fifo);
+    assert!(
+        WAITS.load(Relaxed) > 0,
+        "a FIFO lockref waiter gives the CPU away"
+    );
+}
+
+#[test]
+fn watched_fifo_queued_lock_switches() {
+    let _serial = start(VcpuMode::FifoWatching);
+    let lock: QueuedLock = QueuedLock::new();
+    stall_one_waiter(
+        || lock.lock(),
+        // SAFETY: each unlock follows this thread's own `lock`.
+        || unsafe { lock.unlock() },
+        || lock.is_contended(),
+    );
+    assert_eq!(kernel::vcpu_mode(), VcpuMode::Preemptible);
+    // (The report names the first stall of the process, which may be
+    // another test's: only the switch is checked here.)
+}
