@@ -48,6 +48,10 @@ const MIGRATE_ONE_IN: u64 = 16;
 pub struct WaitTorture {
     info: Info,
     check_first: bool,
+    /// Strict FIFO spinlock hand-off for the run (`sched-waitqueue-fifo`):
+    /// the shape of a wait queue of many tasks on 8 vCPUs that hung a
+    /// kernel with FIFO forced.
+    fifo: bool,
     queue: WaitQueue,
     generation: AtomicU64,
     /// Per thread: the last generation it saw, and whether it takes part.
@@ -66,6 +70,7 @@ impl WaitTorture {
         Self {
             info: Info::new(name, kind, budget_ms),
             check_first,
+            fifo: false,
             queue: WaitQueue::new(),
             generation: AtomicU64::new(0),
             seen: [const { AtomicU64::new(0) }; NR_THREADS],
@@ -75,6 +80,11 @@ impl WaitTorture {
             wakes: Counters::new(),
             blocks: Counters::new(),
         }
+    }
+
+    const fn fifo(mut self) -> Self {
+        self.fifo = true;
+        self
     }
 
     /// The generation, or the close.
@@ -195,6 +205,9 @@ impl Suite for WaitTorture {
         self.closing.store(false, Ordering::Relaxed);
         self.wakes.reset();
         self.blocks.reset();
+        if self.fifo {
+            crate::kernel::spin::set_fifo_for_suite();
+        }
     }
 
     fn run(&self, ctx: &Ctx) {
@@ -222,6 +235,9 @@ impl Suite for WaitTorture {
     fn irq(&self, _ctx: &Ctx) {}
 
     fn finish(&self, cpus: usize) -> Summary {
+        if self.fifo {
+            crate::kernel::spin::restore();
+        }
         let rounds = self.rounds.load(Ordering::Relaxed);
         let wakes = self.wakes.sum(cpus);
         let blocks = self.blocks.sum(cpus);
@@ -241,6 +257,12 @@ impl Suite for WaitTorture {
 /// Prepare, re-check, block: no lost wake-ups.
 pub static SCHED_WAITQUEUE: WaitTorture =
     WaitTorture::new("sched-waitqueue", Kind::Test, false, 1_000);
+/// The same with strict FIFO hand-off forced for the run: the run-queue
+/// and wait-queue locks queue every waiter, and a waiter whose vCPU the
+/// host descheduled holds up everyone behind it; the rounds must still
+/// end in time (FIFO waiters give the CPU away every `SPIN_LIMIT` rounds).
+pub static SCHED_WAITQUEUE_FIFO: WaitTorture =
+    WaitTorture::new("sched-waitqueue-fifo", Kind::Test, false, 1_000).fifo();
 /// The control: check, then sleep. A longer budget (it ends at the first
 /// lost wake-up): at -smp 8 on two host cores a round takes ~100 ms, and
 /// each round is one chance to lose one.
@@ -248,4 +270,8 @@ pub static SCHED_WAITQUEUE_CHECKFIRST: WaitTorture =
     WaitTorture::new("sched-waitqueue-checkfirst", Kind::Control, true, 2_000);
 
 /// This file's suites, for the registry.
-pub static SUITES: &[&dyn Suite] = &[&SCHED_WAITQUEUE, &SCHED_WAITQUEUE_CHECKFIRST];
+pub static SUITES: &[&dyn Suite] = &[
+    &SCHED_WAITQUEUE,
+    &SCHED_WAITQUEUE_FIFO,
+    &SCHED_WAITQUEUE_CHECKFIRST,
+];
