@@ -247,6 +247,11 @@ impl RawMutex {
                 return;
             }
             drop(locked);
+            if woken && self.spin_for_grant(&node) {
+                // Handed over while this task still ran.
+                drop(self.queue.lock());
+                return;
+            }
             if self.queue.sleep(&node, None) == GRANTED {
                 // The unlock made this task the owner.
                 return;
@@ -283,6 +288,36 @@ impl RawMutex {
                 if owner != 0 && !kernel::task_running(owner) {
                     return false;
                 }
+            }
+            for _ in 0..step {
+                crate::sync::spin_loop();
+            }
+            rounds += step;
+            step = (step * 2).min(kernel::BACKOFF_MAX);
+        }
+        false
+    }
+
+    /// A woken waiter that lost again and asked for the hand-off is the
+    /// first waiter: it watches its node for the grant while the holder
+    /// runs (Linux's first waiter spinning in `__mutex_lock`) instead of
+    /// going to sleep at once, so a hand-off does not leave the lock owned
+    /// by a task that must first be woken and scheduled. Whether it was
+    /// granted (the caller then takes the queue lock once: the waker may
+    /// still be in the kernel's `wake` with this task's token).
+    fn spin_for_grant(&self, node: &Node) -> bool {
+        let (mut rounds, mut step) = (0, 1);
+        while rounds < SPIN_LIMIT {
+            match node.state() {
+                GRANTED => return true,
+                // Woken without the lock (only a hand-off grants here):
+                // the caller's sleep sees it and retries.
+                wait::WOKEN => return false,
+                _ => {}
+            }
+            let owner = self.owner.load(Ordering::Relaxed);
+            if owner != 0 && !kernel::task_running(owner) {
+                return false;
             }
             for _ in 0..step {
                 crate::sync::spin_loop();

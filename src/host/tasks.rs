@@ -4,7 +4,7 @@
 //! `Kernel::block` contract asks for) and `wake` is `unpark`.
 
 use std::sync::atomic::{AtomicBool, Ordering};
-use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::Thread;
 use std::time::{Duration, Instant};
 use std::vec::Vec;
@@ -17,11 +17,27 @@ struct Task {
 }
 
 /// Live tasks; token = index + 1. A slot is freed when its thread exits.
-static TASKS: Mutex<Vec<Option<Arc<Task>>>> = Mutex::new(Vec::new());
+/// Read-locked by `wake` (and by `task_running` past [`FAST_SLOTS`]), so
+/// wakers of different tasks do not queue behind each other.
+static TASKS: RwLock<Vec<Option<Arc<Task>>>> = RwLock::new(Vec::new());
 
-fn tasks() -> MutexGuard<'static, Vec<Option<Arc<Task>>>> {
-    TASKS.lock().unwrap_or_else(|e| e.into_inner())
+fn tasks() -> RwLockReadGuard<'static, Vec<Option<Arc<Task>>>> {
+    TASKS.read().unwrap_or_else(|e| e.into_inner())
 }
+
+fn tasks_mut() -> RwLockWriteGuard<'static, Vec<Option<Arc<Task>>>> {
+    TASKS.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// The first slots' "on a CPU" flags, outside the table: `task_running`
+/// is what a mutex spinner asks on every few rounds, and a kernel answers
+/// it with one load (Linux's `owner->on_cpu`), not with a lock that every
+/// spinner and waker takes (which the table's lock was, and made the
+/// sleeping mutex's contended figure the cost of this hook).
+const FAST_SLOTS: usize = 1024;
+/// Per fast slot: a live task, not parked. Relaxed: a hint for spinners,
+/// as `on_cpu` is.
+static RUNNING: [AtomicBool; FAST_SLOTS] = [const { AtomicBool::new(false) }; FAST_SLOTS];
 
 /// Frees the thread's slot when it exits.
 struct Slot(usize, Arc<Task>);
@@ -31,14 +47,17 @@ impl Drop for Slot {
         // What the exiting task held is forgotten with it.
         #[cfg(feature = "lockdep")]
         crate::lockdep::task_exit(self.0);
-        tasks()[self.0 - 1] = None;
+        if let Some(running) = RUNNING.get(self.0 - 1) {
+            running.store(false, Ordering::Relaxed);
+        }
+        tasks_mut()[self.0 - 1] = None;
     }
 }
 
 std::thread_local! {
     static SLOT: Slot = {
         let task = Arc::new(Task { thread: std::thread::current(), parked: AtomicBool::new(false) });
-        let mut table = tasks();
+        let mut table = tasks_mut();
         let index = match table.iter().position(Option::is_none) {
             Some(i) => i,
             None => {
@@ -47,6 +66,9 @@ std::thread_local! {
             }
         };
         table[index] = Some(task.clone());
+        if let Some(running) = RUNNING.get(index) {
+            running.store(true, Ordering::Relaxed);
+        }
         Slot(index + 1, task)
     };
 }
@@ -65,6 +87,10 @@ fn lookup(token: usize) -> Option<Arc<Task>> {
 pub(super) fn block(deadline_ns: Option<u64>) {
     SLOT.with(|slot| {
         slot.1.parked.store(true, Ordering::Relaxed);
+        let running = RUNNING.get(slot.0 - 1);
+        if let Some(running) = running {
+            running.store(false, Ordering::Relaxed);
+        }
         match deadline_ns {
             None => std::thread::park(),
             Some(deadline) => {
@@ -75,6 +101,9 @@ pub(super) fn block(deadline_ns: Option<u64>) {
             }
         }
         slot.1.parked.store(false, Ordering::Relaxed);
+        if let Some(running) = running {
+            running.store(true, Ordering::Relaxed);
+        }
     });
 }
 
@@ -85,6 +114,9 @@ pub(super) fn wake(token: usize) {
 }
 
 pub(super) fn task_running(token: usize) -> bool {
+    if let Some(running) = RUNNING.get(token.wrapping_sub(1)) {
+        return running.load(Ordering::Relaxed);
+    }
     lookup(token).is_some_and(|task| !task.parked.load(Ordering::Relaxed))
 }
 
