@@ -24,12 +24,25 @@
 //! A lost wake-up keeps a round from completing: after
 //! [`ROUND_TIMEOUT_MS`] the leader fails the suite, saying which step. At
 //! the end it closes: `complete_all` on all three, until every waiter has
-//! left.
+//! left. [`CompletionSuite`] is generic over the completion ([`Done`]).
+//!
+//! # The control: `sleep-completion-checkfirst`
+//!
+//! The same suite on [`CheckFirst`], a completion written here from a
+//! ksync [`WaitQueue`] and an atomic done count whose waiter checks the
+//! count *before* it queues itself and then sleeps until a wake, without
+//! looking at the count again, and whose `complete` wakes only if it sees
+//! a waiter queued. A `complete` (or `complete_all`) between a waiter's
+//! check and its queueing finds nobody to wake: the waiter sleeps with a
+//! unit there for it (the classic lost wake-up). The window is widened by
+//! a short sleep (up to a tick), as a preemption would. It must be caught
+//! by the round timeout.
 
 // Orderings: the round state (`passed`, `issued`, the per-thread rounds,
 // the close) is SeqCst, read by the leader while it waits; the completion
 // itself orders what the completer did before `complete` with what the
-// waiter does after its wait. `irq_quota` is a SeqCst counter shared with
+// waiter does after its wait (in [`CheckFirst`]: its count's AcqRel
+// read-modify-writes, see there). `irq_quota` is a SeqCst counter shared with
 // the interrupt handlers. Statistics and `setup`'s resets are Relaxed,
 // ordered by the harness's barriers.
 
@@ -38,6 +51,7 @@ use core::time::Duration;
 
 use ksync::completion::Completion;
 use ksync::kernel::Kernel;
+use ksync::wait::WaitQueue;
 
 use super::{Member, Team, check_timed_out, maybe_migrate, start, wait_for};
 use crate::harness::{Ctx, Info, Kind, Suite, Summary};
@@ -55,14 +69,61 @@ const TIMED_ONE_IN: u64 = 4;
 /// A worker moves to a random CPU once per this many rounds, on average.
 const MIGRATE_ONE_IN: u64 = 8;
 
+/// The control's window between its check and its queueing: `busy_work`
+/// iterations, then a sleep of this many nanoseconds (a timer tick at
+/// most, as a preemption).
+const CHECK_FIRST_WINDOW: u32 = 2_000;
+const CHECK_FIRST_SLEEP_NS: u64 = 300_000;
+
+/// A completion the suite runs on: ksync's, or the control's.
+pub trait Done: Sync + 'static {
+    /// Not done.
+    const INIT: Self;
+    fn complete(&self);
+    fn complete_all(&self);
+    fn wait_for_completion(&self);
+    fn wait_for_completion_timeout(&self, timeout: Duration) -> bool;
+    fn try_wait_for_completion(&self) -> bool;
+    fn reinit(&self);
+}
+
+impl Done for Completion {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Completion::new();
+
+    fn complete(&self) {
+        Completion::complete(self);
+    }
+
+    fn complete_all(&self) {
+        Completion::complete_all(self);
+    }
+
+    fn wait_for_completion(&self) {
+        Completion::wait_for_completion(self);
+    }
+
+    fn wait_for_completion_timeout(&self, timeout: Duration) -> bool {
+        Completion::wait_for_completion_timeout(self, timeout)
+    }
+
+    fn try_wait_for_completion(&self) -> bool {
+        Completion::try_wait_for_completion(self)
+    }
+
+    fn reinit(&self) {
+        Completion::reinit(self);
+    }
+}
+
 /// See the module docs.
-pub struct CompletionSuite {
+pub struct CompletionSuite<C: Done> {
     info: Info,
     team: Team,
     /// The rounds' gates (`complete_all`), used alternately.
-    all: [Completion; 2],
+    all: [C; 2],
     /// One waiter per `complete`.
-    one: Completion,
+    one: C,
     /// Per thread: the rounds whose gate it has passed; whether it waits.
     passed_gate: [AtomicU64; NR_THREADS],
     waiter: [AtomicBool; NR_THREADS],
@@ -83,13 +144,13 @@ pub struct CompletionSuite {
     slept: Counters,
 }
 
-impl CompletionSuite {
-    const fn new(name: &'static str, budget_ms: u64) -> Self {
+impl<C: Done> CompletionSuite<C> {
+    const fn new(name: &'static str, kind: Kind, budget_ms: u64) -> Self {
         Self {
-            info: Info::new(name, Kind::Test, budget_ms),
+            info: Info::new(name, kind, budget_ms),
             team: Team::new(),
-            all: [Completion::new(), Completion::new()],
-            one: Completion::new(),
+            all: [C::INIT, C::INIT],
+            one: C::INIT,
             passed_gate: [const { AtomicU64::new(0) }; NR_THREADS],
             waiter: [const { AtomicBool::new(false) }; NR_THREADS],
             waiters: AtomicU64::new(0),
@@ -111,7 +172,7 @@ impl CompletionSuite {
 
     /// Waits for `completion`, untimed or (one in [`TIMED_ONE_IN`]) by
     /// timed waits in a loop; counts a wait that blocked.
-    fn wait(&self, ctx: &Ctx, rng: &mut Rng, me: usize, completion: &Completion) {
+    fn wait(&self, ctx: &Ctx, rng: &mut Rng, me: usize, completion: &C) {
         let blocks = sched::blocks_of(me);
         if rng.below(TIMED_ONE_IN) == 0 {
             loop {
@@ -226,7 +287,7 @@ impl CompletionSuite {
     }
 }
 
-impl Member for CompletionSuite {
+impl<C: Done> Member for CompletionSuite<C> {
     fn team(&self) -> &Team {
         &self.team
     }
@@ -244,7 +305,7 @@ impl Member for CompletionSuite {
     }
 }
 
-impl Suite for CompletionSuite {
+impl<C: Done> Suite for CompletionSuite<C> {
     fn info(&self) -> &Info {
         &self.info
     }
@@ -318,4 +379,125 @@ impl Suite for CompletionSuite {
 }
 
 /// ksync's completion.
-pub static SLEEP_COMPLETION: CompletionSuite = CompletionSuite::new("sleep-completion", 1_000);
+pub static SLEEP_COMPLETION: CompletionSuite<Completion> =
+    CompletionSuite::new("sleep-completion", Kind::Test, 1_000);
+/// The control: check, then sleep; wake only a waiter already queued. It
+/// ends at the first lost wake-up, a round timeout after it.
+pub static SLEEP_COMPLETION_CHECKFIRST: CompletionSuite<CheckFirst> =
+    CompletionSuite::new("sleep-completion-checkfirst", Kind::Control, 1_000);
+
+/// [`CheckFirst`]'s count after `complete_all`: every wait goes through.
+const ALL: u64 = u64::MAX;
+
+/// The control's broken completion: a done count and a ksync wait queue.
+/// A waiter takes a unit if there is one, else (after a window) queues
+/// itself and sleeps until the queue's wake generation moves, without
+/// looking at the count after queueing; `complete` raises the count and
+/// wakes (moving the generation) only if it sees a waiter queued.
+pub struct CheckFirst {
+    done: AtomicU64,
+    /// Moved by every wake; what a sleeping waiter waits for.
+    wakes: AtomicU64,
+    queue: WaitQueue,
+}
+
+impl CheckFirst {
+    /// Takes a unit if there is one (leaves [`ALL`] as it is).
+    fn try_take(&self) -> bool {
+        // AcqRel: pairs with `give`'s, so what the completer did before
+        // `complete` happens before what the waiter does after.
+        self.done
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, |d| match d {
+                0 => None,
+                ALL => Some(ALL),
+                d => Some(d - 1),
+            })
+            .is_ok()
+    }
+
+    /// Raises the count to `to(count)`, then wakes only if someone is
+    /// queued: the check without the waiter's re-check is the bug.
+    fn give(&self, to: impl FnMut(u64) -> Option<u64>, all: bool) {
+        // AcqRel: pairs with `try_take`'s.
+        let _ = self
+            .done
+            .fetch_update(Ordering::AcqRel, Ordering::Acquire, to);
+        if self.queue.has_waiters() {
+            // SeqCst: before the wake, read by the woken waiter's
+            // condition after its queueing (the queue's protocol).
+            self.wakes.fetch_add(1, Ordering::SeqCst);
+            if all {
+                self.queue.wake_all();
+            } else {
+                self.queue.wake_one();
+            }
+        }
+    }
+
+    /// One wait: a unit, or (check first) a sleep until a wake or
+    /// `deadline_ns`; whether it took a unit.
+    fn wait_once(&self, deadline_ns: Option<u64>) -> bool {
+        if self.try_take() {
+            return true;
+        }
+        // The window a wake-up is lost in, widened as a preemption would:
+        // a short sleep (up to a tick) that nobody ends early.
+        busy_work(CHECK_FIRST_WINDOW);
+        QemuKernel::block(Some(QemuKernel::clock_ns() + CHECK_FIRST_SLEEP_NS));
+        // SeqCst: as in `give`.
+        let seen = self.wakes.load(Ordering::SeqCst);
+        let woken = || self.wakes.load(Ordering::SeqCst) != seen;
+        match deadline_ns {
+            None => self.queue.wait_event_exclusive(woken),
+            Some(deadline) => {
+                let left = deadline.saturating_sub(QemuKernel::clock_ns());
+                let _ = self
+                    .queue
+                    .wait_event_exclusive_timeout(woken, Duration::from_nanos(left));
+            }
+        }
+        false
+    }
+}
+
+impl Done for CheckFirst {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self {
+        done: AtomicU64::new(0),
+        wakes: AtomicU64::new(0),
+        queue: WaitQueue::new(),
+    };
+
+    fn complete(&self) {
+        self.give(|d| (d != ALL).then(|| d + 1), false);
+    }
+
+    fn complete_all(&self) {
+        self.give(|_| Some(ALL), true);
+    }
+
+    fn wait_for_completion(&self) {
+        while !self.wait_once(None) {}
+    }
+
+    fn wait_for_completion_timeout(&self, timeout: Duration) -> bool {
+        let deadline = QemuKernel::clock_ns() + timeout.as_nanos() as u64;
+        loop {
+            if self.wait_once(Some(deadline)) {
+                return true;
+            }
+            if QemuKernel::clock_ns() >= deadline {
+                return self.try_take();
+            }
+        }
+    }
+
+    fn try_wait_for_completion(&self) -> bool {
+        self.try_take()
+    }
+
+    fn reinit(&self) {
+        // Relaxed: nobody waits (the suite's rule, as for ksync's).
+        self.done.store(0, Ordering::Relaxed);
+    }
+}

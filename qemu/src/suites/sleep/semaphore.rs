@@ -14,17 +14,30 @@
 //! starvation; with FIFO hand-off the longest waits seen at `-smp 8` under
 //! TCG were a few hundred milliseconds). At the end the
 //! count must be [`UNITS`] again, every member must have held a unit, and
-//! some waits must have slept.
+//! some waits must have slept. [`SemaphoreSuite`] is generic over the
+//! semaphore ([`Units`]).
+//!
+//! # The control: `sleep-semaphore-racydown`
+//!
+//! The same suite on [`RacyDown`], a semaphore written here from an
+//! atomic count and a ksync [`WaitQueue`]: `up` raises the count and wakes
+//! the first waiter without handing the unit to it, and a `down` takes a
+//! unit by checking the count and then decrementing it, two steps with a
+//! window between them (busy work, or a preemption). Two takers that
+//! both see the last unit both take it: more holders than units, which
+//! the holder count must catch.
 
 // Orderings: the holder count is SeqCst only to keep the check's argument
 // simple (the semaphore orders it, see above); statistics and `setup`'s
-// resets are Relaxed, ordered by the harness's barriers.
+// resets are Relaxed, ordered by the harness's barriers. [`RacyDown`]'s
+// count is AcqRel/Acquire (see there).
 
-use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use core::sync::atomic::{AtomicBool, AtomicIsize, AtomicU64, AtomicUsize, Ordering};
 use core::time::Duration;
 
 use ksync::kernel::Kernel;
 use ksync::semaphore::Semaphore;
+use ksync::wait::WaitQueue;
 
 use super::{Member, Team, Waits, check_timed_out, maybe_migrate, snooze, start};
 use crate::harness::{Ctx, Info, Kind, Suite, Summary};
@@ -41,11 +54,52 @@ pub const WAIT_BOUND_MS: u64 = 5_000;
 /// The timed `down`'s timeout.
 const TIMEOUT: Duration = Duration::from_millis(1);
 
+/// The control's window between its check and its decrement
+/// (`busy_work` iterations).
+const RACY_WINDOW: u32 = 2_000;
+
+/// A semaphore of [`UNITS`] units the suite runs on: ksync's, or the
+/// control's.
+pub trait Units: Sync + 'static {
+    /// [`UNITS`] units free.
+    const INIT: Self;
+    fn down(&self);
+    fn try_down(&self) -> bool;
+    fn down_timeout(&self, timeout: Duration) -> bool;
+    fn up(&self);
+    fn count(&self) -> usize;
+}
+
+impl Units for Semaphore {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Semaphore::new(UNITS);
+
+    fn down(&self) {
+        Semaphore::down(self);
+    }
+
+    fn try_down(&self) -> bool {
+        Semaphore::try_down(self)
+    }
+
+    fn down_timeout(&self, timeout: Duration) -> bool {
+        Semaphore::down_timeout(self, timeout)
+    }
+
+    fn up(&self) {
+        Semaphore::up(self);
+    }
+
+    fn count(&self) -> usize {
+        Semaphore::count(self)
+    }
+}
+
 /// See the module docs.
-pub struct SemaphoreSuite {
+pub struct SemaphoreSuite<S: Units> {
     info: Info,
     team: Team,
-    sem: Semaphore,
+    sem: S,
     holders: AtomicUsize,
     most: AtomicUsize,
     /// Per thread: whether it takes part, and units it held.
@@ -60,12 +114,12 @@ pub struct SemaphoreSuite {
     slept: Counters,
 }
 
-impl SemaphoreSuite {
-    const fn new(name: &'static str, budget_ms: u64) -> Self {
+impl<S: Units> SemaphoreSuite<S> {
+    const fn new(name: &'static str, kind: Kind, budget_ms: u64) -> Self {
         Self {
-            info: Info::new(name, Kind::Test, budget_ms),
+            info: Info::new(name, kind, budget_ms),
             team: Team::new(),
-            sem: Semaphore::new(UNITS),
+            sem: S::INIT,
             holders: AtomicUsize::new(0),
             most: AtomicUsize::new(0),
             member: [const { AtomicBool::new(false) }; NR_THREADS],
@@ -131,7 +185,7 @@ impl SemaphoreSuite {
     }
 }
 
-impl Member for SemaphoreSuite {
+impl<S: Units> Member for SemaphoreSuite<S> {
     fn team(&self) -> &Team {
         &self.team
     }
@@ -155,7 +209,7 @@ impl Member for SemaphoreSuite {
     }
 }
 
-impl Suite for SemaphoreSuite {
+impl<S: Units> Suite for SemaphoreSuite<S> {
     fn info(&self) -> &Info {
         &self.info
     }
@@ -225,4 +279,66 @@ impl Suite for SemaphoreSuite {
 }
 
 /// ksync's semaphore.
-pub static SLEEP_SEMAPHORE: SemaphoreSuite = SemaphoreSuite::new("sleep-semaphore", 1_000);
+pub static SLEEP_SEMAPHORE: SemaphoreSuite<Semaphore> =
+    SemaphoreSuite::new("sleep-semaphore", Kind::Test, 1_000);
+/// The control: check, then decrement. It stops once caught.
+pub static SLEEP_SEMAPHORE_RACYDOWN: SemaphoreSuite<RacyDown> =
+    SemaphoreSuite::new("sleep-semaphore-racydown", Kind::Control, 1_000);
+
+/// The control's broken semaphore: a count (negative after two takers
+/// took one unit) and a ksync wait queue whose exclusive waiters re-check
+/// after queueing (no lost wake-up: the bug is the take).
+pub struct RacyDown {
+    count: AtomicIsize,
+    queue: WaitQueue,
+}
+
+impl RacyDown {
+    /// "Check, then decrement": the mistake this control is about.
+    fn take(&self) -> bool {
+        // Acquire: pairs with `up`'s Release, so the giver's section
+        // happens before the taker's (when the take is not a race).
+        if self.count.load(Ordering::Acquire) <= 0 {
+            return false;
+        }
+        // The window another taker sees the same unit in.
+        busy_work(RACY_WINDOW);
+        // AcqRel: as the load above.
+        self.count.fetch_sub(1, Ordering::AcqRel);
+        true
+    }
+}
+
+impl Units for RacyDown {
+    #[allow(clippy::declare_interior_mutable_const)]
+    const INIT: Self = Self {
+        count: AtomicIsize::new(UNITS as isize),
+        queue: WaitQueue::new(),
+    };
+
+    fn down(&self) {
+        self.queue.wait_event_exclusive(|| self.take());
+    }
+
+    fn try_down(&self) -> bool {
+        self.take()
+    }
+
+    fn down_timeout(&self, timeout: Duration) -> bool {
+        self.queue
+            .wait_event_exclusive_timeout(|| self.take(), timeout)
+    }
+
+    /// Raises the count and wakes the first waiter, which must take the
+    /// unit itself (no hand-off).
+    fn up(&self) {
+        // Release: pairs with `take`'s Acquire.
+        self.count.fetch_add(1, Ordering::Release);
+        self.queue.wake_one();
+    }
+
+    fn count(&self) -> usize {
+        // Relaxed: a snapshot for the report.
+        self.count.load(Ordering::Relaxed).max(0) as usize
+    }
+}
