@@ -273,29 +273,13 @@ impl RawMutex {
     /// `benches/sleeping.rs` at 4 and 8 threads on 2 cores runs about 1.6x
     /// and 1.9x as many critical sections.
     fn spin(&self) -> bool {
-        let (mut rounds, mut step) = (0, 1);
-        while rounds < SPIN_LIMIT {
+        self.spin_while_owner_runs(|| {
             let state = self.state.load(Ordering::Relaxed);
             if state & HANDOFF != 0 {
-                return false;
+                return Some(false);
             }
-            if state & LOCKED == 0 {
-                if self.try_lock_untracked() {
-                    return true;
-                }
-            } else {
-                let owner = self.owner.load(Ordering::Relaxed);
-                if owner != 0 && !kernel::task_running(owner) {
-                    return false;
-                }
-            }
-            for _ in 0..step {
-                crate::sync::spin_loop();
-            }
-            rounds += step;
-            step = (step * 2).min(kernel::BACKOFF_MAX);
-        }
-        false
+            (state & LOCKED == 0 && self.try_lock_untracked()).then_some(true)
+        })
     }
 
     /// A woken waiter that lost again and asked for the hand-off is the
@@ -306,14 +290,24 @@ impl RawMutex {
     /// granted (the caller then takes the queue lock once: the waker may
     /// still be in the kernel's `wake` with this task's token).
     fn spin_for_grant(&self, node: &Node) -> bool {
+        self.spin_while_owner_runs(|| match node.state() {
+            GRANTED => Some(true),
+            // Woken without the lock (only a hand-off grants here): the
+            // caller's sleep sees it and retries.
+            wait::WOKEN => Some(false),
+            _ => None,
+        })
+    }
+
+    /// The spinning of [`spin`](Self::spin) and
+    /// [`spin_for_grant`](Self::spin_for_grant): up to [`SPIN_LIMIT`]
+    /// rounds with backoff, asking `look` each time (`Some`: the answer)
+    /// and giving up once the holder is off its CPU.
+    fn spin_while_owner_runs(&self, mut look: impl FnMut() -> Option<bool>) -> bool {
         let (mut rounds, mut step) = (0, 1);
         while rounds < SPIN_LIMIT {
-            match node.state() {
-                GRANTED => return true,
-                // Woken without the lock (only a hand-off grants here):
-                // the caller's sleep sees it and retries.
-                wait::WOKEN => return false,
-                _ => {}
+            if let Some(done) = look() {
+                return done;
             }
             let owner = self.owner.load(Ordering::Relaxed);
             if owner != 0 && !kernel::task_running(owner) {
