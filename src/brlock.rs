@@ -131,8 +131,7 @@ impl<T> BrLock<T> {
     #[doc(alias = "lg_local_lock")]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn local_lock(&self) -> LocalGuard<'_, T> {
-        let preempt = kernel::preempt_disable();
-        let cpu = kernel::cpu_id();
+        let (preempt, cpu) = kernel::preempt_disable_cpu();
         self.lock_slot(cpu, preempt, None)
     }
 
@@ -141,8 +140,7 @@ impl<T> BrLock<T> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn local_lock_irqsave(&self) -> LocalGuard<'_, T> {
         let irq = IrqState::save();
-        let preempt = kernel::preempt_disable();
-        let cpu = kernel::cpu_id();
+        let (preempt, cpu) = kernel::preempt_disable_cpu();
         self.lock_slot(cpu, preempt, Some(irq))
     }
 

@@ -82,7 +82,7 @@
 //! | [`QueuedLock`](crate::spinlock::QueuedLock), [`RawQueuedLock`](crate::spinlock::RawQueuedLock) | as the row above for `RawQueuedLock`; then none uncontended, nor for the first waiter (the pending bit); a later waiter queues on its CPU's node: `preempt_disable`, `cpu_id`, `preempt_enable`. None at all in the single-CPU build | uncontended: any time; once a second CPU can contend, `cpu_id` must work on every CPU that takes it |
 //! | IRQ-saving locks with [`KernelIrq`](irq::KernelIrq) ([`IrqTicketMutex`](crate::spinlock::IrqTicketMutex), ...), [`IrqState::save`](irq::IrqState::save), `SeqLock::write_irqsave`, `BrLock::*_irqsave` | `irq_save`, `irq_restore` (the default is the CPU's own instructions on x86_64, aarch64 and riscv64 bare metal; elsewhere `critical-section` and, for its per-CPU save stack, `cpu_id`) | once the kernel's masking works: with the default on those three targets, any time |
 //! | IRQ-saving locks with [`ArchIrq`](irq::ArchIrq) ([`ArchIrqTicketMutex`](crate::spinlock::ArchIrqTicketMutex), ...) | none | any time |
-//! | [`PerCpu::get`](crate::percpu::PerCpu::get), `PerCpuCounter::{add, inc, dec}`, `BrLock::local_lock`, the per-CPU rw locks' readers | `preempt_disable`, `cpu_id`, `preempt_enable` (with the default batch, the counter's first `add` also reads `nr_cpus` once) | when `cpu_id` is right on the calling CPU |
+//! | [`PerCpu::get`](crate::percpu::PerCpu::get), `PerCpuCounter::{add, inc, dec}`, `BrLock::local_lock`, the per-CPU rw locks' readers | `preempt_disable_cpu_id` (by default `preempt_disable` then `cpu_id`), `preempt_enable` (with the default batch, the counter's first `add` also reads `nr_cpus` once) | when `cpu_id` is right on the calling CPU |
 //! | `PerCpu::{iter, cpu}`, `PerCpuCounter::{sum, set, compare, error_bound}`, `BrLock::global_lock`, the per-CPU rw locks' writers, `Srcu::synchronize` | `nr_cpus`, plus the above (the counter's fold lock masks interrupts: `irq_save`) | when `nr_cpus` returns its final value |
 //! | [`rcu`](crate::rcu) (read sections, quiescent states, grace periods, `call_rcu`, `barrier`, [`RcuSync`](crate::rcu::RcuSync)), [`Srcu`](crate::rcu::srcu::Srcu), [`GatedPerCpuRwLock`](crate::percpu_rwlock::GatedPerCpuRwLock) | `preempt_*`, `cpu_id`, `nr_cpus`, `irq_*`; `rcu_stall` from `check_stall` | once `cpu_id` and `nr_cpus` work; each CPU calls `rcu::cpu_online` before its first read section |
 //! | [`RcuPtr`](crate::rcu::RcuPtr), [`RcuList`](crate::rcu::RcuList), [`Hlist`](crate::rcu::Hlist) writers (`publish`, insertion, removal under the writers' lock) | none (readers need an RCU read section, above) | any time |
@@ -193,6 +193,9 @@ pub(crate) const fn parse_setting(text: &str, max: usize) -> Option<usize> {
 ///   [`preempt_enable`](Kernel::preempt_enable), the calling context stays
 ///   on its CPU and no other thread context runs on that CPU (interrupt
 ///   handlers may). Calls nest.
+/// * [`preempt_disable_cpu_id`](Kernel::preempt_disable_cpu_id), if
+///   overridden, does what `preempt_disable` does and then returns what
+///   `cpu_id` would.
 /// * [`nr_cpus`](Kernel::nr_cpus) returns the same value every time, at
 ///   most [`MAX_CPUS`]: a constant upper bound on the CPU ids, counting
 ///   the possible CPUs, not the online ones (the configured maximum is
@@ -222,6 +225,19 @@ pub unsafe trait Kernel {
 
     /// Ends one [`preempt_disable`](Kernel::preempt_disable).
     fn preempt_enable() {}
+
+    /// [`preempt_disable`](Kernel::preempt_disable), then the id of the
+    /// CPU the caller now stays on (Linux's `get_cpu`): what every per-CPU
+    /// access and RCU read section starts with, so a kernel can do both in
+    /// one hook call (its preempt count and CPU id are usually in one
+    /// per-CPU block). Must equal the two calls in that order. The default
+    /// makes them.
+    #[doc(alias = "get_cpu")]
+    #[inline]
+    fn preempt_disable_cpu_id() -> usize {
+        Self::preempt_disable();
+        Self::cpu_id()
+    }
 
     /// Saves the local interrupt state and disables interrupts on this
     /// CPU; the returned word goes back to
@@ -413,6 +429,10 @@ macro_rules! set_kernel {
                 <$kernel as $crate::kernel::Kernel>::preempt_enable()
             }
             #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_preempt_disable_cpu_id() -> usize {
+                <$kernel as $crate::kernel::Kernel>::preempt_disable_cpu_id()
+            }
+            #[unsafe(no_mangle)]
             fn _ksync_set_kernel_v1_irq_save() -> usize {
                 <$kernel as $crate::kernel::Kernel>::irq_save()
             }
@@ -475,6 +495,7 @@ unsafe extern "Rust" {
     safe fn _ksync_set_kernel_v1_nr_cpus() -> usize;
     safe fn _ksync_set_kernel_v1_preempt_disable();
     safe fn _ksync_set_kernel_v1_preempt_enable();
+    safe fn _ksync_set_kernel_v1_preempt_disable_cpu_id() -> usize;
     safe fn _ksync_set_kernel_v1_irq_save() -> usize;
     unsafe fn _ksync_set_kernel_v1_irq_restore(flags: usize);
     safe fn _ksync_set_kernel_v1_rcu_stall(report: &StallReport);
@@ -667,6 +688,23 @@ pub fn preempt_disable() -> PreemptGuard {
     PreemptGuard {
         not_send: core::marker::PhantomData,
     }
+}
+
+/// Disables preemption and returns the guard with the CPU id it keeps
+/// stable (Linux's `get_cpu`): one hook call,
+/// [`Kernel::preempt_disable_cpu_id`].
+///
+/// # Panics
+/// As [`cpu_id`], on an id at or past [`MAX_CPUS`] (preemption is enabled
+/// again first).
+#[inline]
+pub(crate) fn preempt_disable_cpu() -> (PreemptGuard, usize) {
+    let id = _ksync_set_kernel_v1_preempt_disable_cpu_id();
+    let guard = PreemptGuard {
+        not_send: core::marker::PhantomData,
+    };
+    check_cpu(id);
+    (guard, id)
 }
 
 /// The kernel's [`Kernel::preempt_disable`], with no guard: for a lock

@@ -113,9 +113,8 @@ impl<T> PerCpu<T> {
     #[doc(alias("this_cpu_ptr", "get_cpu_var", "get_cpu_ptr"))]
     #[inline]
     pub fn get(&self) -> PerCpuRef<'_, T> {
-        let preempt = kernel::preempt_disable();
-        let cpu = kernel::cpu_id();
-        // `cpu_id` has checked `cpu < MAX_CPUS`.
+        let (preempt, cpu) = kernel::preempt_disable_cpu();
+        // `preempt_disable_cpu` has checked `cpu < MAX_CPUS`.
         PerCpuRef {
             slot: &self.slots[cpu],
             cpu,

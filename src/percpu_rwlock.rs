@@ -143,8 +143,8 @@ crate::sync::const_init! {
 impl Flavour for Fenced {
     #[inline(always)]
     fn reader_step<T>(&self, f: impl FnOnce(bool, usize) -> T) -> T {
-        let _preempt = crate::kernel::preempt_disable();
-        f(false, crate::kernel::cpu_id())
+        let (_preempt, cpu) = crate::kernel::preempt_disable_cpu();
+        f(false, cpu)
     }
     #[inline(always)]
     fn writer_enter(&self) {}
@@ -192,8 +192,8 @@ impl Flavour for Gated {
         // straddle a quiescent state. A read section (untracked by lockdep:
         // the lock itself is tracked), which also keeps preemption off,
         // covers both.
-        let _rcu = crate::rcu::ReadSection::enter();
-        f(self.gate.is_idle(), crate::kernel::cpu_id())
+        let (_rcu, cpu) = crate::rcu::ReadSection::enter_cpu();
+        f(self.gate.is_idle(), cpu)
     }
     #[inline]
     fn writer_enter(&self) {

@@ -130,6 +130,16 @@ unsafe impl Kernel for HostKernel {
     }
 
     #[inline]
+    fn preempt_disable_cpu_id() -> usize {
+        // One hook call for both (the two thread-locals are read in this
+        // one function), as a kernel with one per-CPU block would.
+        if !NOOP_PREEMPT {
+            backend::preempt_disable()
+        }
+        backend::cpu_id()
+    }
+
+    #[inline]
     fn irq_save() -> usize {
         interrupts::irq_save()
     }

@@ -23,9 +23,18 @@ pub(crate) struct ReadSection {
 impl ReadSection {
     #[inline]
     pub(crate) fn enter() -> Self {
+        Self::enter_cpu().0
+    }
+
+    /// [`enter`](Self::enter), also returning this CPU's id (stable for the
+    /// section: preemption is off), read by the same hook call.
+    #[inline]
+    pub(crate) fn enter_cpu() -> (Self, usize) {
         // Preemption off first: the section stays on this CPU (Linux's
         // non-preemptible `rcu_read_lock` is exactly `preempt_disable`).
-        let (cpu, preempt) = this_cpu().into_parts();
+        let this = this_cpu();
+        let id = this.cpu();
+        let (cpu, preempt) = this.into_parts();
         // Relaxed: on a watched CPU no other CPU reads the counts (grace
         // periods wait for the CPU's quiescent state, which is refused
         // inside a section); the unwatched path's fence E2 orders it.
@@ -44,11 +53,12 @@ impl ReadSection {
         if !watched {
             unwatched_enter();
         }
-        ReadSection {
+        let section = ReadSection {
             cpu,
             watched,
             _preempt: preempt,
-        }
+        };
+        (section, id)
     }
 }
 

@@ -484,8 +484,7 @@ impl<R: RelaxStrategy> QueuedLock<R> {
     fn lock_queued(&self) {
         let () = Self::CPUS_FIT;
         // The nodes are this CPU's: stay on it while one is in use.
-        let _preempt = kernel::preempt_disable();
-        let cpu = kernel::cpu_id();
+        let (_preempt, cpu) = kernel::preempt_disable_cpu();
         let nesting = Nesting::enter(cpu);
         let idx = nesting.idx as usize;
         if idx >= NODES_PER_CPU {

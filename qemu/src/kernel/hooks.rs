@@ -117,6 +117,11 @@ unsafe impl ksync::kernel::Kernel for QemuKernel {
         sched::preempt_enable();
     }
 
+    #[inline]
+    fn preempt_disable_cpu_id() -> usize {
+        sched::preempt_disable_cpu_id()
+    }
+
     /// Called from [`ksync::rcu::check_stall`], here from a timer
     /// interrupt (interrupts off): one `KSYNC-RCU-STALL` line, and a copy
     /// for [`stall_log`].

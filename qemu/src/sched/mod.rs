@@ -354,9 +354,20 @@ pub fn preempt_count() -> u32 {
 /// restored by the switch), so the store is right whenever it happens
 /// (preempted threads never change CPU: see the module docs).
 pub fn preempt_disable() {
-    let count = &RQ[cpu::current()].preempt;
-    // Relaxed: this CPU's own word (see above).
+    preempt_disable_cpu_id();
+}
+
+/// ksync's `preempt_disable_cpu_id` hook (Linux's `get_cpu`):
+/// [`preempt_disable`], returning the CPU id it read for it (the CPU the
+/// caller now stays on).
+pub fn preempt_disable_cpu_id() -> usize {
+    let cpu = cpu::current();
+    let count = &RQ[cpu].preempt;
+    // Relaxed: this CPU's own word (see `preempt_disable`). A preemption
+    // before the store puts the thread back on this CPU (preempted threads
+    // never change CPU), so `cpu` is still the caller's CPU after it.
     count.store(count.load(Ordering::Relaxed) + 1, Ordering::Relaxed);
+    cpu
 }
 
 /// ksync's `preempt_enable` hook: -1 on this CPU's count; at 0, with a
