@@ -70,7 +70,7 @@ unsafe impl Zeroable for Map {}
 // SAFETY: with 64-bit atomics, an `AtomicU64` whose zero has the lock half
 // free and the count 0 (`LockRef::new(0)`); without, a `TicketLock` and an
 // `AtomicI32`, both zero-valid, the same value. Plus a `Map`.
-unsafe impl Zeroable for LockRef {}
+unsafe impl<G: SpinGuardian> Zeroable for LockRef<G> {}
 
 // ---- seqlock ---------------------------------------------------------------------
 

@@ -126,6 +126,54 @@ fn percpu_rwlocks_disable_preemption_while_held() {
     );
 }
 
+/// A `LockRef`'s embedded lock holds preemption off while held, as
+/// Linux's lockref `spinlock_t` does, whether taken by `lock` or by a
+/// lockless operation's fallback: a holder preempted on the CPU of a
+/// thread that then spins on it with preemption off would never run again
+/// (seen as a hang in the QEMU scheduler kernel's `seed-walk` suite).
+#[test]
+fn lockref_lock_disables_preemption_while_held() {
+    let lockref = ksync::LockRef::new(1);
+    holder_is_not_preempted("LockRef lock", &lockref, |l| {
+        let g = l.lock();
+        Box::new(move || drop(g))
+    });
+    holder_is_not_preempted("LockRef lock_nested", &lockref, |l| {
+        let g = l.lock_nested(1);
+        Box::new(move || drop(g))
+    });
+    // The last put's fallback returns the guard holding the lock.
+    holder_is_not_preempted("LockRef put_or_lock", &lockref, |l| {
+        let g = l.put_or_lock().expect("the count is 1: the lock is taken");
+        Box::new(move || drop(g))
+    });
+    // The fallbacks that take and drop the lock inside give it back.
+    // `get` meets the lock held and takes the locked path (it waits for
+    // the lock, released after a while).
+    let held = lockref.lock();
+    let t = thread::scope(|s| {
+        let getter = s.spawn(|| {
+            lockref.get();
+            host::preempt_count()
+        });
+        thread::sleep(std::time::Duration::from_millis(20));
+        drop(held);
+        getter.join().unwrap()
+    });
+    assert_eq!(t, 0, "get's locked fallback left preemption off");
+    assert_eq!(lockref.count(), 2);
+
+    // The `NoGuard` policy leaves preemption alone (no hook at all).
+    let raw = ksync::LockRef::<ksync::spinlock::NoGuard>::with_policy(1);
+    let g = raw.lock();
+    assert_eq!(
+        host::preempt_count(),
+        0,
+        "a NoGuard LockRef disabled preemption"
+    );
+    drop(g);
+}
+
 #[test]
 fn a_failed_try_lock_gives_preemption_back() {
     let lock = TicketMutex::new(0);

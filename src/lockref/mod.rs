@@ -37,8 +37,10 @@
 //! [`RawQueuedLock`](crate::spinlock::RawQueuedLock), for three reasons:
 //!
 //! * The queued lock's MCS nodes are per CPU, so it needs the kernel's CPU
-//!   id: a `LockRef` would need [`set_kernel!`](crate::set_kernel), where
-//!   today it works in any binary (firmware, user space, single-core MCUs).
+//!   id; the ticket lock needs no hook beyond what the guard policy
+//!   disables, so `LockRef::<NoGuard>` works in any binary (firmware, user
+//!   space, single-core MCUs) that never calls
+//!   [`set_kernel!`](crate::set_kernel).
 //! * Its steps are 32-bit atomics (Linux's also 8- and 16-bit ones) on part
 //!   of the word, while the lockless path compare-exchanges all 64 bits:
 //!   mixed-size atomic accesses to one location, which Rust's memory model
@@ -126,6 +128,7 @@ use core::fmt;
 use core::marker::PhantomData;
 
 use crate::lockdep::{Acquired, LockClassKey, Map};
+use crate::spinlock::{PreemptDisabled, SpinGuardian};
 use crate::sync::{Ordering, const_fn, fence};
 use word::{Attempt, Rule};
 
@@ -167,9 +170,21 @@ const MAX: i32 = i32::MAX;
 /// `lockdep`, its lock is its own class, see
 /// [`Map`](crate::lockdep::Map#zeroed-memory)). `bytemuck::Zeroable` with
 /// the `bytemuck` feature.
+///
+/// # Guard policy
+///
+/// `G` is what the lock disables while held, as for the spinlocks
+/// ([`SpinGuardian`]): [`PreemptDisabled`] by default, because Linux's
+/// lockref lock is a `spinlock_t` (a holder switched out would keep every
+/// CPU that spins for it waiting, and a CPU whose preempted thread holds
+/// it would spin for ever). Only the lock path calls the hooks; the
+/// lockless get and put call none. A binary that never calls
+/// [`set_kernel!`](crate::set_kernel) names
+/// [`NoGuard`](crate::spinlock::NoGuard):
+/// `LockRef::<NoGuard>::with_policy(1)` calls no hook at all.
 #[doc(alias = "lockref")]
 #[cfg_attr(target_has_atomic = "64", repr(C, align(8)))]
-pub struct LockRef {
+pub struct LockRef<G: SpinGuardian = PreemptDisabled> {
     #[cfg(target_has_atomic = "64")]
     word: AtomicU64,
     #[cfg(not(target_has_atomic = "64"))]
@@ -178,6 +193,22 @@ pub struct LockRef {
     count: AtomicI32,
     /// The lock's lockdep class (zero-sized without `lockdep`).
     dep_map: Map,
+    policy: PhantomData<fn() -> G>,
+}
+
+/// What `G::enter` saved when a [`LockRefGuard`] was made: undone on drop,
+/// after the unlock and lockdep's release (the guard's last field).
+struct Entered<G: SpinGuardian>(G::Saved);
+
+impl<G: SpinGuardian> Drop for Entered<G> {
+    #[inline]
+    fn drop(&mut self) {
+        // SAFETY: `self.0` comes from `G::enter` in `lock_subclass`, on this
+        // CPU (the guard is `!Send`); guards of one CPU drop in reverse
+        // order of taking, as every scoped guard does, and this runs after
+        // the lock is free, as Linux's `spin_unlock`.
+        unsafe { G::exit(self.0) }
+    }
 }
 
 /// The lock of a [`LockRef`], held; unlocks on drop.
@@ -191,27 +222,35 @@ pub struct LockRef {
 /// by the `raw_lock` that returned `ticket`, and nothing else releases that
 /// lock: the guard is the lock's one owner.
 #[must_use = "dropping the guard unlocks at once"]
-pub struct LockRefGuard<'a> {
-    lockref: &'a LockRef,
+pub struct LockRefGuard<'a, G: SpinGuardian = PreemptDisabled> {
+    lockref: &'a LockRef<G>,
     ticket: u16,
     /// Records the release with lockdep after the unlock (zero-sized
     /// without `lockdep`).
     _dep: Acquired<'a>,
+    /// What the policy disabled (preemption by default) stays disabled
+    /// while the lock is held and is undone after the unlock (declared
+    /// after `_dep`: dropped last).
+    _entered: Entered<G>,
     not_send: PhantomData<*mut ()>,
 }
 
 // ---- word-level primitives (one implementation per representation) ---------
 
 #[cfg(target_has_atomic = "64")]
-impl LockRef {
+impl<G: SpinGuardian> LockRef<G> {
     const_fn! {
-        /// A new, unlocked lockref holding `count`. With `lockdep`, its
-        /// lock's class is this call's location (see
+        /// A new, unlocked lockref holding `count`, with the guard policy
+        /// `G` (name it: `LockRef::<NoGuard>::with_policy(1)`). With
+        /// `lockdep`, its lock's class is this call's location (see
         /// [`lockdep`](crate::lockdep#lock-classes)).
-        #[doc(alias = "lockref_init")]
         #[cfg_attr(feature = "lockdep", track_caller)]
-        pub fn new(count: i32) -> Self {
-            Self { word: AtomicU64::new(word::with_count(count)), dep_map: Map::new() }
+        pub fn with_policy(count: i32) -> Self {
+            Self {
+                word: AtomicU64::new(word::with_count(count)),
+                dep_map: Map::new(),
+                policy: PhantomData,
+            }
         }
     }
 
@@ -403,15 +442,20 @@ impl LockRef {
 }
 
 #[cfg(not(target_has_atomic = "64"))]
-impl LockRef {
+impl<G: SpinGuardian> LockRef<G> {
     const_fn! {
-        /// A new, unlocked lockref holding `count`. With `lockdep`, its
-        /// lock's class is this call's location (see
+        /// A new, unlocked lockref holding `count`, with the guard policy
+        /// `G` (name it: `LockRef::<NoGuard>::with_policy(1)`). With
+        /// `lockdep`, its lock's class is this call's location (see
         /// [`lockdep`](crate::lockdep#lock-classes)).
-        #[doc(alias = "lockref_init")]
         #[cfg_attr(feature = "lockdep", track_caller)]
-        pub fn new(count: i32) -> Self {
-            Self { lock: TicketLock::new(), count: AtomicI32::new(count), dep_map: Map::new() }
+        pub fn with_policy(count: i32) -> Self {
+            Self {
+                lock: TicketLock::new(),
+                count: AtomicI32::new(count),
+                dep_map: Map::new(),
+                policy: PhantomData,
+            }
         }
     }
 
@@ -459,9 +503,23 @@ impl LockRef {
     }
 }
 
+impl LockRef {
+    const_fn! {
+        /// A new, unlocked lockref holding `count`, whose lock disables
+        /// preemption while held (the default policy, [`PreemptDisabled`]).
+        /// With `lockdep`, its lock's class is this call's location (see
+        /// [`lockdep`](crate::lockdep#lock-classes)).
+        #[doc(alias = "lockref_init")]
+        #[cfg_attr(feature = "lockdep", track_caller)]
+        pub fn new(count: i32) -> Self {
+            Self::with_policy(count)
+        }
+    }
+}
+
 // ---- the operations ---------------------------------------------------------
 
-impl LockRef {
+impl<G: SpinGuardian> LockRef<G> {
     /// Takes a reference; the caller must already hold one (or hold the
     /// object by other means, as a lookup structure does).
     ///
@@ -613,7 +671,7 @@ impl LockRef {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     #[must_use = "`Some` holds the lock with the last reference: dropping it unlocks"]
-    pub fn put_or_lock(&self) -> Option<LockRefGuard<'_>> {
+    pub fn put_or_lock(&self) -> Option<LockRefGuard<'_, G>> {
         let rule = Rule {
             lo: 2,
             hi: MAX - 1,
@@ -628,7 +686,7 @@ impl LockRef {
     #[cold]
     #[inline(never)]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    fn put_or_lock_locked(&self) -> Option<LockRefGuard<'_>> {
+    fn put_or_lock_locked(&self) -> Option<LockRefGuard<'_, G>> {
         let mut guard = self.lock();
         match guard.count() {
             ..=1 => Some(guard),
@@ -644,7 +702,7 @@ impl LockRef {
     #[doc(alias = "spin_lock")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn lock(&self) -> LockRefGuard<'_> {
+    pub fn lock(&self) -> LockRefGuard<'_, G> {
         self.lock_subclass(0)
     }
 
@@ -660,13 +718,17 @@ impl LockRef {
     #[doc(alias = "spin_lock_nested")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn lock_nested(&self, subclass: u8) -> LockRefGuard<'_> {
+    pub fn lock_nested(&self, subclass: u8) -> LockRefGuard<'_, G> {
         self.lock_subclass(subclass)
     }
 
     #[inline(always)]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    fn lock_subclass(&self, subclass: u8) -> LockRefGuard<'_> {
+    fn lock_subclass(&self, subclass: u8) -> LockRefGuard<'_, G> {
+        // Preemption (the policy's) off before spinning, as `spin_lock`
+        // does: the holder must not be switched out, and neither must a
+        // waiter holding a FIFO ticket (the owner would wait for it).
+        let entered = Entered::<G>(G::enter());
         // Recorded before spinning, so a deadlock is reported first.
         let dep = self.dep_map.acquire_guard(subclass, false, false);
         let ticket = self.raw_lock();
@@ -676,6 +738,7 @@ impl LockRef {
             lockref: self,
             ticket,
             _dep: dep,
+            _entered: entered,
             not_send: PhantomData,
         }
     }
@@ -719,7 +782,7 @@ impl LockRef {
     }
 }
 
-impl LockRefGuard<'_> {
+impl<G: SpinGuardian> LockRefGuard<'_, G> {
     /// The count (exact: nobody else changes it while the lock is held).
     #[inline]
     #[must_use]
@@ -752,7 +815,7 @@ impl LockRefGuard<'_> {
     }
 }
 
-impl Drop for LockRefGuard<'_> {
+impl<G: SpinGuardian> Drop for LockRefGuard<'_, G> {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: by the type invariant the guard holds the lock with
@@ -764,6 +827,8 @@ impl Drop for LockRefGuard<'_> {
 
 // ---- trait impls ------------------------------------------------------------
 
+/// For the default policy only, so that `LockRef::default()` needs no
+/// annotation; other policies: `with_policy(0)`.
 impl Default for LockRef {
     /// A lockref with count zero.
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -772,7 +837,7 @@ impl Default for LockRef {
     }
 }
 
-impl fmt::Debug for LockRef {
+impl<G: SpinGuardian> fmt::Debug for LockRef<G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockRef")
             .field("count", &self.count())
@@ -780,7 +845,7 @@ impl fmt::Debug for LockRef {
     }
 }
 
-impl fmt::Debug for LockRefGuard<'_> {
+impl<G: SpinGuardian> fmt::Debug for LockRefGuard<'_, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         f.debug_struct("LockRefGuard")
             .field("count", &self.count())
@@ -789,14 +854,14 @@ impl fmt::Debug for LockRefGuard<'_> {
 }
 
 #[cfg(feature = "defmt")]
-impl defmt::Format for LockRef {
+impl<G: SpinGuardian> defmt::Format for LockRef<G> {
     fn format(&self, f: defmt::Formatter<'_>) {
         defmt::write!(f, "LockRef {{ count: {} }}", self.count())
     }
 }
 
 #[cfg(feature = "defmt")]
-impl defmt::Format for LockRefGuard<'_> {
+impl<G: SpinGuardian> defmt::Format for LockRefGuard<'_, G> {
     fn format(&self, f: defmt::Formatter<'_>) {
         defmt::write!(f, "LockRefGuard {{ count: {} }}", self.count())
     }
