@@ -25,6 +25,13 @@
 //!
 //! Between rounds the CPUs meet at a [`Barrier`] (idle for RCU); CPU 0
 //! sets the next variant up and runs the check while the others wait.
+//!
+//! In scheduler mode (several threads per CPU, `harness::runner`) every
+//! thread is one of the workload's CPUs: thread `t` of CPU `c` steps as
+//! the workload's CPU `t * cpus + c` (so thread 0 of CPU 0 is its writer,
+//! and outside scheduler mode the workload's CPU is the CPU), the barrier
+//! counts threads and its waiters yield ([`Barrier::wait_threads`]), and
+//! the set-ups and checks are thread 0 of CPU 0's.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -35,7 +42,7 @@ use seeds::stat::StatStorm;
 use seeds::walk::PathWalk;
 use seeds::{Config, Counts, Rng, Violation, Workload};
 
-use crate::harness::{Ctx, Info, Kind, Suite, Summary};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary, runner};
 use crate::kernel::barrier::Barrier;
 use crate::kernel::cpu::Counters;
 use crate::kernel::time;
@@ -71,6 +78,8 @@ pub trait Seed: Sync {
     }
     /// The measured configuration.
     fn bench(&self) -> Config;
+    /// [`Workload::set_threads`].
+    fn set_threads(&self, threads: usize);
     /// [`Workload::setup`] of variant `i`.
     fn setup(&self, i: usize, config: Config);
     /// [`Workload::step`].
@@ -97,6 +106,9 @@ impl<W: Workload> Seed for Of<W> {
     }
     fn bench(&self) -> Config {
         W::BENCH
+    }
+    fn set_threads(&self, threads: usize) {
+        self.0.set_threads(threads);
     }
     fn setup(&self, i: usize, config: Config) {
         self.0.setup(W::VARIANTS[i].0, config);
@@ -173,6 +185,15 @@ impl SeedSuite {
             irqs: Counters::new(),
             round_ops: Counters::new(),
             rounds: AtomicU64::new(0),
+        }
+    }
+
+    /// Every thread of the run meets the others between two rounds (see
+    /// the module docs).
+    fn meet(&self, ctx: &Ctx) {
+        match runner::threads() {
+            1 => self.barrier.wait(ctx.cpus),
+            n => self.barrier.wait_threads(ctx.cpus * n),
         }
     }
 
@@ -268,22 +289,26 @@ impl Suite for SeedSuite {
     }
 
     fn run(&self, ctx: &Ctx) {
-        let mut rng = Rng::new(ctx.cpu as u64 * 7919 + 17);
+        // The workload's CPU (see the module docs), and who leads.
+        let id = ctx.thread * ctx.cpus + ctx.cpu;
+        let leader = id == 0;
+        let mut rng = Rng::new(id as u64 * 7919 + 17);
         let mut round = 0;
         while let Some((seed, variant, config, ms)) = self.round(round) {
-            if ctx.cpu == 0 {
+            if leader {
+                seed.set_threads(ctx.cpus * runner::threads());
                 seed.setup(variant, config);
                 self.round_ops.reset();
                 // Relaxed: published by the barrier.
                 self.round_end
                     .store(time::now() + time::ms_to_ticks(ms), Ordering::Relaxed);
             }
-            self.barrier.wait(ctx.cpus);
+            self.meet(ctx);
             let (start, end) = (time::now(), self.round_end.load(Ordering::Relaxed));
             let mut c = Counts::default();
             let mut now = start;
             while now < end && !ctx.should_stop() {
-                c += seed.step(ctx.cpu, STEP, &mut rng);
+                c += seed.step(id, STEP, &mut rng);
                 now = time::now();
             }
             self.ops.add(ctx.cpu, c.ops);
@@ -291,8 +316,8 @@ impl Suite for SeedSuite {
             self.misses.add(ctx.cpu, c.misses);
             self.retries.add(ctx.cpu, c.retries);
             self.round_ops.add(ctx.cpu, c.ops);
-            self.barrier.wait(ctx.cpus);
-            if ctx.cpu == 0 {
+            self.meet(ctx);
+            if leader {
                 let elapsed_ms = time::ticks_to_ms(now.max(end) - start).max(1);
                 if let Err(v) = seed.check() {
                     self.info.report(format_args!(
@@ -322,7 +347,7 @@ impl Suite for SeedSuite {
                 // Relaxed: published by the barrier.
                 self.go_on.store(more, Ordering::Relaxed);
             }
-            self.barrier.wait(ctx.cpus);
+            self.meet(ctx);
             if !self.go_on.load(Ordering::Relaxed) {
                 break;
             }
