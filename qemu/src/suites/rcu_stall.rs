@@ -29,6 +29,13 @@
 //! After the rounds, with nobody stuck, a few more grace periods must end
 //! without a report.
 //!
+//! In scheduler mode (several threads per CPU, `harness::runner`) the
+//! roles are the threads 0's: thread 0 of CPU 0 drives, thread 0 of the
+//! stuck CPU holds the read section (which keeps its CPU's other threads
+//! off it: a read section holds preemption off), every other thread
+//! follows. To keep the scheduler boots short only CPU 1 and the last
+//! CPU get stuck there ([`stuck_cpus`]).
+//!
 //! The round handshake is Release/Acquire (commented where used); the
 //! per-round statistics are Relaxed, ordered before `finish` by the
 //! runner's barriers.
@@ -39,7 +46,7 @@ use ksync::rcu::{self, StallReport};
 use ksync::spinlock::IrqTicketMutex;
 
 use super::{Rng, busy_work};
-use crate::harness::{Ctx, Info, Kind, Suite, Summary};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary, runner};
 use crate::kernel::cpu::{Counters, MAX_CPUS};
 use crate::kernel::{self, hooks, time};
 
@@ -111,7 +118,7 @@ impl StallTest {
 
     /// CPU 0: runs the rounds, then the clean grace periods.
     fn drive(&self, ctx: &Ctx) {
-        for stuck in 1..ctx.cpus {
+        for stuck in stuck_cpus(ctx.cpus) {
             if ctx.failed() || !self.round(ctx, stuck) {
                 return;
             }
@@ -199,8 +206,9 @@ impl StallTest {
             }
             let round = self.round.load(Ordering::Acquire);
             let stuck = round & ((1 << ROUND_SHIFT) - 1);
-            // Relaxed: only this CPU writes `left` for its own round.
-            if stuck == ctx.cpu && self.left.load(Ordering::Relaxed) != stuck {
+            // Relaxed: only this CPU's thread 0 writes `left` for its own
+            // round.
+            if stuck == ctx.cpu && ctx.thread == 0 && self.left.load(Ordering::Relaxed) != stuck {
                 self.hold(ctx, stuck);
             } else {
                 let _reading = rcu::read_lock();
@@ -243,6 +251,13 @@ impl StallTest {
             ctx.fail("no stall report while this CPU was stuck in a read section");
         }
     }
+}
+
+/// The CPUs that get stuck in turn, one per round: every CPU but CPU 0,
+/// or in scheduler mode CPU 1 and the last (see the module docs).
+fn stuck_cpus(cpus: usize) -> impl Iterator<Item = usize> {
+    let every = runner::threads() == 1;
+    (1..cpus).filter(move |&cpu| every || cpu == 1 || cpu == cpus - 1)
 }
 
 /// Whether `report` is right for a grace period started after `gp_before`
@@ -296,7 +311,7 @@ impl Suite for StallTest {
     fn run(&self, ctx: &Ctx) {
         if ctx.cpus < 2 {
             ctx.fail("needs a second CPU to get stuck");
-        } else if ctx.cpu == WRITER {
+        } else if ctx.cpu == WRITER && ctx.thread == 0 {
             self.drive(ctx);
             // Release pairs with the followers' Acquire load.
             self.done.store(true, Ordering::Release);
@@ -316,7 +331,7 @@ impl Suite for StallTest {
     fn finish(&self, cpus: usize) -> Summary {
         // The kernel's own timeout again (the runner checks).
         kernel::rcu::reset_stall_timeout();
-        for stuck in 1..cpus {
+        for stuck in stuck_cpus(cpus) {
             self.info.report(format_args!(
                 "round {stuck}: CPU {stuck} held its read section {} ms, {} report(s), reported age {} ms, CPU 0 waited {} ms for the grace period",
                 self.held_ms[stuck].load(Ordering::Relaxed),
@@ -331,7 +346,7 @@ impl Suite for StallTest {
         );
         let rounds = self.rounds_ok.load(Ordering::Relaxed);
         let failure =
-            (rounds as usize != cpus.saturating_sub(1)).then_some("not every round completed");
+            (rounds as usize != stuck_cpus(cpus).count()).then_some("not every round completed");
         let spread = if cpus > 1 {
             (1..cpus)
                 .map(|cpu| self.reads.get(cpu))
