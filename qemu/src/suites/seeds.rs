@@ -30,8 +30,10 @@
 //! thread is one of the workload's CPUs: thread `t` of CPU `c` steps as
 //! the workload's CPU `t * cpus + c` (so thread 0 of CPU 0 is its writer,
 //! and outside scheduler mode the workload's CPU is the CPU), the barrier
-//! counts threads and its waiters yield ([`Barrier::wait_threads`]), and
-//! the set-ups and checks are thread 0 of CPU 0's.
+//! counts threads and its waiters yield ([`Barrier::wait_threads`]), the
+//! set-ups and checks are thread 0 of CPU 0's, and a test's variants share
+//! [`SCHED_TEST_MS`] instead of its budget, to keep the one boot that runs
+//! every suite short.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -52,6 +54,9 @@ use crate::println;
 const STEP: u64 = 32;
 /// A test suite's budget (shared by its variants).
 const TEST_MS: u64 = 1200;
+/// What a test suite's variants share in scheduler mode, where one boot
+/// runs every suite (see the module docs).
+const SCHED_TEST_MS: u64 = 600;
 /// A control's budget, and the length of one of its rounds.
 const CONTROL_MS: u64 = 4000;
 /// See [`CONTROL_MS`].
@@ -204,7 +209,11 @@ impl SeedSuite {
             Mode::Test => {
                 let seed = self.seed;
                 let correct = (0..seed.variants()).filter(|&i| !seed.is_control(i));
-                let share = TEST_MS * 9 / 10 / correct.clone().count() as u64;
+                let total = match runner::threads() {
+                    1 => TEST_MS,
+                    _ => SCHED_TEST_MS,
+                };
+                let share = total * 9 / 10 / correct.clone().count() as u64;
                 let i = correct.clone().nth(round)?;
                 Some((seed, i, Config::TORTURE, share))
             }
