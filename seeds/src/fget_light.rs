@@ -4,9 +4,11 @@
 //! reference count and its drop: `dd bs=1` system time 2.10 s -> 1.87 s.
 //!
 //! Each CPU runs its own single-threaded process (a [`Files`] table and a
-//! `users` count of the tasks sharing it). Only the owner raises `users`
-//! (as only `clone` does), so an owner that reads `users == 1` knows nobody
-//! else uses the table until it says otherwise.
+//! `users` count of the tasks sharing it): CPU `i` of a run of `n` owns
+//! process `i % n`, `n` being [`PROCS`] unless the run says otherwise
+//! ([`Workload::set_threads`], at most [`MAX_PROCS`]). Only the owner
+//! raises `users` (as only `clone` does), so an owner that reads
+//! `users == 1` knows nobody else uses the table until it says otherwise.
 //!
 //! * After: `users == 1` -> a plain lookup, no reference, no atomic
 //!   read-modify-write; otherwise `fget` + `fput` (RCU + lockref).
@@ -14,8 +16,9 @@
 //! * Control: the plain lookup even while the table is shared.
 //!
 //! Torture runs share tables: every 64 operations an owner raises `users`
-//! and lets the CPU after it (its "second thread") close and open fds in
-//! its table (on average every `write_every` operations of that CPU), then,
+//! and lets the CPU after it (its "second thread"; modulo `n`) close and
+//! open fds in its table (on average every `write_every` operations of
+//! that CPU), then,
 //! 64 operations later, takes the table back (a store-load
 //! handshake: `share := false`, wait for `helper_in == false`; the helper
 //! sets `helper_in`, then re-checks `share`; both `SeqCst`). The control's
@@ -23,8 +26,8 @@
 //! holds no reference, which [`check`](crate::Workload::check) reports.
 //! Measured runs never share: single-threaded processes, one per CPU.
 
-use core::sync::atomic::AtomicBool;
-use core::sync::atomic::Ordering::SeqCst;
+use core::sync::atomic::Ordering::{Relaxed, SeqCst};
+use core::sync::atomic::{AtomicBool, AtomicUsize};
 
 use ksync::LockRef;
 use ksync::rcu;
@@ -32,8 +35,12 @@ use ksync::rcu;
 use crate::fd::{Files, LONG_LIVED, Protect};
 use crate::{Config, Counts, Rng, Settings, Violation, Workload};
 
-/// Processes (one per CPU of a 4-CPU run; CPU `i` owns process `i % PROCS`).
+/// Processes by default (one per CPU of a 4-CPU run; CPU `i` owns process
+/// `i % PROCS`).
 pub const PROCS: usize = 4;
+/// The most processes a run may ask for ([`Workload::set_threads`]): one
+/// per thread of 8 CPUs with 6 threads each.
+pub const MAX_PROCS: usize = 48;
 /// Fds looked up: the long-lived ones and as many the helper churns.
 const LOOKUP_FDS: u64 = 2 * LONG_LIVED as u64;
 
@@ -105,7 +112,9 @@ pub enum LightVariant {
 /// The `fget_light` workload: a process per CPU.
 #[derive(Debug)]
 pub struct FgetLight {
-    procs: [Process; PROCS],
+    procs: [Process; MAX_PROCS],
+    /// Processes in use: the run's threads ([`PROCS`] by default).
+    owners: AtomicUsize,
     settings: Settings,
 }
 
@@ -119,9 +128,16 @@ impl FgetLight {
     /// A workload in its initial state; [`setup`](Workload::setup) before use.
     pub const fn new() -> Self {
         FgetLight {
-            procs: [const { Process::new() }; PROCS],
+            procs: [const { Process::new() }; MAX_PROCS],
+            owners: AtomicUsize::new(PROCS),
             settings: Settings::new(),
         }
+    }
+
+    /// The processes of this run.
+    fn procs(&self) -> &[Process] {
+        // Relaxed: see `set_threads`.
+        &self.procs[..self.owners.load(Relaxed)]
     }
 }
 
@@ -142,10 +158,22 @@ impl Workload for FgetLight {
         delay: 0,
     };
 
+    /// One process per thread: a process two threads owned would be
+    /// shared for good, and the unshared fast path wrong for it.
+    fn set_threads(&'static self, threads: usize) {
+        assert!(
+            (1..=MAX_PROCS).contains(&threads),
+            "fget_light: 1 to {MAX_PROCS} threads"
+        );
+        // Relaxed: as the settings, before the run's steps start (the
+        // driver's thread spawn or barrier orders it).
+        self.owners.store(threads, Relaxed);
+    }
+
     fn setup(&'static self, variant: LightVariant, config: Config) {
         rcu::barrier();
         self.settings.set(Self::VARIANTS, variant, config);
-        for p in &self.procs {
+        for p in self.procs() {
             p.files.setup(LOOKUP_FDS as usize);
             p.users.lock().set_count(1);
             p.share.store(false, SeqCst);
@@ -155,8 +183,9 @@ impl Workload for FgetLight {
 
     fn step(&self, cpu: usize, n: u64, rng: &mut Rng) -> Counts {
         let (variant, config) = self.settings.get(Self::VARIANTS);
-        let me = &self.procs[cpu % PROCS];
-        let other = &self.procs[(cpu + 1) % PROCS];
+        let procs = self.procs();
+        let me = &procs[cpu % procs.len()];
+        let other = &procs[(cpu + 1) % procs.len()];
         // Torture runs only (measured runs never share).
         let sharing = config.write_every != 0;
         let mut shared = false;
@@ -218,7 +247,7 @@ impl Workload for FgetLight {
     }
 
     fn check(&self) -> Result<(), Violation> {
-        for p in &self.procs {
+        for p in self.procs() {
             p.files.check(Self::NAME)?;
             if p.users.count() != 1 {
                 return Err(crate::violation(

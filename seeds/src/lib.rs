@@ -126,6 +126,14 @@ pub trait Workload: Sync + 'static {
     /// The measured configuration (how often CPU 0 writes).
     const BENCH: Config;
 
+    /// Tells the workload that `threads` threads (ids `0..threads`) will
+    /// call [`step`](Self::step) from now on; nobody may run steps
+    /// meanwhile, and [`setup`](Self::setup) follows. Most workloads serve
+    /// any number and ignore it; one with a per-thread part sizes it
+    /// (without a call: 4).
+    fn set_threads(&'static self, threads: usize) {
+        let _ = threads;
+    }
     /// Prepares one run of `variant`; nobody may run steps meanwhile.
     fn setup(&'static self, variant: Self::Variant, config: Config);
     /// `n` operations as CPU `cpu` of the run (0-based; CPU 0 also writes).

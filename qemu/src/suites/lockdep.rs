@@ -16,6 +16,12 @@
 //!
 //! Every CPU then idles until the budget is spent (each must take timer
 //! interrupts during a suite).
+//!
+//! In scheduler mode (several threads per CPU, `harness::runner`) the two
+//! orders are thread 0's of CPUs 0 and 1; CPU 1's waits for CPU 0's
+//! giving its CPU away between looks (`sched::relax`), and every other
+//! thread idles. (ksync's lockdep keeps held locks per task, the
+//! kernel's `current_task`: a thread here.)
 
 use core::sync::atomic::{AtomicUsize, Ordering};
 
@@ -26,6 +32,7 @@ use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::Counters;
 use crate::kernel::hooks;
 use crate::println;
+use crate::sched;
 
 /// The two locks, each its own class, named for the report.
 static A: TicketMutex<u64> =
@@ -82,7 +89,7 @@ impl Suite for LockdepSuite {
     fn run(&self, ctx: &Ctx) {
         if ctx.cpus < 2 {
             ctx.fail("needs two CPUs");
-        } else if ctx.cpu == 0 {
+        } else if ctx.cpu == 0 && ctx.thread == 0 {
             {
                 let mut a = A.lock();
                 let mut b = B.lock();
@@ -92,13 +99,16 @@ impl Suite for LockdepSuite {
             // Release pairs with CPU 1's Acquire: both locks are free and
             // CPU 0 never takes them again.
             self.step.store(FIRST_ORDER_DONE, Ordering::Release);
-        } else if ctx.cpu == 1 {
+        } else if ctx.cpu == 1 && ctx.thread == 0 {
             // Acquire pairs with CPU 0's Release.
             while self.step.load(Ordering::Acquire) != FIRST_ORDER_DONE {
                 if ctx.should_stop() {
                     ctx.fail("CPU 0 did not take A then B in time");
                     return;
                 }
+                // CPU 0 may be slow to get there; so may this CPU's
+                // other threads, in scheduler mode.
+                sched::relax();
             }
             {
                 let mut b = B.lock();

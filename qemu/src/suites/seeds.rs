@@ -25,6 +25,15 @@
 //!
 //! Between rounds the CPUs meet at a [`Barrier`] (idle for RCU); CPU 0
 //! sets the next variant up and runs the check while the others wait.
+//!
+//! In scheduler mode (several threads per CPU, `harness::runner`) every
+//! thread is one of the workload's CPUs: thread `t` of CPU `c` steps as
+//! the workload's CPU `t * cpus + c` (so thread 0 of CPU 0 is its writer,
+//! and outside scheduler mode the workload's CPU is the CPU), the barrier
+//! counts threads and its waiters yield ([`Barrier::wait_threads`]), the
+//! set-ups and checks are thread 0 of CPU 0's, and a test's variants share
+//! [`SCHED_TEST_MS`] instead of its budget, to keep the one boot that runs
+//! every suite short.
 
 use core::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 
@@ -35,7 +44,7 @@ use seeds::stat::StatStorm;
 use seeds::walk::PathWalk;
 use seeds::{Config, Counts, Rng, Violation, Workload};
 
-use crate::harness::{Ctx, Info, Kind, Suite, Summary};
+use crate::harness::{Ctx, Info, Kind, Suite, Summary, runner};
 use crate::kernel::barrier::Barrier;
 use crate::kernel::cpu::Counters;
 use crate::kernel::time;
@@ -45,6 +54,9 @@ use crate::println;
 const STEP: u64 = 32;
 /// A test suite's budget (shared by its variants).
 const TEST_MS: u64 = 1200;
+/// What a test suite's variants share in scheduler mode, where one boot
+/// runs every suite (see the module docs).
+const SCHED_TEST_MS: u64 = 600;
 /// A control's budget, and the length of one of its rounds.
 const CONTROL_MS: u64 = 4000;
 /// See [`CONTROL_MS`].
@@ -71,6 +83,8 @@ pub trait Seed: Sync {
     }
     /// The measured configuration.
     fn bench(&self) -> Config;
+    /// [`Workload::set_threads`].
+    fn set_threads(&self, threads: usize);
     /// [`Workload::setup`] of variant `i`.
     fn setup(&self, i: usize, config: Config);
     /// [`Workload::step`].
@@ -97,6 +111,9 @@ impl<W: Workload> Seed for Of<W> {
     }
     fn bench(&self) -> Config {
         W::BENCH
+    }
+    fn set_threads(&self, threads: usize) {
+        self.0.set_threads(threads);
     }
     fn setup(&self, i: usize, config: Config) {
         self.0.setup(W::VARIANTS[i].0, config);
@@ -176,6 +193,15 @@ impl SeedSuite {
         }
     }
 
+    /// Every thread of the run meets the others between two rounds (see
+    /// the module docs).
+    fn meet(&self, ctx: &Ctx) {
+        match runner::threads() {
+            1 => self.barrier.wait(ctx.cpus),
+            n => self.barrier.wait_threads(ctx.cpus * n),
+        }
+    }
+
     /// The (workload, variant, configuration, length in ms) of round
     /// `round`, or `None` after the last.
     fn round(&self, round: usize) -> Option<(&'static dyn Seed, usize, Config, u64)> {
@@ -183,7 +209,11 @@ impl SeedSuite {
             Mode::Test => {
                 let seed = self.seed;
                 let correct = (0..seed.variants()).filter(|&i| !seed.is_control(i));
-                let share = TEST_MS * 9 / 10 / correct.clone().count() as u64;
+                let total = match runner::threads() {
+                    1 => TEST_MS,
+                    _ => SCHED_TEST_MS,
+                };
+                let share = total * 9 / 10 / correct.clone().count() as u64;
                 let i = correct.clone().nth(round)?;
                 Some((seed, i, Config::TORTURE, share))
             }
@@ -268,22 +298,26 @@ impl Suite for SeedSuite {
     }
 
     fn run(&self, ctx: &Ctx) {
-        let mut rng = Rng::new(ctx.cpu as u64 * 7919 + 17);
+        // The workload's CPU (see the module docs), and who leads.
+        let id = ctx.thread * ctx.cpus + ctx.cpu;
+        let leader = id == 0;
+        let mut rng = Rng::new(id as u64 * 7919 + 17);
         let mut round = 0;
         while let Some((seed, variant, config, ms)) = self.round(round) {
-            if ctx.cpu == 0 {
+            if leader {
+                seed.set_threads(ctx.cpus * runner::threads());
                 seed.setup(variant, config);
                 self.round_ops.reset();
                 // Relaxed: published by the barrier.
                 self.round_end
                     .store(time::now() + time::ms_to_ticks(ms), Ordering::Relaxed);
             }
-            self.barrier.wait(ctx.cpus);
+            self.meet(ctx);
             let (start, end) = (time::now(), self.round_end.load(Ordering::Relaxed));
             let mut c = Counts::default();
             let mut now = start;
             while now < end && !ctx.should_stop() {
-                c += seed.step(ctx.cpu, STEP, &mut rng);
+                c += seed.step(id, STEP, &mut rng);
                 now = time::now();
             }
             self.ops.add(ctx.cpu, c.ops);
@@ -291,8 +325,8 @@ impl Suite for SeedSuite {
             self.misses.add(ctx.cpu, c.misses);
             self.retries.add(ctx.cpu, c.retries);
             self.round_ops.add(ctx.cpu, c.ops);
-            self.barrier.wait(ctx.cpus);
-            if ctx.cpu == 0 {
+            self.meet(ctx);
+            if leader {
                 let elapsed_ms = time::ticks_to_ms(now.max(end) - start).max(1);
                 if let Err(v) = seed.check() {
                     self.info.report(format_args!(
@@ -322,7 +356,7 @@ impl Suite for SeedSuite {
                 // Relaxed: published by the barrier.
                 self.go_on.store(more, Ordering::Relaxed);
             }
-            self.barrier.wait(ctx.cpus);
+            self.meet(ctx);
             if !self.go_on.load(Ordering::Relaxed) {
                 break;
             }

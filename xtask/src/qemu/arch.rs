@@ -429,14 +429,16 @@ pub const OVERSUBSCRIBED: &[Oversubscribed] = &[
 /// kernel's `sched` word (every suite's per-CPU body as 3 kernel threads
 /// per CPU, preempted by the timer; `qemu/src/harness/runner.rs`): the
 /// lock suites (halting waits included), per-CPU
-/// counter, brlock, the per-CPU rw locks and their writer flood, RCU,
-/// interrupt masking, with their controls, the
-/// scheduler's own suites (lock holders, wait queue) and ksync's sleeping
-/// primitives on the scheduler hooks (`sleep-*`). Not here
-/// (`qemu/README.md`, "The scheduler"): the stall suite and the seed
-/// workloads (per-CPU roles and per-CPU data that assume one flow of
-/// control per CPU), `lockdep` (CPU 1 waits for CPU 0's order without
-/// yielding), the benchmarks.
+/// counter, brlock, the per-CPU rw locks and their writer flood, RCU and
+/// its stall detection, interrupt masking, with their controls, the
+/// scheduler's own suites (lock holders, wait queue), ksync's sleeping
+/// primitives on the scheduler hooks (`sleep-*`), `lockdep` (in these
+/// images without lockdep: its control) and the fd, `fget_light` and
+/// `mmap_sem` seed workloads. Not here (`qemu/README.md`, "The
+/// scheduler"): `seed-stat` and `seed-walk` with their controls (they
+/// hang: a `LockRef`'s lock leaves preemption on, and a thread that
+/// spins for it inside a read section keeps its preempted holder off the
+/// CPU), `spinlock-queued-fifo` (time), the benchmarks.
 pub const SCHED_SUITES: &[&str] = &[
     "lockref",
     "lockref-nolock",
@@ -483,6 +485,14 @@ pub const SCHED_SUITES: &[&str] = &[
     "seed-mmap-sleep",
     "seed-mmap-sleep-rwsem",
     "seed-mmap-sleep-control",
+    "rcu-stall",
+    "lockdep",
+    "seed-fd",
+    "seed-fd-control",
+    "seed-fget-light",
+    "seed-fget-light-control",
+    "seed-mmap",
+    "seed-mmap-control",
 ];
 
 /// A scheduler configuration: an image booted once with the kernel's
@@ -664,6 +674,14 @@ impl Config {
 mod tests {
     use super::*;
 
+    /// The most suites the kernel takes in one plan (`MAX_PLAN`,
+    /// `qemu/src/harness/runner.rs`): [`SCHED_SUITES`] must fit.
+    const KERNEL_MAX_PLAN: usize = 64;
+    /// The longest run string the kernel reads, in bytes
+    /// (`qemu/src/harness/args.rs`): the `sched` word and
+    /// [`SCHED_SUITES`] must fit.
+    const KERNEL_MAX_RUN_BYTES: usize = 1023;
+
     #[test]
     fn suite_filter() {
         let generic = ARCHES[0]
@@ -731,6 +749,9 @@ mod tests {
         }
         let scheduled = Config::all_scheduled();
         assert_eq!(scheduled.len(), SCHEDULED.len(), "every image exists");
+        // One boot runs them all: the kernel must take the plan whole.
+        assert!(SCHED_SUITES.len() <= KERNEL_MAX_PLAN);
+        assert!(format!("sched {}", SCHED_SUITES.join(" ")).len() <= KERNEL_MAX_RUN_BYTES);
         for s in &scheduled {
             assert!(s.name.starts_with(s.arch.name), "{}", s.name);
             assert!(s.one_boot() && s.runs("sched-lock-holder"), "{}", s.name);

@@ -63,13 +63,38 @@ impl Run {
             .filter_map(move |line| Marker::parse(line, tag))
     }
 
-    /// The lockdep reports the kernel printed: each `KSYNC-LOCKDEP` line,
-    /// with the report's text (the lines up to the next `KSYNC-` line).
-    pub fn lockdep_reports(&self) -> Vec<(Marker, String)> {
+    /// `suite`'s part of the run: its lines from its `KSYNC-START` line
+    /// (from the boot, for the run's first suite) to the next suite's
+    /// `KSYNC-START` line or the end; the whole run if it never started.
+    /// A boot that ran one suite is all that suite's.
+    pub fn suite_lines(&self, suite: &str) -> &[String] {
+        let starts: Vec<usize> = self
+            .lines
+            .iter()
+            .enumerate()
+            .filter(|(_, line)| Marker::parse(line, "KSYNC-START").is_some())
+            .map(|(i, _)| i)
+            .collect();
+        let Some(k) = starts.iter().position(|&i| {
+            Marker::parse(&self.lines[i], "KSYNC-START")
+                .is_some_and(|m| m.get("suite") == Some(suite))
+        }) else {
+            return &self.lines;
+        };
+        let from = if k == 0 { 0 } else { starts[k] };
+        let to = starts.get(k + 1).copied().unwrap_or(self.lines.len());
+        &self.lines[from..to]
+    }
+
+    /// The lockdep reports the kernel printed in `lines` (the run's, or a
+    /// suite's part, [`suite_lines`](Self::suite_lines)): each
+    /// `KSYNC-LOCKDEP` line, with the report's text (the lines up to the
+    /// next `KSYNC-` line).
+    pub fn lockdep_reports(lines: &[String]) -> Vec<(Marker, String)> {
         let mut reports = Vec::new();
-        for (i, line) in self.lines.iter().enumerate() {
+        for (i, line) in lines.iter().enumerate() {
             if let Some(marker) = Marker::parse(line, "KSYNC-LOCKDEP") {
-                let text: Vec<&str> = self.lines[i + 1..]
+                let text: Vec<&str> = lines[i + 1..]
                     .iter()
                     .take_while(|l| !l.starts_with("KSYNC-"))
                     .map(String::as_str)
@@ -140,7 +165,7 @@ impl Run {
 pub struct Marker(Vec<(String, String)>);
 
 impl Marker {
-    fn parse(line: &str, tag: &str) -> Option<Self> {
+    pub fn parse(line: &str, tag: &str) -> Option<Self> {
         let rest = line.strip_prefix(tag)?;
         if !(rest.is_empty() || rest.starts_with(' ')) {
             return None;
@@ -234,10 +259,11 @@ pub fn run_qemu(
 
 #[cfg(test)]
 mod tests {
-    use super::Marker;
     use super::qemu_command;
+    use super::{Marker, Run};
     use crate::qemu::arch::Config;
-    use std::path::Path;
+    use std::path::{Path, PathBuf};
+    use std::time::Duration;
 
     /// The command lines are the ones `qemu/README.md` documents.
     #[test]
@@ -317,5 +343,35 @@ mod tests {
         assert_eq!(m.get("missing"), None);
         assert!(Marker::parse("KSYNC-RESULTS x=1", "KSYNC-RESULT").is_none());
         assert!(Marker::parse("noise", "KSYNC-RESULT").is_none());
+    }
+
+    #[test]
+    fn suite_lines_split_a_boot() {
+        let run = Run {
+            lines: [
+                "KSYNC-ARGS run=\"sched a lockdep\"",
+                "KSYNC-START suite=a kind=test",
+                "KSYNC-RESULT suite=a kind=test status=PASS",
+                "KSYNC-START suite=lockdep kind=test",
+                "KSYNC-LOCKDEP kind=Cycle cpu=1",
+                "report text",
+                "KSYNC-LOCKDEP-EXPECT suite=lockdep lockdep=true",
+                "KSYNC-RESULT suite=lockdep kind=test status=PASS",
+                "KSYNC-DONE status=PASS",
+            ]
+            .map(String::from)
+            .to_vec(),
+            status: Some(0),
+            elapsed: Duration::ZERO,
+            log: PathBuf::new(),
+        };
+        // The first suite's part starts at the boot; the last ends at the end.
+        assert_eq!(run.suite_lines("a"), &run.lines[..3]);
+        assert_eq!(run.suite_lines("lockdep"), &run.lines[3..]);
+        assert!(Run::lockdep_reports(run.suite_lines("a")).is_empty());
+        let reports = Run::lockdep_reports(run.suite_lines("lockdep"));
+        assert_eq!(reports.len(), 1);
+        assert_eq!(reports[0].1, "report text");
+        assert_eq!(run.suite_lines("never").len(), run.lines.len());
     }
 }

@@ -235,7 +235,7 @@ fn judge(config: &Config, run: &Run, suite: &SuiteInfo) -> Outcome {
     let control = suite.kind == "control";
     let name = outcome_name(config, suite);
     let result = run.result(&suite.name);
-    let (name, lockdep) = judge_lockdep(config, run, name);
+    let (name, lockdep) = judge_lockdep(config, run.suite_lines(&suite.name), name);
     let trouble = match (run.trouble(config), lockdep) {
         (Some(t), Some(l)) => Some(format!("{t}; {l}")),
         (t, l) => t.or(l),
@@ -305,8 +305,10 @@ fn judge(config: &Config, run: &Run, suite: &SuiteInfo) -> Outcome {
     }
 }
 
-/// What the run's lockdep reports (`KSYNC-LOCKDEP`) say, as trouble (or
-/// `None`), and the outcome's name.
+/// What the lockdep reports (`KSYNC-LOCKDEP`) in a suite's part of the
+/// run (`lines`, [`Run::suite_lines`]: in a boot that runs many suites,
+/// only the lines of the one judged) say, as trouble (or `None`), and the
+/// outcome's name.
 ///
 /// * A suite that prints `KSYNC-LOCKDEP-EXPECT` (the `lockdep` suite)
 ///   provokes a lock-order cycle. In an image built with `lockdep` it needs
@@ -317,9 +319,12 @@ fn judge(config: &Config, run: &Run, suite: &SuiteInfo) -> Outcome {
 /// * Every other suite, in every image: any report is trouble. (A control
 ///   is judged by its own detection only: its deliberately broken lock may
 ///   well give lockdep reports too.)
-fn judge_lockdep(config: &Config, run: &Run, name: String) -> (String, Option<String>) {
-    let reports = run.lockdep_reports();
-    let Some(expect) = run.markers("KSYNC-LOCKDEP-EXPECT").next() else {
+fn judge_lockdep(config: &Config, lines: &[String], name: String) -> (String, Option<String>) {
+    let reports = Run::lockdep_reports(lines);
+    let Some(expect) = lines
+        .iter()
+        .find_map(|line| Marker::parse(line, "KSYNC-LOCKDEP-EXPECT"))
+    else {
         let trouble = reports.first().map(|(m, text)| {
             format!(
                 "lockdep reported ({} in all): {} {}",
