@@ -233,23 +233,26 @@ impl RawMutex {
             return;
         }
         let node = Node::new();
-        let _queued = Queued {
+        let queued = Queued {
             queue: &self.queue,
             node: &node,
         };
         let mut locked = self.queue.lock();
-        // SAFETY: `node` stays put and `_queued` takes it off the queue
+        // SAFETY: `node` stays put and `queued` takes it off the queue
         // before it goes away; it is new.
         unsafe { locked.enqueue(&node, true, 0, None, false) };
         let mut woken = false;
         loop {
             if self.acquire_queued(&mut locked, &node, woken) {
+                // Taken off the queue above, under the lock: the guard's
+                // look at the node would only retake the lock.
+                core::mem::forget(queued);
                 return;
             }
             drop(locked);
             if woken && self.spin_for_grant(&node) {
-                // Handed over while this task still ran.
-                drop(self.queue.lock());
+                // Handed over while this task still ran (and the waker
+                // done with the node: `Node::state`).
                 return;
             }
             if self.queue.sleep(&node, None) == GRANTED {
@@ -287,8 +290,7 @@ impl RawMutex {
     /// runs (Linux's first waiter spinning in `__mutex_lock`) instead of
     /// going to sleep at once, so a hand-off does not leave the lock owned
     /// by a task that must first be woken and scheduled. Whether it was
-    /// granted (the caller then takes the queue lock once: the waker may
-    /// still be in the kernel's `wake` with this task's token).
+    /// granted.
     fn spin_for_grant(&self, node: &Node) -> bool {
         self.spin_while_owner_runs(|| match node.state() {
             GRANTED => Some(true),
