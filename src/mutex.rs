@@ -26,10 +26,11 @@
 //!
 //! * **Optimistic spinning.** A locker that finds it held spins while the
 //!   holder is on a CPU ([`Kernel::task_running`](crate::kernel::Kernel::task_running)),
-//!   up to a quarter of [`SPIN_LIMIT`] rounds, taking the lock when it is free: a short
-//!   critical section is waited out without two context switches (Linux's
-//!   `mutex_optimistic_spin`). It looks at the lock with exponential
-//!   backoff, so that it does not keep the holder's cache line busy.
+//!   up to a quarter of [`SPIN_LIMIT`] rounds, taking the lock when it is
+//!   free: a short critical section is waited out without two context
+//!   switches (Linux's `mutex_optimistic_spin`). It looks at the lock with
+//!   exponential backoff, so that it does not keep the holder's cache line
+//!   busy.
 //! * **Sleeping.** Otherwise it queues on the wait queue (FIFO), sets
 //!   `WAITERS` and sleeps; `unlock` then takes the slow path, frees the
 //!   lock and wakes the first waiter.
@@ -50,6 +51,9 @@ use core::pin::Pin;
 use core::task::{Context, Poll};
 
 use crate::kernel::{self, SPIN_LIMIT};
+use crate::lockdep::{LockClassKey, Map};
+use crate::sync::{AtomicUsize, Ordering};
+use crate::wait::{self, GRANTED, Locked, Node, Queued, WAITING, WaitQueue};
 
 /// How many relax rounds a locker spins while the holder runs before it
 /// sleeps (and a woken first waiter watches for its grant): a quarter of
@@ -66,9 +70,6 @@ const SPIN_ROUNDS: u32 = if cfg!(ksync_loom) {
 } else {
     SPIN_LIMIT / 4
 };
-use crate::lockdep::{LockClassKey, Map};
-use crate::sync::{AtomicUsize, Ordering};
-use crate::wait::{self, GRANTED, Locked, Node, Queued, WAITING, WaitQueue};
 
 /// In the state word: held.
 const LOCKED: usize = 1;
