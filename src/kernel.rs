@@ -341,13 +341,15 @@ pub unsafe trait Kernel {
     /// Makes the task with token `task` runnable again (Linux's
     /// `wake_up_process`): its [`block`](Kernel::block), current or next,
     /// returns. Callable from any CPU, with interrupts off and from
-    /// interrupt handlers; the sleeping primitives call it with a
-    /// spinlock held, so it must not sleep or take a lock a task holds
-    /// while calling into ksync's wait queues. A wake for a task that is
-    /// not blocked must be harmless (it only makes its next `block` return
-    /// at once). ksync never calls it for a task that has exited: the
-    /// waiter does not return from its wait before the waker's `wake`
-    /// returned. The default does nothing (see `block`).
+    /// interrupt handlers; the sleeping primitives call it with preemption
+    /// disabled, right after they dropped a wait queue's lock (and, when
+    /// one unlock wakes more than a few tasks, with it held), so it must
+    /// not sleep or take a lock a task holds while calling into ksync's
+    /// wait queues. A wake for a task that is not blocked must be harmless
+    /// (it only makes its next `block` return at once). ksync never calls
+    /// it for a task that has exited: the waiter does not return from its
+    /// wait before the waker's `wake` returned. The default does nothing
+    /// (see `block`).
     #[doc(alias = "wake_up_process")]
     #[inline]
     fn wake(task: usize) {
@@ -593,7 +595,6 @@ pub(crate) unsafe fn irq_restore_raw(flags: usize) {
 }
 
 /// The kernel's [`Kernel::in_interrupt`].
-#[cfg(feature = "lockdep")]
 #[inline]
 pub(crate) fn in_interrupt() -> bool {
     _ksync_set_kernel_v1_in_interrupt()

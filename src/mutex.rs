@@ -26,10 +26,11 @@
 //!
 //! * **Optimistic spinning.** A locker that finds it held spins while the
 //!   holder is on a CPU ([`Kernel::task_running`](crate::kernel::Kernel::task_running)),
-//!   up to [`SPIN_LIMIT`] rounds, taking the lock when it is free: a short
-//!   critical section is waited out without two context switches (Linux's
-//!   `mutex_optimistic_spin`). It looks at the lock with exponential
-//!   backoff, so that it does not keep the holder's cache line busy.
+//!   up to a quarter of [`SPIN_LIMIT`] rounds, taking the lock when it is
+//!   free: a short critical section is waited out without two context
+//!   switches (Linux's `mutex_optimistic_spin`). It looks at the lock with
+//!   exponential backoff, so that it does not keep the holder's cache line
+//!   busy.
 //! * **Sleeping.** Otherwise it queues on the wait queue (FIFO), sets
 //!   `WAITERS` and sleeps; `unlock` then takes the slow path, frees the
 //!   lock and wakes the first waiter.
@@ -53,6 +54,22 @@ use crate::kernel::{self, SPIN_LIMIT};
 use crate::lockdep::{LockClassKey, Map};
 use crate::sync::{AtomicUsize, Ordering};
 use crate::wait::{self, GRANTED, Locked, Node, Queued, WAITING, WaitQueue};
+
+/// How many relax rounds a locker spins while the holder runs before it
+/// sleeps (and a woken first waiter watches for its grant): a quarter of
+/// the spinlocks' [`SPIN_LIMIT`] (all of it under loom, whose limit is 2).
+/// A spinner is not free for the holder: on the 2-vCPU host of
+/// `benches/sleeping.rs` a thread that only runs `pause` on the other CPU
+/// halves a lone locker's rate (the vCPUs share a core, or the host's
+/// pause-loop exits cost it), and a waiter asleep costs the holder nothing
+/// until its unlock wakes it. With the full `SPIN_LIMIT` the contended
+/// bench (4 and 8 threads on 2 cores) ran about 0.6x as many critical
+/// sections as with this (two loaded runs of 300 ms each, interleaved).
+const SPIN_ROUNDS: u32 = if cfg!(ksync_loom) {
+    SPIN_LIMIT
+} else {
+    SPIN_LIMIT / 4
+};
 
 /// In the state word: held.
 const LOCKED: usize = 1;
@@ -233,23 +250,26 @@ impl RawMutex {
             return;
         }
         let node = Node::new();
-        let _queued = Queued {
+        let queued = Queued {
             queue: &self.queue,
             node: &node,
         };
         let mut locked = self.queue.lock();
-        // SAFETY: `node` stays put and `_queued` takes it off the queue
+        // SAFETY: `node` stays put and `queued` takes it off the queue
         // before it goes away; it is new.
         unsafe { locked.enqueue(&node, true, 0, None, false) };
         let mut woken = false;
         loop {
             if self.acquire_queued(&mut locked, &node, woken) {
+                // Taken off the queue above, under the lock: the guard's
+                // look at the node would only retake the lock.
+                core::mem::forget(queued);
                 return;
             }
             drop(locked);
             if woken && self.spin_for_grant(&node) {
-                // Handed over while this task still ran.
-                drop(self.queue.lock());
+                // Handed over while this task still ran (and the waker
+                // done with the node: `Node::state`).
                 return;
             }
             if self.queue.sleep(&node, None) == GRANTED {
@@ -267,7 +287,7 @@ impl RawMutex {
     /// Spins while the holder runs and the lock has no hand-off pending;
     /// whether it took the lock. Between two looks at the lock it waits
     /// 1, 2, 4, ... up to [`BACKOFF_MAX`](kernel::BACKOFF_MAX) relax rounds,
-    /// [`SPIN_LIMIT`] rounds in all. A spinner that read the word (and the
+    /// [`SPIN_ROUNDS`] rounds in all. A spinner that read the word (and the
     /// owner) on every round kept pulling the cache line away from the
     /// holder, whose lock and unlock then missed on it: with the backoff,
     /// `benches/sleeping.rs` at 4 and 8 threads on 2 cores runs about 1.6x
@@ -287,8 +307,7 @@ impl RawMutex {
     /// runs (Linux's first waiter spinning in `__mutex_lock`) instead of
     /// going to sleep at once, so a hand-off does not leave the lock owned
     /// by a task that must first be woken and scheduled. Whether it was
-    /// granted (the caller then takes the queue lock once: the waker may
-    /// still be in the kernel's `wake` with this task's token).
+    /// granted.
     fn spin_for_grant(&self, node: &Node) -> bool {
         self.spin_while_owner_runs(|| match node.state() {
             GRANTED => Some(true),
@@ -300,12 +319,12 @@ impl RawMutex {
     }
 
     /// The spinning of [`spin`](Self::spin) and
-    /// [`spin_for_grant`](Self::spin_for_grant): up to [`SPIN_LIMIT`]
+    /// [`spin_for_grant`](Self::spin_for_grant): up to [`SPIN_ROUNDS`]
     /// rounds with backoff, asking `look` each time (`Some`: the answer)
     /// and giving up once the holder is off its CPU.
     fn spin_while_owner_runs(&self, mut look: impl FnMut() -> Option<bool>) -> bool {
         let (mut rounds, mut step) = (0, 1);
-        while rounds < SPIN_LIMIT {
+        while rounds < SPIN_ROUNDS {
             if let Some(done) = look() {
                 return done;
             }

@@ -126,7 +126,7 @@ impl Units {
                 break;
             };
             // The node's memory stays valid through `wake` (its owner
-            // takes this lock before it leaves).
+            // waits for the waker to be done with it: `Node::state`).
             let node: *const Node = node;
             // SAFETY: queued, so valid until taken off, which `wake` does.
             locked.wake(unsafe { &*node }, GRANTED);

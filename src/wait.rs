@@ -36,9 +36,16 @@
 //! waiter's second check sees it, or the node was queued before the wake
 //! and the wake marks it (under the queue lock) and calls the kernel's
 //! `wake` on its task, which makes a `block` that has not started yet
-//! return at once (the hook's contract). A waiter never returns while a
-//! waker still uses its node or its task token: every exit takes the queue
-//! lock once.
+//! return at once (the hook's contract).
+//!
+//! The kernel's `wake` is called after the queue lock is dropped (Linux's
+//! `wake_q`): the waker marks the node woken with a "wake pending" bit
+//! under the lock, and clears the bit (Release) once `wake` returned. A
+//! waiter that sees its node woken waits (spinning: the waker runs with
+//! preemption disabled until it is done) for the bit to clear (Acquire)
+//! before it returns or reuses the node, so the node and the task token
+//! outlive the waker's use of them; it does not take the queue lock to
+//! learn that.
 //!
 //! # Exclusive waiters
 //!
@@ -78,6 +85,14 @@ pub(crate) const WOKEN: usize = 1;
 /// In [`Node::state`]: woken and handed what it waited for (a lock, a
 /// semaphore unit) by the waker: the primitives' hand-off.
 pub(crate) const GRANTED: usize = 2;
+/// In [`Node::state`], beside [`WOKEN`] or [`GRANTED`]: the waker has yet
+/// to call the kernel's `wake` with the node's task token (it does so after
+/// it dropped the queue lock). Never seen through [`Node::state`].
+const PENDING: usize = 4;
+/// How many task wakes a [`Locked`] defers to its drop; past that, a wake
+/// is done at once, under the lock (as correct, only slower for the others
+/// that wait for the lock meanwhile).
+const DEFERRED_WAKES: usize = 4;
 
 /// How a queued waiter is woken.
 enum Wake {
@@ -105,9 +120,10 @@ struct Links {
 /// while queued, and off the queue before it goes away.
 pub(crate) struct Node {
     links: UnsafeCell<Links>,
-    /// [`WAITING`], [`WOKEN`] or [`GRANTED`]: stored by the queue lock's
-    /// holder (Release, before it wakes the task), read by the waiter
-    /// without the lock (Acquire: what the waker did before is visible).
+    /// [`WAITING`], [`WOKEN`] or [`GRANTED`] (with [`PENDING`] while the
+    /// waker still has the task to wake): stored by the queue lock's holder
+    /// (Release, before it wakes the task), read by the waiter without the
+    /// lock (Acquire: what the waker did before is visible).
     state: AtomicUsize,
     _pin: PhantomPinned,
 }
@@ -135,11 +151,45 @@ impl Node {
         }
     }
 
-    /// The state a waker left (Acquire: pairs with the waker's Release
-    /// store in [`Locked::wake`]).
+    /// The state a waker left, once the waker is done with the node (it
+    /// waits while [`PENDING`] is set). Acquire: pairs with the waker's
+    /// Release store in [`Locked::wake`] (what it did before the wake is
+    /// visible) and with the Release that clears `PENDING` (its last use
+    /// of the node and of the task token came before).
     #[inline]
     pub(crate) fn state(&self) -> usize {
-        self.state.load(Ordering::Acquire)
+        let state = self.state.load(Ordering::Acquire);
+        if state & PENDING == 0 {
+            return state;
+        }
+        self.settled_state()
+    }
+
+    /// [`state`](Self::state) while the waker is between its unlock and
+    /// the end of the kernel's `wake`, with preemption disabled: a short
+    /// wait, but one that gives the CPU away as a spinlock waiter does
+    /// (on a host, the waker may be descheduled anyway).
+    #[cold]
+    fn settled_state(&self) -> usize {
+        let mut backoff = kernel::Backoff::new();
+        loop {
+            backoff.backoff::<Spin>();
+            // Acquire: as in `state`.
+            let state = self.state.load(Ordering::Acquire);
+            if state & PENDING == 0 {
+                return state;
+            }
+        }
+    }
+
+    /// The waker's end of a deferred wake: wakes `task` (this node's) and
+    /// then lets the node's owner go on (Release: pairs with the Acquire
+    /// in [`state`](Self::state); the node is not touched after it).
+    fn finish_wake(&self, task: usize) {
+        kernel::wake(task);
+        self.state.fetch_and(!PENDING, Ordering::Release);
+        // A waiter in `settled_state` may have given its CPU away.
+        kernel::kick_waiters();
     }
 }
 
@@ -170,16 +220,44 @@ impl core::fmt::Debug for WaitQueue {
     }
 }
 
-/// The queue lock held: the list is this context's.
+/// The queue lock held: the list is this context's. Task wakes made
+/// under it are done when it drops, after the unlock.
 pub(crate) struct Locked<'q> {
     queue: &'q WaitQueue,
+    /// The first `deferred` entries: woken nodes (marked [`PENDING`]) and
+    /// their tasks' tokens, to wake after the unlock.
+    wakes: [(*const Node, usize); DEFERRED_WAKES],
+    deferred: usize,
 }
 
 impl Drop for Locked<'_> {
     #[inline]
     fn drop(&mut self) {
+        if self.deferred == 0 {
+            // SAFETY: taken by `WaitQueue::lock` in this context.
+            unsafe { self.queue.lock.unlock() }
+            return;
+        }
+        self.unlock_and_wake();
+    }
+}
+
+impl Locked<'_> {
+    /// Drops the queue lock, then wakes the tasks whose wakes were
+    /// deferred, with preemption disabled so that the woken waiters, which
+    /// wait for the end of it, do not wait for this task to be scheduled.
+    #[cold]
+    fn unlock_and_wake(&mut self) {
+        kernel::preempt_disable_hook();
         // SAFETY: taken by `WaitQueue::lock` in this context.
         unsafe { self.queue.lock.unlock() }
+        for &(node, task) in &self.wakes[..self.deferred] {
+            // SAFETY: a node marked PENDING stays valid until the bit is
+            // cleared (its owner waits for that in `Node::state`), which
+            // `finish_wake` does last.
+            unsafe { &*node }.finish_wake(task);
+        }
+        kernel::preempt_enable_hook();
     }
 }
 
@@ -326,9 +404,10 @@ impl Locked<'_> {
     }
 
     /// Takes `node` (queued) off the queue, leaves `state` ([`WOKEN`] or
-    /// [`GRANTED`]) in it and wakes its task. The node's owner may
-    /// return as soon as it sees the state, but not before it takes this
-    /// lock, so the token stays valid for the kernel's `wake`.
+    /// [`GRANTED`]) in it and wakes its task: a blocked task when this
+    /// guard drops, after the unlock (the node stays [`PENDING`] until
+    /// then, so its owner waits and the token stays valid for the kernel's
+    /// `wake`), an async one's `Waker` at once.
     pub(crate) fn wake(&mut self, node: &Node, state: usize) {
         self.remove(node);
         let wake = self.links(node, |links| match &mut links.wake {
@@ -336,14 +415,41 @@ impl Locked<'_> {
             Wake::Async(waker) => Wake::Async(waker.take()),
             Wake::None => Wake::None,
         });
-        // Release: pairs with the waiter's Acquire in `Node::state`, which
-        // then sees what the waker did first (the condition made true, the
-        // lock handed over).
-        node.state.store(state, Ordering::Release);
         match wake {
-            Wake::Task(token) => kernel::wake(token),
-            Wake::Async(Some(waker)) => waker.wake(),
-            Wake::Async(None) | Wake::None => {}
+            // This task's own node (a primitive that queued it and then
+            // granted to the head of the queue, under one lock): the task
+            // runs and reads its node before it blocks, so no wake is due,
+            // and a deferred one would leave the node PENDING until this
+            // guard drops, under which the task reads it. Not from an
+            // interrupt handler: the task it interrupted may be about to
+            // block, and needs the wake.
+            Wake::Task(token) if token == kernel::current_task() && !kernel::in_interrupt() => {
+                // Release: as below.
+                node.state.store(state, Ordering::Release);
+            }
+            Wake::Task(token) => {
+                // Release: pairs with the waiter's Acquire in `Node::state`,
+                // which then sees what the waker did first (the condition
+                // made true, the lock handed over); it waits for PENDING to
+                // clear before it leaves.
+                node.state.store(state | PENDING, Ordering::Release);
+                if self.deferred < DEFERRED_WAKES {
+                    self.wakes[self.deferred] = (node, token);
+                    self.deferred += 1;
+                } else {
+                    node.finish_wake(token);
+                }
+            }
+            Wake::Async(waker) => {
+                // Release: as above. The waker is this context's now: the
+                // future may go away at once.
+                node.state.store(state, Ordering::Release);
+                if let Some(waker) = waker {
+                    waker.wake();
+                }
+            }
+            // Release: as above.
+            Wake::None => node.state.store(state, Ordering::Release),
         }
     }
 
@@ -387,7 +493,11 @@ impl WaitQueue {
     #[inline]
     pub(crate) fn lock(&self) -> Locked<'_> {
         self.lock.lock();
-        Locked { queue: self }
+        Locked {
+            queue: self,
+            wakes: [(ptr::null(), 0); DEFERRED_WAKES],
+            deferred: 0,
+        }
     }
 
     /// Sleeps until a waker took `node` off the queue ([`WOKEN`] or
@@ -396,22 +506,23 @@ impl WaitQueue {
     /// returned). The node was queued by this task.
     pub(crate) fn sleep(&self, node: &Node, deadline_ns: Option<u64>) -> usize {
         loop {
+            // Once the waker is done with the node and the token.
             let state = node.state();
             if state != WAITING {
-                // The waker may still be in the kernel's `wake` with this
-                // task's token, under the lock: wait for it to finish.
-                drop(self.lock());
                 return state;
             }
             if deadline_ns.is_some_and(|deadline| kernel::clock_ns() >= deadline) {
                 let mut locked = self.lock();
-                // Relaxed: under the lock, which every store of the state
-                // is made under.
-                let state = node.state.load(Ordering::Relaxed);
-                if state == WAITING {
+                // Relaxed: under the lock, which every store that replaces
+                // WAITING is made under (a PENDING seen here is waited
+                // for below).
+                if node.state.load(Ordering::Relaxed) == WAITING {
                     locked.remove(node);
+                    return WAITING;
                 }
-                return state;
+                drop(locked);
+                // Woken meanwhile: wait for the waker to be done.
+                return node.state();
             }
             kernel::block(deadline_ns);
         }
@@ -566,7 +677,19 @@ pub(crate) struct Queued<'a> {
 
 impl Drop for Queued<'_> {
     fn drop(&mut self) {
-        self.queue.lock().remove(self.node);
+        // Woken (and the waker done with it): a waker took it off the
+        // queue, and only this task queues it again (as WAITING). Else it
+        // may be queued: off it, under the lock.
+        if self.node.state() == WAITING {
+            let mut locked = self.queue.lock();
+            if !locked.remove(self.node) {
+                // A waker took it off, and its store may not have been
+                // seen above; the lock orders it before this point, so
+                // this waits for the waker to be done.
+                drop(locked);
+                self.node.state();
+            }
+        }
     }
 }
 

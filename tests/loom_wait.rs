@@ -3,7 +3,9 @@
 //!
 //! * (a) no lost wake-up: `wait_event(flag)` against `flag = true;
 //!   wake_one()`, and `wait_for_completion` against `complete` (with the
-//!   completer's write seen by the waiter);
+//!   completer's write seen by the waiter); woken waiters that exit at
+//!   once, while the waker's `Kernel::wake` (made after it dropped the
+//!   queue lock) may still be to come;
 //! * (b) the wake that lands between the waiter's enqueue and its park;
 //! * (c) a timeout racing a wake: `wait_event_timeout` against a wake, and
 //!   `Semaphore::down_timeout` against `up` (the unit ends in the count or
@@ -22,7 +24,8 @@
 //!
 //! The host kernel under loom (`src/host/model.rs`): `block` is loom's
 //! `park`, `wake` its `unpark` (a wake before the park makes the park
-//! return at once, as `Kernel::block` requires), a timed `block` is a
+//! return at once, as `Kernel::block` requires; a wake for a task whose
+//! thread has ended fails the model), a timed `block` is a
 //! yield and the clock advances by one at every reading, so a timeout of a
 //! few nanoseconds runs out after a few rounds of the waiter's loop,
 //! anywhere among the other threads' steps. A lost wake-up is a waiter
@@ -48,7 +51,11 @@
 //! a `wait_until` drop or a `down_async` drop that passes nothing on fails
 //! (d); a `lock_async` drop that does not pass its wake on, or does not
 //! unlock after a hand-off, no `HANDOFF` request, a hand-off that never
-//! wakes its new owner, and a Relaxed uncontended unlock each fail (e).
+//! wakes its new owner, and a Relaxed uncontended unlock each fail (e); a
+//! woken waiter that does not wait for its waker to be done with the
+//! node (the "wake pending" bit ignored) fails (a) to (c) and (e): the
+//! waker's last store reaches a node whose owner has returned (loom's
+//! object store reports a reference it cannot resolve).
 
 #![cfg(ksync_loom)]
 
@@ -258,6 +265,30 @@ fn a_wait_event_never_loses_the_wake() {
         seen.record(woken);
     });
     outcomes.assert_all_seen(2);
+}
+
+/// The wake is made after the queue lock is dropped: a woken waiter must
+/// not return (and its task exit) before the waker's `Kernel::wake`
+/// returned. Two waiters, woken by one `wake_all`, exit at once; the model
+/// kernel fails a `wake` for a task that has exited (every model here
+/// checks that, this one with more than one deferred wake per unlock).
+#[test]
+fn a_woken_waiters_outlive_the_wake() {
+    model_three(|| {
+        let e = Event::new();
+        let waiters: Vec<_> = (0..2)
+            .map(|_| spawn(&e, |e| e.queue.wait_event(|| e.is_set())))
+            .collect();
+        let waker = spawn(&e, |e| {
+            e.set();
+            e.queue.wake_all()
+        });
+        for waiter in waiters {
+            waiter.join().unwrap();
+        }
+        waker.join().unwrap();
+        assert!(!e.queue.has_waiters(), "a node stayed queued");
+    });
 }
 
 /// The control of (a): a waiter that looks at the flag only before it

@@ -45,26 +45,63 @@ pub(super) fn preempt_disable() {}
 pub(super) fn preempt_enable() {}
 
 // Tasks under loom: the model's threads, parked and unparked through
-// loom (which explores the wake-before-park orders); the clock is a
-// counter that every reading advances, so timed waits end.
+// loom (which explores the wake-before-park orders), and whether each has
+// exited (a `wake` for it then fails the model: the `Kernel::wake`
+// contract); the clock is a counter that every reading advances, so timed
+// waits end.
 loom::lazy_static! {
     static ref TASKS: loom::sync::Mutex<std::vec::Vec<loom::thread::Thread>> =
         loom::sync::Mutex::new(std::vec::Vec::new());
     static ref CLOCK: loom::sync::atomic::AtomicU64 = loom::sync::atomic::AtomicU64::new(0);
 }
 
+std::thread_local! {
+    /// Per task of the current execution: whether its thread has ended.
+    /// Not a loom object: a model thread's locals are dropped outside the
+    /// execution, where loom objects cannot be used. A plain thread local
+    /// of the OS thread that runs the model (its threads are coroutines on
+    /// it, one at a time), so it sees the execution's real order.
+    static EXITED: core::cell::RefCell<std::vec::Vec<bool>> =
+        const { core::cell::RefCell::new(std::vec::Vec::new()) };
+}
+
+/// A model thread's task token (0 until it asks for one); its drop, when
+/// the thread ends, marks the task exited.
+struct Token(Cell<usize>);
+
+impl Drop for Token {
+    fn drop(&mut self) {
+        let token = self.0.get();
+        if token != 0 {
+            let _ = EXITED.try_with(|exited| {
+                if let Some(slot) = exited.borrow_mut().get_mut(token - 1) {
+                    *slot = true;
+                }
+            });
+        }
+    }
+}
+
 loom::thread_local! {
-    static TOKEN: Cell<usize> = Cell::new(0);
+    static TOKEN: Token = Token(Cell::new(0));
 }
 
 pub(super) fn current_task() -> usize {
     TOKEN.with(|token| {
-        if token.get() == 0 {
+        if token.0.get() == 0 {
             let mut tasks = TASKS.lock().unwrap();
+            EXITED.with(|exited| {
+                let mut exited = exited.borrow_mut();
+                if tasks.is_empty() {
+                    // A new execution: a new task table.
+                    exited.clear();
+                }
+                exited.push(false);
+            });
             tasks.push(loom::thread::current());
-            token.set(tasks.len());
+            token.0.set(tasks.len());
         }
-        token.get()
+        token.0.get()
     })
 }
 
@@ -78,6 +115,11 @@ pub(super) fn block(deadline_ns: Option<u64>) {
 
 pub(super) fn wake(token: usize) {
     let thread = TASKS.lock().unwrap().get(token - 1).cloned();
+    let exited = EXITED.with(|exited| exited.borrow().get(token - 1) == Some(&true));
+    assert!(
+        !exited,
+        "ksync test hooks: Kernel::wake for task {token}, which has exited"
+    );
     if let Some(thread) = thread {
         thread.unpark();
     }
