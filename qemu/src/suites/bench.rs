@@ -283,16 +283,31 @@ impl Bench {
     }
 
     /// One slice: `cpus` CPUs hammer `op` (`OPS[i]`) until the slice ends.
+    ///
+    /// The end is set once every CPU has passed the barrier, by CPU 0 (the
+    /// others that take part wait for it): with more vCPUs than host cores
+    /// the barrier itself can take longer than a slice, and an end set
+    /// before it left some slices no time at all.
     fn slice(&self, ctx: &Ctx, i: usize, op: Op, cpus: usize) {
         if ctx.cpu == 0 {
-            self.phase_end.store(
-                time::now() + time::ms_to_ticks(PHASE_MS / ROUNDS),
-                Ordering::Relaxed,
-            );
+            // Relaxed: the barrier orders it before the other CPUs' loads.
+            self.phase_end.store(0, Ordering::Relaxed);
         }
         self.barrier.wait(ctx.cpus);
         if ctx.cpu < cpus {
-            let end = self.phase_end.load(Ordering::Relaxed);
+            if ctx.cpu == 0 {
+                let end = time::now() + time::ms_to_ticks(PHASE_MS / ROUNDS);
+                // Release pairs with the Acquire loads below (a plain
+                // value; Release keeps it simple to reason about).
+                self.phase_end.store(end, Ordering::Release);
+            }
+            let end = loop {
+                // Acquire pairs with CPU 0's Release store above.
+                match self.phase_end.load(Ordering::Acquire) {
+                    0 => core::hint::spin_loop(),
+                    end => break end,
+                }
+            };
             let start = time::now();
             let mut ops = 0;
             let mut now = start;
