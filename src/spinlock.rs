@@ -13,7 +13,7 @@
 //! |---|---|---|---|---|
 //! | [`RawTicketLock`] | FIFO: strict arrival order | one `fetch_add` to lock, one to unlock (an RMW, so it cannot carry into `next`: Rust has no mixed-size atomics for Linux's halfword store) | every waiter spins on the same line; no starvation | locks that several CPUs fight over, where a starving CPU would be a bug (run queues, shared allocators) |
 //! | [`RawQueuedLock`] | FIFO: the pending CPU, then an MCS queue of per-CPU nodes | one compare-exchange to lock, one `fetch_sub` to unlock | each waiter spins on its own node's line: a hand-off costs one line transfer however many wait | heavily contended locks on many CPUs; needs [`set_kernel!`](crate::set_kernel) |
-//! | [`RawTtasLock`] | none: whoever wins the race | one exchange (test-and-set), a plain store | waiters only read until it looks free; the holder often re-takes it (good throughput, unfair) | rarely contended locks, and locks taken mostly by one CPU |
+//! | [`RawTtasLock`] | none: whoever wins the race | one compare-exchange, a plain store | waiters only read until it looks free; the holder often re-takes it (good throughput, unfair) | rarely contended locks, and locks taken mostly by one CPU |
 //! | [`RawIrqSave<R>`] | as `R` | plus saving and masking local interrupts | as `R` | any lock also taken from an interrupt handler |
 //!
 //! When CPUs may be descheduled while they spin

@@ -79,8 +79,7 @@ impl<R> TtasLock<R> {
             self.locked.store(false, Ordering::Relaxed);
             return;
         }
-        // Release pairs with the Acquire swap in `lock` and the Acquire
-        // compare-exchanges in `lock_contended` and `try_lock`.
+        // Release pairs with the Acquire exchange in `lock`/`try_lock`.
         self.locked.store(false, Ordering::Release);
         // In every mode: a waiter from before a mode switch may be halted
         // (the `SpinWait` contract).
@@ -103,12 +102,12 @@ impl<R: RelaxStrategy> TtasLock<R> {
             }
             return;
         }
-        // One test-and-set, as xv6's `acquire`: on a held lock it writes the
-        // `true` that is there already, so it is the compare-exchange's
-        // outcome without its compare (on riscv64 one `amoor.w` instead of
-        // an LR/SC loop around the masked byte). Acquire pairs with the
-        // Release store in `unlock`.
-        if !self.locked.swap(true, Ordering::Acquire) {
+        // Acquire pairs with the Release store in `unlock`.
+        if self
+            .locked
+            .compare_exchange_weak(false, true, Ordering::Acquire, Ordering::Relaxed)
+            .is_ok()
+        {
             return;
         }
         self.lock_contended();
