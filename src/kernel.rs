@@ -637,6 +637,15 @@ pub fn cpu_id() -> usize {
     id
 }
 
+/// The kernel's [`Kernel::cpu_id`] without [`cpu_id`]'s range check: for
+/// a value that is only compared, never used as an index (the spinlocks'
+/// debug owner record, on every acquisition and release).
+#[cfg(debug_assertions)]
+#[inline]
+pub(crate) fn cpu_id_unchecked() -> usize {
+    _ksync_set_kernel_v1_cpu_id()
+}
+
 /// The number of possible CPUs (the kernel's [`Kernel::nr_cpus`], capped
 /// at [`MAX_CPUS`]).
 ///

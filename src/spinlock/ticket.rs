@@ -168,14 +168,13 @@ impl<R> TicketLock<R> {
             "unlock of a ticket lock that is not held"
         );
         // Serve the next ticket with one RMW that cannot carry into `next`
-        // (a plain store of the word would lose a concurrent `fetch_add`).
-        // Release pairs with the Acquire loads in `lock` and the Acquire
-        // compare-exchange in `try_lock`.
-        if owner == TICKET_MASK {
-            self.word.fetch_sub(TICKET_MASK, Ordering::Release);
-        } else {
-            self.word.fetch_add(1, Ordering::Release);
-        }
+        // (a plain store of the word would lose a concurrent `fetch_add`):
+        // +1 on `owner` within its half, which is -TICKET_MASK (mod 2^32)
+        // at the top, computed without a branch. Release pairs with the
+        // Acquire loads in `lock` and the Acquire compare-exchange in
+        // `try_lock`.
+        let step = ((owner + 1) & TICKET_MASK).wrapping_sub(owner);
+        self.word.fetch_add(step, Ordering::Release);
         // In every mode: a test-and-set waiter from before a mode switch
         // may be halted (the `SpinWait` contract).
         kick_waiters();

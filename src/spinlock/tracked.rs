@@ -286,13 +286,16 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     fn lock_nested_inner(&self, subclass: u8) {
         let saved = G::enter();
         self.dep_map.acquire(subclass, false, false);
+        // This CPU's tag, read once: `G::enter` keeps the context on its
+        // CPU (the policies that record an owner disable preemption or
+        // interrupts), so it is still this CPU's once the lock is taken.
         #[cfg(debug_assertions)]
-        self.check_not_mine();
+        let tag = self.check_not_mine();
         self.arch.lock();
         // SAFETY: held by this context, taken after `saved` was saved.
         unsafe { self.keep(saved) };
         #[cfg(debug_assertions)]
-        self.set_owner();
+        self.set_owner(tag);
     }
 
     /// Takes the lock if that needs no waiting (see each algorithm's
@@ -312,7 +315,7 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
         // SAFETY: held by this context, taken after `saved` was saved.
         unsafe { self.keep(saved) };
         #[cfg(debug_assertions)]
-        self.set_owner();
+        self.set_owner(owner_tag_of::<G>());
         true
     }
 
@@ -408,23 +411,28 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
         self.owner.load(core::sync::atomic::Ordering::Relaxed)
     }
 
-    /// Debug builds: panics if this CPU holds the lock already.
+    /// Debug builds: panics if this CPU holds the lock already; returns
+    /// this CPU's tag for [`set_owner`](Self::set_owner) (0 for policies
+    /// that record no owner).
     #[cfg(debug_assertions)]
     #[inline]
     #[track_caller]
-    fn check_not_mine(&self) {
-        if G::RECORDS_OWNER && self.owner_tag() == this_cpu_tag() {
-            recursion(this_cpu_tag());
+    fn check_not_mine(&self) -> u32 {
+        let me = owner_tag_of::<G>();
+        if G::RECORDS_OWNER && self.owner_tag() == me {
+            recursion(me);
         }
+        me
     }
 
+    /// Debug builds: records `tag` ([`owner_tag_of`], read on this CPU
+    /// while `G` keeps the context there) as the holder.
     #[cfg(debug_assertions)]
     #[inline]
-    fn set_owner(&self) {
+    fn set_owner(&self, tag: u32) {
         if G::RECORDS_OWNER {
             // Relaxed: see `owner_tag`.
-            self.owner
-                .store(this_cpu_tag(), core::sync::atomic::Ordering::Relaxed);
+            self.owner.store(tag, core::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -446,11 +454,22 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     }
 }
 
-/// This CPU's owner tag: its id + 1 (0 is "free").
+/// This CPU's owner tag: its id + 1 (0 is "free"). Unchecked, and the +1
+/// wrapping (no overflow branch where overflow checks are on): the tag is
+/// only compared, ids are below `MAX_CPUS`, and the per-CPU code checks
+/// the id where it indexes.
 #[cfg(debug_assertions)]
 #[inline]
 fn this_cpu_tag() -> u32 {
-    crate::kernel::cpu_id() as u32 + 1
+    (crate::kernel::cpu_id_unchecked() as u32).wrapping_add(1)
+}
+
+/// [`this_cpu_tag`] for a policy that records the owner, 0 (no call of
+/// the kernel's `cpu_id`) for one that does not.
+#[cfg(debug_assertions)]
+#[inline]
+fn owner_tag_of<G: SpinGuardian>() -> u32 {
+    if G::RECORDS_OWNER { this_cpu_tag() } else { 0 }
 }
 
 #[cfg(debug_assertions)]

@@ -353,6 +353,7 @@ pub fn preempt_count() -> u32 {
 /// resumes on this CPU with the word back at its own value (saved and
 /// restored by the switch), so the store is right whenever it happens
 /// (preempted threads never change CPU: see the module docs).
+#[inline]
 pub fn preempt_disable() {
     preempt_disable_cpu_id();
 }
@@ -374,19 +375,39 @@ pub fn preempt_disable_cpu_id() -> usize {
 /// switch pending and interrupts on outside an interrupt handler, switches
 /// now (Linux's `preempt_schedule`).
 ///
+/// Inline, as `preempt_disable` is: every spinlock release calls it, and
+/// the common case (a count above 1, or nothing pending) is a load, a
+/// store and a flag test, like xv6's `pop_off`; the switch is out of line.
+///
 /// # Panics
 /// At count 0 (an enable without its disable).
+#[inline]
 pub fn preempt_enable() {
     let rq = &RQ[cpu::current()];
     // Relaxed: as in `preempt_disable`.
     let count = rq.preempt.load(Ordering::Relaxed);
-    assert!(count > 0, "preempt_enable without preempt_disable");
+    if count == 0 {
+        enable_without_disable();
+    }
     rq.preempt.store(count - 1, Ordering::Relaxed);
-    if count == 1
-        && rq.need_resched.load(Ordering::Relaxed)
-        && arch::irq_enabled()
-        && !irq::in_handler()
-    {
+    if count == 1 && rq.need_resched.load(Ordering::Relaxed) {
+        preempt_now();
+    }
+}
+
+#[cold]
+#[inline(never)]
+fn enable_without_disable() -> ! {
+    panic!("preempt_enable without preempt_disable")
+}
+
+/// `preempt_enable` brought the count to 0 with a switch pending: switches
+/// now if interrupts are on outside an interrupt handler (otherwise the
+/// interrupt's own return, or the next tick, does it).
+#[cold]
+#[inline(never)]
+fn preempt_now() {
+    if arch::irq_enabled() && !irq::in_handler() {
         switch_out(How::Preempt);
     }
 }
