@@ -434,11 +434,9 @@ pub const OVERSUBSCRIBED: &[Oversubscribed] = &[
 /// scheduler's own suites (lock holders, wait queue), ksync's sleeping
 /// primitives on the scheduler hooks (`sleep-*`), `lockdep` (in these
 /// images without lockdep: its control) and the fd, `fget_light` and
-/// `mmap_sem` seed workloads. Not here (`qemu/README.md`, "The
-/// scheduler"): `seed-stat` and `seed-walk` with their controls (they
-/// hang: a `LockRef`'s lock leaves preemption on, and a thread that
-/// spins for it inside a read section keeps its preempted holder off the
-/// CPU), `spinlock-queued-fifo` (time), the benchmarks.
+/// `mmap_sem`, stat-storm and path-walk seed workloads. Not here
+/// (`qemu/README.md`, "The scheduler"): `spinlock-queued-fifo` (time),
+/// the benchmarks.
 pub const SCHED_SUITES: &[&str] = &[
     "lockref",
     "lockref-nolock",
@@ -493,6 +491,10 @@ pub const SCHED_SUITES: &[&str] = &[
     "seed-fget-light-control",
     "seed-mmap",
     "seed-mmap-control",
+    "seed-stat",
+    "seed-stat-control",
+    "seed-walk",
+    "seed-walk-control",
 ];
 
 /// A scheduler configuration: an image booted once with the kernel's

@@ -2,6 +2,8 @@
 
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
+use std::sync::Mutex;
+use std::thread;
 use std::time::Instant;
 
 use super::arch::{ARCHES, Arch, Config, Variant};
@@ -70,31 +72,52 @@ fn build(arch: &Arch, variant: &Variant) -> Result<PathBuf, String> {
     Ok(dir.join(arch.target).join("release").join("ksync-qemu"))
 }
 
+/// Images built at once: the kernel crate and ksync compile mostly on one
+/// core each (one crate at a time), so two builds keep a two-core host
+/// busy. Builds that share a target directory (`Variant::target_subdir`
+/// empty) wait for each other on cargo's lock, which is only slower.
+const BUILD_JOBS: usize = 2;
+
 /// The images of some configurations, each built once; a failed build is
 /// kept as its error.
 pub struct Kernels(BTreeMap<&'static str, Result<PathBuf, String>>);
 
 impl Kernels {
-    /// Builds the images `configs` need, reporting progress.
+    /// Builds the images `configs` need, [`BUILD_JOBS`] at a time,
+    /// reporting progress.
     pub fn build(configs: &[Config]) -> Self {
-        let mut map = BTreeMap::new();
+        let mut jobs: Vec<(&'static Arch, &'static Variant)> = Vec::new();
         for config in configs {
-            let label = config.variant.label;
-            if map.contains_key(label) {
-                continue;
+            if !jobs.iter().any(|(_, v)| v.label == config.variant.label) {
+                jobs.push((config.arch, config.variant));
             }
-            let start = Instant::now();
-            let result = build(config.arch, config.variant);
-            match &result {
-                Ok(_) => println!(
-                    "[qemu] built the {label} kernel ({:.1} s)",
-                    start.elapsed().as_secs_f64()
-                ),
-                Err(e) => println!("[qemu] {e}"),
-            }
-            map.insert(label, result);
         }
-        Self(map)
+        let queue = Mutex::new(jobs.into_iter());
+        let map = Mutex::new(BTreeMap::new());
+        thread::scope(|scope| {
+            for _ in 0..BUILD_JOBS {
+                scope.spawn(|| {
+                    loop {
+                        let next = queue.lock().unwrap_or_else(|e| e.into_inner()).next();
+                        let Some((arch, variant)) = next else { break };
+                        let start = Instant::now();
+                        let result = build(arch, variant);
+                        match &result {
+                            Ok(_) => println!(
+                                "[qemu] built the {} kernel ({:.1} s)",
+                                variant.label,
+                                start.elapsed().as_secs_f64()
+                            ),
+                            Err(e) => println!("[qemu] {e}"),
+                        }
+                        map.lock()
+                            .unwrap_or_else(|e| e.into_inner())
+                            .insert(variant.label, result);
+                    }
+                });
+            }
+        });
+        Self(map.into_inner().unwrap_or_else(|e| e.into_inner()))
     }
 
     /// The image `config` boots, or the first line of why it is missing.

@@ -1,8 +1,10 @@
 //! `test_all`: every configuration x every suite and control, one boot per
 //! suite, each judged by its marker lines.
 
+use std::fmt::Write as _;
 use std::fs;
 use std::path::Path;
+use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -80,12 +82,34 @@ pub fn test_sched() -> Vec<Outcome> {
     run_configs(&Config::all_scheduled())
 }
 
-/// Builds the images of `configs` and runs their suites, in order.
+/// QEMU boots at once for the configurations that may share the host: a
+/// boot's suites run for their guest-time budgets, so a boot is bound by
+/// the clock more than by the host's cores, and two `-smp 4` boots at once
+/// on a two-core host take about the time of one. The oversubscribed and
+/// scheduler configurations (more than [`CPUS`] vCPUs, or every suite in
+/// one long boot, 3 threads per CPU) run alone afterwards: beside another
+/// boot their bounds (a writer's longest wait, a round's progress) measure
+/// the host's load. `KSYNC_QEMU_JOBS` sets another count (1: one boot at a
+/// time, as on a host busy with other work).
+fn qemu_jobs() -> usize {
+    std::env::var("KSYNC_QEMU_JOBS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .filter(|&n: &usize| n > 0)
+        .unwrap_or(2)
+}
+
+/// Builds the images of `configs` and runs their suites: the ones that may
+/// share the host [`qemu_jobs`] at a time, then the others one by one.
+/// Each configuration's lines are printed together when it ends, and the
+/// outcomes keep the order of `configs`.
 fn run_configs(configs: &[Config]) -> Vec<Outcome> {
     let start = Instant::now();
     let mut outcomes = Vec::new();
     let kernels = Kernels::build(configs);
+    // The suites, listed by the first image that boots.
     let mut registry: Option<Vec<SuiteInfo>> = None;
+    let mut runnable = Vec::new();
     for config in configs {
         let kernel = match kernels.get(config) {
             Ok(kernel) => kernel,
@@ -111,68 +135,120 @@ fn run_configs(configs: &[Config]) -> Vec<Outcome> {
                 }
             }
         }
-        let listed = registry.clone().unwrap_or_default();
-        // An image may run some of the suites only (its table row says
-        // which); a family that names no suite would silently test nothing.
-        let suites: Vec<&SuiteInfo> = listed
-            .iter()
-            .filter(|s| config.variant.runs(&s.name))
-            .collect();
-        for family in config.variant.suites {
-            if !listed.iter().any(|s| in_family(family, &s.name)) {
-                outcomes.push(Outcome {
-                    name: format!("{}/{family}", config.name),
-                    passed: false,
-                    detail: format!("the kernel lists no suite `{family}` or `{family}-...`"),
+        runnable.push((config, kernel));
+    }
+    let listed = registry.unwrap_or_default();
+    let results: Vec<Mutex<Vec<Outcome>>> =
+        runnable.iter().map(|_| Mutex::new(Vec::new())).collect();
+    let alone = |i: &usize| runnable[*i].0.cpus > CPUS || runnable[*i].0.one_boot();
+    let (last, first): (Vec<usize>, Vec<usize>) = (0..runnable.len()).partition(alone);
+    let jobs = qemu_jobs();
+    for (batch, jobs) in [(first, jobs), (last, 1)] {
+        let queue = Mutex::new(batch.into_iter());
+        thread::scope(|scope| {
+            for _ in 0..jobs {
+                scope.spawn(|| {
+                    loop {
+                        let next = lock(&queue).next();
+                        let Some(i) = next else { break };
+                        let (config, kernel) = runnable[i];
+                        let mut log = String::new();
+                        let ran = run_config(config, kernel, &listed, &mut log);
+                        print!("{log}");
+                        *lock(&results[i]) = ran;
+                    }
                 });
             }
-        }
-        println!("[qemu] {}: {}", config.name, config.describe());
-        let planned: Vec<&SuiteInfo> = suites
-            .iter()
-            .copied()
-            .filter(|s| config.runs(&s.name))
-            .collect();
-        // One boot for all (the scheduler configurations), or one each.
-        let together = config
-            .one_boot()
-            .then(|| run_together(config, kernel, &planned));
-        for suite in planned {
-            let mut outcome = match &together {
-                Some(Ok(run)) => judge(config, run, suite),
-                Some(Err(e)) => Outcome {
-                    name: outcome_name(config, suite),
-                    passed: false,
-                    detail: e.clone(),
-                },
-                None => run_suite(config, kernel, suite),
-            };
-            // A control proves the checks can fail; a race it relies on
-            // may be missed in one boot on an overloaded host (TCG vCPUs
-            // on busy cores run few operations), so it gets up to
-            // CONTROL_BOOTS boots to be caught. A test suite gets one.
-            let mut boots = 1;
-            while suite.kind == "control" && !outcome.passed && boots < CONTROL_BOOTS {
-                boots += 1;
-                println!(
-                    "[qemu]   {:<40} not caught yet, boot {boots} of {CONTROL_BOOTS}",
-                    outcome.name
-                );
-                outcome = run_suite(config, kernel, suite);
-            }
-            println!(
-                "[qemu]   {:<40} {}  {}",
-                outcome.name,
-                if outcome.passed { "ok  " } else { "FAIL" },
-                first_line(&outcome.detail)
-            );
-            outcomes.push(outcome);
-        }
+        });
+    }
+    for result in results {
+        outcomes.extend(result.into_inner().unwrap_or_else(|e| e.into_inner()));
     }
     let failed = outcomes.iter().filter(|o| !o.passed).count();
     println!(
-        "[qemu] {} passed, {failed} failed ({:.0} s)",
+        "[qemu] {} passed, {failed} failed ({:.0} s; up to {jobs} boots at a time at -smp {CPUS})",
         outcomes.len() - failed,
+        start.elapsed().as_secs_f64()
+    );
+    outcomes
+}
+
+fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Runs the suites of one configuration (every suite it lists, or the
+/// ones its table row names), writing its progress lines to `log`.
+fn run_config(
+    config: &Config,
+    kernel: &Path,
+    listed: &[SuiteInfo],
+    log: &mut String,
+) -> Vec<Outcome> {
+    let start = Instant::now();
+    let mut outcomes = Vec::new();
+    // An image may run some of the suites only (its table row says
+    // which); a family that names no suite would silently test nothing.
+    let suites: Vec<&SuiteInfo> = listed
+        .iter()
+        .filter(|s| config.variant.runs(&s.name))
+        .collect();
+    for family in config.variant.suites {
+        if !listed.iter().any(|s| in_family(family, &s.name)) {
+            outcomes.push(Outcome {
+                name: format!("{}/{family}", config.name),
+                passed: false,
+                detail: format!("the kernel lists no suite `{family}` or `{family}-...`"),
+            });
+        }
+    }
+    let _ = writeln!(log, "[qemu] {}: {}", config.name, config.describe());
+    let planned: Vec<&SuiteInfo> = suites
+        .iter()
+        .copied()
+        .filter(|s| config.runs(&s.name))
+        .collect();
+    // One boot for all (the scheduler configurations), or one each.
+    let together = config
+        .one_boot()
+        .then(|| run_together(config, kernel, &planned, log));
+    for suite in planned {
+        let mut outcome = match &together {
+            Some(Ok(run)) => judge(config, run, suite),
+            Some(Err(e)) => Outcome {
+                name: outcome_name(config, suite),
+                passed: false,
+                detail: e.clone(),
+            },
+            None => run_suite(config, kernel, suite),
+        };
+        // A control proves the checks can fail; a race it relies on
+        // may be missed in one boot on an overloaded host (TCG vCPUs
+        // on busy cores run few operations), so it gets up to
+        // CONTROL_BOOTS boots to be caught. A test suite gets one.
+        let mut boots = 1;
+        while suite.kind == "control" && !outcome.passed && boots < CONTROL_BOOTS {
+            boots += 1;
+            let _ = writeln!(
+                log,
+                "[qemu]   {:<40} not caught yet, boot {boots} of {CONTROL_BOOTS}",
+                outcome.name
+            );
+            outcome = run_suite(config, kernel, suite);
+        }
+        let _ = writeln!(
+            log,
+            "[qemu]   {:<40} {}  {}",
+            outcome.name,
+            if outcome.passed { "ok  " } else { "FAIL" },
+            first_line(&outcome.detail)
+        );
+        outcomes.push(outcome);
+    }
+    let _ = writeln!(
+        log,
+        "[qemu] {} done in {:.0} s",
+        config.name,
         start.elapsed().as_secs_f64()
     );
     outcomes
@@ -199,11 +275,17 @@ fn outcome_name(config: &Config, suite: &SuiteInfo) -> String {
 }
 
 /// One boot running every suite of `suites` in turn (their budgets add up).
-fn run_together(config: &Config, kernel: &Path, suites: &[&SuiteInfo]) -> Result<Run, String> {
+fn run_together(
+    config: &Config,
+    kernel: &Path,
+    suites: &[&SuiteInfo],
+    log: &mut String,
+) -> Result<Run, String> {
     let names: Vec<&str> = suites.iter().map(|s| s.name.as_str()).collect();
     let budget: Duration = suites.iter().map(|s| s.budget).sum();
     let run = run_qemu(config, kernel, &names.join(" "), budget + RUN_SLACK, "all")?;
-    println!(
+    let _ = writeln!(
+        log,
         "[qemu]   {} suites in one boot: {:.1} s",
         suites.len(),
         run.elapsed.as_secs_f64()
