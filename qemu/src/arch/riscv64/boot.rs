@@ -36,6 +36,10 @@ core::arch::global_asm!(
     boot_hart = sym BOOT_HART,
     dtb = sym DTB,
     stacks = sym STACKS,
+    boot_once = sym BOOT_ONCE,
+    misrouted_hart = sym MISROUTED_HART,
+    hart_ids = sym HART_IDS,
+    max_cpus = const MAX_CPUS,
     stack_size = const STACK_SIZE,
     kernel_entry = sym crate::kernel_entry,
     trap_handler = sym trap_handler,
@@ -45,6 +49,33 @@ unsafe extern "C" {
     /// Where the other harts start, with their hart id in a0 and CPU index
     /// in a1.
     fn secondary_entry();
+}
+
+/// 1 until the first hart enters `_start`, which swaps in 0; a later entry
+/// (a started hart that OpenSBI sent to the boot entry, see `boot.s`) is
+/// routed to `secondary_entry`. Not zero at first, so in `.data`: `_start`
+/// zeroes `.bss`.
+static BOOT_ONCE: AtomicUsize = AtomicUsize::new(1);
+
+/// The hart id of the last hart routed so, `usize::MAX` if none (in
+/// `.data`, as [`BOOT_ONCE`]).
+static MISROUTED_HART: AtomicUsize = AtomicUsize::new(usize::MAX);
+
+/// Called by each CPU as it starts: says so if this CPU's hart arrived at
+/// the boot entry instead of `secondary_entry`.
+pub fn note_misrouted(cpu: usize) {
+    // Relaxed: written by this hart itself, in `boot.s`, before it got here.
+    let hart = MISROUTED_HART.load(Ordering::Relaxed);
+    if cpu != 0
+        && hart_id(cpu) == Some(hart)
+        && MISROUTED_HART
+            .compare_exchange(hart, usize::MAX, Ordering::Relaxed, Ordering::Relaxed)
+            .is_ok()
+    {
+        crate::println!(
+            "KSYNC-NOTE cpu={cpu} hart={hart} entered at the boot entry after hart_start (firmware); routed to secondary_entry"
+        );
+    }
 }
 
 /// The device tree OpenSBI passed to the boot hart.

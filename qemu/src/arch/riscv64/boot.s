@@ -20,16 +20,26 @@
 /* Module-level asm does not see the target's features (rustc hands LLVM
    only the base ISA for it): name the ones used here, M for `mul`, F and D
    for the F/D register save. */
-    .option arch, +m, +f, +d
+    .option arch, +m, +a, +f, +d
 
 /* ---- 1. Entry points ------------------------------------------------------ */
 
     .section .text.boot, "ax"
     .global _start
 _start:
-    /* Only the boot hart arrives here (OpenSBI's lottery picks it; it is
-       not always hart 0): the others wait in OpenSBI until hart_start.
-       Zero .bss first (QEMU's loader does too, but a kernel should not
+    /* Only the boot hart should arrive here (OpenSBI's lottery picks it;
+       it is not always hart 0): the others wait in OpenSBI until
+       hart_start sends them to secondary_entry. But QEMU 7.2's OpenSBI
+       has been seen sending a hart that hart_start had just started here
+       instead (about one boot in 200 at -smp 4 under TCG): its zeroing of
+       .bss below wiped the running boot hart's stack (the stacks are in
+       .bss), and it booted the kernel a second time. So the first entry
+       takes BOOT_ONCE (in .data: never zeroed) and a later one is routed
+       to the CPU index the boot hart gave that hart. */
+    la t0, {boot_once}
+    amoswap.d t1, zero, (t0)
+    beqz t1, misrouted
+    /* Zero .bss first (QEMU's loader does too, but a kernel should not
        depend on it), then keep the hart id and the device tree. */
     la t0, __bss_start
     la t1, __bss_end
@@ -61,6 +71,26 @@ secondary_entry:                    /* a0 = hart id, a1 = CPU index */
     call {kernel_entry}
 3:  wfi
     j 3b
+
+misrouted:                          /* a0 = hart id: a started hart */
+    la t0, {misrouted_hart}
+    sd a0, 0(t0)
+    /* Its CPU index: the slot of HART_IDS that holds its id (written by
+       the boot hart before its hart_start call). Scanned until found: an
+       id that never appears leaves the hart here, and the boot CPU then
+       reports the CPU missing. */
+    la t0, {hart_ids}
+4:  li t1, 0
+5:  li t2, {max_cpus}
+    bgeu t1, t2, 4b
+    slli t3, t1, 3
+    add t3, t0, t3
+    ld t4, 0(t3)
+    beq t4, a0, 6f
+    addi t1, t1, 1
+    j 5b
+6:  mv a1, t1
+    j secondary_entry
 
 /* ---- 2. Trap entry -------------------------------------------------------- */
 

@@ -56,6 +56,7 @@ const SIFIVE_TEST_BASE: u64 = 0x10_0000;
 /// trap vector and `tp` (the CPU index) already.
 pub fn init_cpu(cpu: usize) {
     debug_assert_eq!(cpu_index(), cpu, "boot.s sets tp to the CPU index");
+    boot::note_misrouted(cpu);
 }
 
 /// Boot CPU: the console UART, for the console to own.
