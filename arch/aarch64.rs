@@ -270,21 +270,6 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
     };
 }
 
-/// [`local_add`] on a word-sized slot (RCU's per-CPU section counts):
-/// LSE `stadd` on the 64-bit word.
-#[cfg(target_feature = "lse")]
-#[inline(always)]
-pub(crate) fn local_add_usize(slot: &crate::sync::AtomicUsize, amount: usize) {
-    let ptr = slot.as_ptr();
-    debug_assert!(ptr.is_aligned());
-    // SAFETY: `ptr` points into a live, 8-byte aligned `AtomicUsize`; the
-    // instruction reads and writes only it. `nostack`; `stadd` leaves NZCV
-    // alone (`preserves_flags`).
-    unsafe {
-        core::arch::asm!("stadd {amount:x}, [{ptr}]", ptr = in(reg) ptr, amount = in(reg) amount, options(nostack, preserves_flags))
-    };
-}
-
 // ---- interrupts ----------------------------------------------------------
 
 /// Saved `DAIF`.

@@ -63,14 +63,6 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
     slot.fetch_add(amount, crate::sync::Ordering::Relaxed);
 }
 
-/// [`local_add`] on a word-sized slot (RCU's per-CPU section counts): the
-/// same Relaxed `fetch_add` (riscv64: one `amoadd.d`; aarch64 without LSE:
-/// an LL/SC loop, whose store-exclusive fails if an exception came between).
-#[inline]
-pub(crate) fn local_add_usize(slot: &crate::sync::AtomicUsize, amount: usize) {
-    slot.fetch_add(amount, crate::sync::Ordering::Relaxed);
-}
-
 /// Saved local interrupt state: whatever the `critical-section`
 /// implementation restores.
 #[cfg(not(ksync_loom))]

@@ -39,8 +39,7 @@
 //!     device tree only: assumed);
 //!   - everything else: none; the watch counts its spin rounds instead.
 //! * **per-CPU local add** — add to this CPU's slot of a per-CPU counter
-//!   (`local_add` on an `i32`, `local_add_usize` on a word: RCU's section
-//!   counts), atomic with respect to interrupts on this CPU (only this CPU
+//!   (`local_add` on an `i32`), atomic with respect to interrupts on this CPU (only this CPU
 //!   writes the slot, so no cross-CPU atomicity is needed):
 //!   - loom, Miri and `--cfg ksync_generic`: the portable `fetch_add`;
 //!   - x86_64: a plain `add` to memory, one instruction, no `lock` prefix;
@@ -242,7 +241,7 @@ const _: fn() -> Option<(u64, u64)> = stall_clock;
     target_feature = "lse",
     not(any(ksync_loom, miri, ksync_generic))
 ))]
-pub(crate) use aarch64::{local_add, local_add_usize};
+pub(crate) use aarch64::local_add;
 #[cfg(not(all(
     not(any(ksync_loom, miri, ksync_generic)),
     any(
@@ -250,9 +249,9 @@ pub(crate) use aarch64::{local_add, local_add_usize};
         all(target_arch = "aarch64", target_feature = "lse")
     )
 )))]
-pub(crate) use generic::{local_add, local_add_usize};
+pub(crate) use generic::local_add;
 #[cfg(all(target_arch = "x86_64", not(any(ksync_loom, miri, ksync_generic))))]
-pub(crate) use x86_64::{local_add, local_add_usize};
+pub(crate) use x86_64::local_add;
 
 /// Keeps the signature of every backend's step identical (checked at
 /// compile time on every target that has one).

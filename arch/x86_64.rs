@@ -30,21 +30,6 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
     };
 }
 
-/// [`local_add`] on a word-sized slot (RCU's per-CPU section counts): one
-/// `add` to memory, no `lock` prefix, so an interrupt handler on this CPU
-/// runs before or after it, never inside it.
-#[inline(always)]
-pub(crate) fn local_add_usize(slot: &crate::sync::AtomicUsize, amount: usize) {
-    let ptr = slot.as_ptr();
-    debug_assert!(ptr.is_aligned());
-    // SAFETY: `ptr` points into a live, 8-byte aligned `AtomicUsize` that
-    // only this CPU writes (the per-CPU contract); the instruction touches
-    // only it. `nostack`: no stack use. Flags are clobbered (`add` sets them).
-    unsafe {
-        core::arch::asm!("add qword ptr [{ptr}], {amount}", ptr = in(reg) ptr, amount = in(reg) amount, options(nostack))
-    };
-}
-
 /// Saved RFLAGS.
 #[cfg(target_os = "none")]
 pub(crate) type IrqFlags = u64;

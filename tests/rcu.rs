@@ -434,6 +434,30 @@ fn readers_on_unwatched_cpus_watch_themselves() {
     .unwrap();
 }
 
+/// The read side keeps a flag, set by the outermost section: a nested
+/// section that ends leaves it set, so the outer one is still refused a
+/// quiescent state, and a handler-style section that begins and ends
+/// inside another leaves it as it was.
+#[test]
+fn nested_sections_keep_the_outer_one_protected() {
+    thread::spawn(|| {
+        rcu::cpu_online();
+        let outer = rcu::read_lock();
+        drop(rcu::read_lock());
+        let msg = panic_message(rcu::quiescent_state);
+        assert!(msg.contains("inside a read-side critical section"), "{msg}");
+        let msg = panic_message(rcu::idle_enter);
+        assert!(msg.contains("rcu::idle_enter()"), "{msg}");
+        assert!(rcu::read_lock_held());
+        drop(outer);
+        assert!(!rcu::read_lock_held());
+        rcu::quiescent_state();
+        rcu::cpu_offline();
+    })
+    .join()
+    .unwrap();
+}
+
 /// Regression: waits for a grace period inside a read section deadlocked
 /// (or, on a CPU whose own quiescent state was not needed, returned while
 /// the section was still open); they now panic at once, in every build,

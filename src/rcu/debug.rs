@@ -1,6 +1,6 @@
 //! The misuse checks (Linux's `RCU_LOCKDEP_WARN`): a quiescent state or a
 //! wait for a grace period inside a read section (every build: the check
-//! reads this CPU's read-section count on the rare side), and a wait from a
+//! reads this CPU's reading flag on the rare side), and a wait from a
 //! `call_rcu` callback (debug builds; see the [module
 //! docs](super#misuse-that-panics)).
 //!
@@ -33,11 +33,11 @@ use crate::sync::Ordering;
 
 /// Panics if `cpu` (this CPU, preemption disabled) is inside a read
 /// section: `what` reports a quiescent state. Every build: it is the rare
-/// side's check (the read side only counts).
+/// side's check (the read side only sets a flag).
 #[inline]
 #[track_caller]
 pub(super) fn check_not_reading(cpu: &PerCpuRef<'static, CpuState>, what: &str) {
-    if cpu.nesting() != 0 {
+    if cpu.reading() {
         in_read_section(cpu.cpu(), what);
     }
 }

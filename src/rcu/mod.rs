@@ -2,10 +2,10 @@
 //!
 //! Readers of RCU-protected data take no lock, write nothing shared and
 //! issue no fence: [`read_lock`] disables preemption (the kernel's hook)
-//! and counts the section in this CPU's own cache line (one add when it
-//! begins, another when it ends, each atomic with respect to this CPU's
-//! interrupts and without a `lock` prefix or fence; nobody else writes the
-//! line). Writers publish a new version with a single pointer
+//! and, as the outermost section, sets a flag in this CPU's own cache line
+//! (one plain store when it begins, another when it ends; no
+//! read-modify-write, no fence; nobody else writes the line), which the
+//! quiescent-state side checks. Writers publish a new version with a single pointer
 //! store and wait for a **grace period** — until every CPU has passed a
 //! *quiescent state*, a point where it is not inside a read-side critical
 //! section — before they free the old version. Any reader that could still
@@ -46,7 +46,7 @@
 //! # Misuse that panics
 //!
 //! In every build, naming the CPU (the check is on the rare side, the
-//! quiescent state, which reads this CPU's read-section count):
+//! quiescent state, which reads this CPU's reading flag):
 //!
 //! * a quiescent state reported inside a read section ([`quiescent_state`],
 //!   [`idle_enter`], [`cpu_offline`]): the grace period would end under
@@ -102,13 +102,14 @@
 //!   either the grace period sees the CPU watching and waits for it, or the
 //!   CPU's readers see everything the updater did before the grace period
 //!   started.
-//! * A read section on a CPU in an extended quiescent state raises the
-//!   CPU's count and issues a full fence (**E2**) before it reads; it pairs
-//!   with G1 as E1 does (the scan reads the count: non-zero means wait).
-//!   Its end issues Q1, lowers the count, and after another full fence
-//!   reports the CPU's quiescent state, for a grace period that saw it.
-//!   On a watched CPU the count is not read by anyone but the CPU itself
-//!   (its quiescent states check it), so the read side has no fence.
+//! * A read section on a CPU in an extended quiescent state sets the
+//!   CPU's reading flag and issues a full fence (**E2**) before it reads;
+//!   it pairs with G1 as E1 does (the scan reads the flag: set means
+//!   wait). The outermost section's end issues Q1, clears the flag, and
+//!   after another full fence reports the CPU's quiescent state, for a
+//!   grace period that saw it. On a watched CPU the flag is not read by
+//!   anyone but the CPU itself (its quiescent states check it), so the
+//!   read side has no fence.
 //! * A CPU reporting a quiescent state issues a full fence (**Q1**) before
 //!   clearing its bit: its earlier read sections happen-before the end of
 //!   the grace period. Entering an extended quiescent state does the same,
@@ -175,22 +176,14 @@ impl fmt::Debug for Cookie {
 const STATE_MASK: usize = 3;
 const WORDS: usize = MAX_CPUS.div_ceil(BITS);
 
-/// In [`CpuState::state`]: the CPU is online and not idle (RCU watches it).
-const WATCHED: usize = 1;
-/// In [`CpuState::state`] and [`CpuState::unlocks`]: one read section.
-const READER: usize = 2;
-
 /// Per-CPU RCU state. Written only by this CPU (its tasks and interrupt
 /// handlers), read by grace-period starts on any CPU.
 struct CpuState {
-    /// [`WATCHED`], plus [`READER`] per read section begun on this CPU
-    /// (wrapping).
-    state: AtomicUsize,
-    /// [`READER`] per read section ended on this CPU (wrapping). Two
-    /// counters, not one nesting count: back-to-back sections then form two
-    /// independent chains of one add each (a section's start does not wait
-    /// for the previous section's end to reach memory).
-    unlocks: AtomicUsize,
+    /// 1 while the CPU is online and not idle (RCU watches it), else 0.
+    watched: AtomicUsize,
+    /// 1 while a read section is open on this CPU (set by the outermost
+    /// one, cleared when it ends), else 0.
+    reading: AtomicUsize,
     /// `call_rcu` callbacks running on this CPU (debug builds only).
     #[cfg_attr(not(debug_assertions), allow(dead_code))]
     in_callback: AtomicUsize,
@@ -198,52 +191,35 @@ struct CpuState {
 
 crate::sync::const_init! {
     impl for CpuState = CpuState {
-        state: AtomicUsize::new(0),
-        unlocks: AtomicUsize::new(0),
+        watched: AtomicUsize::new(0),
+        reading: AtomicUsize::new(0),
         in_callback: AtomicUsize::new(0),
     };
 }
 
 impl CpuState {
-    /// Read sections open on this CPU, for the CPU itself (Relaxed: its
-    /// own counters).
-    ///
-    /// Two loads, which an interrupt handler's whole read section can come
-    /// between: its end counted without its begin (or the reverse) would
-    /// be off by one. So the begun count is read again after the ended
-    /// count: unchanged, no section began in between, and none that began
-    /// before the first load can end in between (a handler's section ends
-    /// before the handler returns, and this CPU's own sections are not
-    /// running code here). Changed, read again (only an interrupt changes
-    /// it, so this ends).
+    /// Whether a read section is open on this CPU, for the CPU itself
+    /// (Relaxed: its own flag; an interrupt handler's section that runs in
+    /// between leaves it as it found it).
     #[inline]
-    fn nesting(&self) -> usize {
-        let mut state = self.state.load(Ordering::Relaxed);
-        loop {
-            let unlocks = self.unlocks.load(Ordering::Relaxed);
-            let again = self.state.load(Ordering::Relaxed);
-            if again == state {
-                return (state & !WATCHED).wrapping_sub(unlocks);
-            }
-            state = again;
-        }
+    fn reading(&self) -> bool {
+        self.reading.load(Ordering::Relaxed) != 0
     }
 
     /// Whether the CPU is in an extended quiescent state with no reader,
     /// for a grace period's scan on any CPU (after G1).
     #[inline]
     fn quiescent(&self) -> bool {
-        // `unlocks` first, both Acquire: a section end seen here (paired
-        // with the full fence Q1 before it) makes its start visible to the
-        // load of `state` below, so the difference never undercounts;
-        // Acquire also orders the ended sections' accesses before the end
-        // of the grace period. A start this scan does not see is ordered by
-        // E2/G1 (store buffering) after the grace period's start; one it
-        // sees without its end reports when it ends (its end's report and
-        // this scan are store buffering too).
-        let unlocks = self.unlocks.load(Ordering::Acquire);
-        let state = self.state.load(Ordering::Acquire);
-        state & WATCHED == 0 && state.wrapping_sub(unlocks) == 0
+        // Acquire: a cleared flag read here was stored after the full
+        // fence Q1 at the end of an unwatched CPU's section, whose accesses
+        // then happen-before the end of the grace period; a set flag this
+        // scan does not see is ordered by E2/G1 (store buffering) after the
+        // grace period's start; one it sees reports when the section ends
+        // (that report and this scan are store buffering too). `watched`
+        // first: a CPU that leaves the extended quiescent state after it
+        // is read is E1/G1's case.
+        let watched = self.watched.load(Ordering::Acquire);
+        watched == 0 && self.reading.load(Ordering::Acquire) == 0
     }
 }
 
@@ -485,8 +461,8 @@ pub fn cpu_online() {
 /// RCU watches the calling CPU (`state` is its own) from now on.
 fn watch(state: &CpuState) {
     // Relaxed: only this CPU writes its state.
-    if state.state.load(Ordering::Relaxed) & WATCHED == 0 {
-        state.state.fetch_or(WATCHED, Ordering::Relaxed);
+    if state.watched.load(Ordering::Relaxed) == 0 {
+        state.watched.store(1, Ordering::Relaxed);
         // E1 pairs with G1.
         fence(Ordering::SeqCst);
     }
@@ -513,7 +489,7 @@ pub fn cpu_offline() {
 /// If a read section is still open on `cpu` (a leaked guard).
 pub(crate) fn offline_cpu(cpu: usize) {
     let state = engine().cpus.cpu(cpu);
-    if state.nesting() != 0 {
+    if state.reading() {
         debug::in_read_section(cpu, "a CPU going offline");
     }
     eqs_enter_cpu(cpu);
@@ -554,12 +530,12 @@ pub fn idle_exit() {
 /// the callers).
 fn eqs_enter_cpu(cpu: usize) {
     let e = engine();
-    let state = &e.cpus.cpu(cpu).state;
+    let watched = &e.cpus.cpu(cpu).watched;
     // Relaxed: only this CPU writes its state.
-    if state.load(Ordering::Relaxed) & WATCHED != 0 {
+    if watched.load(Ordering::Relaxed) != 0 {
         // Q1 (orders this CPU's read sections first), then leave.
         fence(Ordering::SeqCst);
-        state.fetch_and(!WATCHED, Ordering::Relaxed);
+        watched.store(0, Ordering::Relaxed);
         // Pairs with G1: a grace period that started before this point
         // and saw us watching gets our report below.
         fence(Ordering::SeqCst);

@@ -4,18 +4,21 @@
 use core::fmt;
 
 use super::debug::lockdep_read;
-use super::{CpuState, READER, WATCHED, engine, this_cpu};
+use super::{CpuState, engine, this_cpu};
 use crate::kernel;
 use crate::sync::{Ordering, fence};
 
 /// A read section without lockdep's tracking: preemption disabled and this
-/// CPU's section count raised until it drops (the gated rw lock's readers
+/// CPU's "reading" flag set until it drops (the gated rw lock's readers
 /// use it inside their own lockdep tracking).
 pub(crate) struct ReadSection {
     /// This CPU's state (the CPU cannot change: preemption is off).
     cpu: &'static CpuState,
+    /// The outermost section on this CPU: it set the flag and clears it.
+    /// Nested ones (in the same task or an interrupt handler) leave it.
+    outer: bool,
     /// RCU watched the CPU when the section began (the common case: the
-    /// end is one add).
+    /// end is one store).
     watched: bool,
     _preempt: crate::kernel::PreemptGuard,
 }
@@ -35,26 +38,27 @@ impl ReadSection {
         let this = this_cpu();
         let id = this.cpu();
         let (cpu, preempt) = this.into_parts();
-        // Relaxed: on a watched CPU no other CPU reads the counts (grace
-        // periods wait for the CPU's quiescent state, which is refused
-        // inside a section); the unwatched path's fence E2 orders it.
-        let old = cpu.state.load(Ordering::Relaxed);
-        // One add that an interrupt cannot split (`arch::local_add_usize`:
-        // a plain `add` to memory on x86_64, `stadd` or LL/SC on aarch64,
-        // `amoadd` on riscv64), not a load and a store: a handler's whole
-        // read section between those two would have its begin overwritten
-        // while its end stays counted, leaving the CPU one section short for
-        // good. The load above only reads WATCHED, which only this CPU's
-        // online, offline and idle transitions change, never inside a
-        // section (they panic there); a handler's read section leaves it as
-        // it was.
-        crate::arch::local_add_usize(&cpu.state, READER);
-        let watched = old & WATCHED != 0;
+        // Relaxed, all three: on a watched CPU no other CPU reads the flag
+        // (grace periods wait for the CPU's quiescent state, which is
+        // refused while it is set); the unwatched path's fence E2 orders
+        // the store. `watched` only changes in this CPU's online, offline
+        // and idle transitions, never inside a section (they panic there).
+        let watched = cpu.watched.load(Ordering::Relaxed);
+        // The flag, not a count: the store's value is a constant and the
+        // load only decides a branch, so back-to-back sections form no
+        // chain of read-modify-writes through memory. An interrupt handler
+        // whose whole section runs between the load and the store finds
+        // the flag clear, sets and clears it, and this store sets it again:
+        // each section clears only what it set.
+        let outer = cpu.reading.load(Ordering::Relaxed) == 0;
+        cpu.reading.store(1, Ordering::Relaxed);
+        let watched = watched != 0;
         if !watched {
             unwatched_enter();
         }
         let section = ReadSection {
             cpu,
+            outer,
             watched,
             _preempt: preempt,
         };
@@ -65,50 +69,50 @@ impl ReadSection {
 impl Drop for ReadSection {
     #[inline]
     fn drop(&mut self) {
-        if self.watched {
-            // Relaxed, one interrupt-atomic add: as in `enter`.
-            crate::arch::local_add_usize(&self.cpu.unlocks, READER);
-        } else {
-            unwatched_exit(self.cpu);
+        if self.outer {
+            if self.watched {
+                // Relaxed, one store: as in `enter`.
+                self.cpu.reading.store(0, Ordering::Relaxed);
+            } else {
+                unwatched_exit(self.cpu);
+            }
         }
         // `_preempt` drops next: preemption enabled again.
     }
 }
 
-/// A read section begins on a CPU that RCU is not watching: the raised
-/// count makes it watched for the section.
+/// A read section begins on a CPU that RCU is not watching: the flag makes
+/// it watched for the section.
 #[cold]
 #[inline(never)]
 fn unwatched_enter() {
     // E2 pairs with G1 (store buffering, as E1): either the grace period's
-    // scan sees the raised count and waits for this section's end, or this
-    // section sees everything the updater did before the grace period.
+    // scan sees the flag and waits for this section's end, or this section
+    // sees everything the updater did before the grace period.
     fence(Ordering::SeqCst);
 }
 
-/// A read section that began on an unwatched CPU ends (`cpu` is this
-/// CPU's state; preemption is still disabled).
+/// The outermost read section that began on an unwatched CPU ends (`cpu`
+/// is this CPU's state; preemption is still disabled).
 #[cold]
 #[inline(never)]
 fn unwatched_exit(cpu: &'static CpuState) {
     // Q1: the section's accesses happen-before a grace period whose scan
-    // reads the raised end count (Acquire in `quiescent`).
+    // reads the cleared flag (Acquire in `quiescent`).
     fence(Ordering::SeqCst);
-    // Interrupt-atomic, as in `ReadSection::enter`.
-    crate::arch::local_add_usize(&cpu.unlocks, READER);
-    if cpu.nesting() == 0 {
-        // Pairs with G1: a grace period whose scan saw this section (and
-        // left the CPU pending) gets this report.
-        fence(Ordering::SeqCst);
-        engine().report(kernel::cpu_id());
-    }
+    cpu.reading.store(0, Ordering::Relaxed);
+    // Pairs with G1: a grace period whose scan saw the flag (and left the
+    // CPU pending) gets this report.
+    fence(Ordering::SeqCst);
+    engine().report(kernel::cpu_id());
 }
 
 /// A read-side critical section: RCU-protected data read under it stays
 /// valid until it drops. `!Send`. It keeps preemption disabled (the
 /// kernel's [`preempt_disable`](crate::kernel::Kernel::preempt_disable))
-/// and is counted in this CPU's slot (one interrupt-atomic add on entry
-/// and one on exit), which the quiescent-state side checks.
+/// and sets a flag in this CPU's slot while it is the outermost section
+/// (one plain store on entry and one on exit), which the quiescent-state
+/// side checks.
 ///
 /// A leaked guard (`mem::forget`) leaves its CPU inside a read section for
 /// ever: preemption stays disabled, the CPU's quiescent states panic and
@@ -168,5 +172,5 @@ impl fmt::Debug for ReadGuard {
 #[doc(alias = "rcu_read_lock_held")]
 #[must_use]
 pub fn read_lock_held() -> bool {
-    this_cpu().nesting() != 0
+    this_cpu().reading()
 }
