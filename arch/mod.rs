@@ -39,8 +39,9 @@
 //!     device tree only: assumed);
 //!   - everything else: none; the watch counts its spin rounds instead.
 //! * **per-CPU local add** — add to this CPU's slot of a per-CPU counter
-//!   (`local_add` on an `i32`), atomic with respect to interrupts on this CPU (only this CPU
-//!   writes the slot, so no cross-CPU atomicity is needed):
+//!   (`local_add` on an `i32`), atomic with respect to interrupts on this
+//!   CPU (only this CPU writes the slot, so no cross-CPU atomicity is
+//!   needed):
 //!   - loom, Miri and `--cfg ksync_generic`: the portable `fetch_add`;
 //!   - x86_64: a plain `add` to memory, one instruction, no `lock` prefix;
 //!   - aarch64 with LSE: `stadd`;

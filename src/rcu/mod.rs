@@ -5,8 +5,8 @@
 //! and, as the outermost section, sets a flag in this CPU's own cache line
 //! (one plain store when it begins, another when it ends; no
 //! read-modify-write, no fence; nobody else writes the line), which the
-//! quiescent-state side checks. Writers publish a new version with a single pointer
-//! store and wait for a **grace period** — until every CPU has passed a
+//! quiescent-state side checks. Writers publish a new version with a
+//! single pointer store and wait for a **grace period** — until every CPU has passed a
 //! *quiescent state*, a point where it is not inside a read-side critical
 //! section — before they free the old version. Any reader that could still
 //! see the old version started before the grace period, so it has finished
@@ -150,7 +150,7 @@ use core::fmt;
 use crate::kernel::{self, MAX_CPUS};
 use crate::percpu::{CachePadded, PerCpu, PerCpuRef};
 use crate::spinlock::{RawTicketLock, lock_irqsave};
-use crate::sync::{AtomicUsize, Ordering, array, fence, model_static, spin_loop};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering, array, fence, model_static, spin_loop};
 
 /// Bits per word of the pending-CPU mask.
 const BITS: usize = usize::BITS as usize;
@@ -179,11 +179,11 @@ const WORDS: usize = MAX_CPUS.div_ceil(BITS);
 /// Per-CPU RCU state. Written only by this CPU (its tasks and interrupt
 /// handlers), read by grace-period starts on any CPU.
 struct CpuState {
-    /// 1 while the CPU is online and not idle (RCU watches it), else 0.
-    watched: AtomicUsize,
-    /// 1 while a read section is open on this CPU (set by the outermost
-    /// one, cleared when it ends), else 0.
-    reading: AtomicUsize,
+    /// The CPU is online and not idle (RCU watches it).
+    watched: AtomicBool,
+    /// A read section is open on this CPU (set by the outermost one,
+    /// cleared when it ends).
+    reading: AtomicBool,
     /// `call_rcu` callbacks running on this CPU (debug builds only).
     #[cfg_attr(not(debug_assertions), allow(dead_code))]
     in_callback: AtomicUsize,
@@ -191,8 +191,8 @@ struct CpuState {
 
 crate::sync::const_init! {
     impl for CpuState = CpuState {
-        watched: AtomicUsize::new(0),
-        reading: AtomicUsize::new(0),
+        watched: AtomicBool::new(false),
+        reading: AtomicBool::new(false),
         in_callback: AtomicUsize::new(0),
     };
 }
@@ -203,7 +203,7 @@ impl CpuState {
     /// between leaves it as it found it).
     #[inline]
     fn reading(&self) -> bool {
-        self.reading.load(Ordering::Relaxed) != 0
+        self.reading.load(Ordering::Relaxed)
     }
 
     /// Whether the CPU is in an extended quiescent state with no reader,
@@ -218,8 +218,7 @@ impl CpuState {
         // (that report and this scan are store buffering too). `watched`
         // first: a CPU that leaves the extended quiescent state after it
         // is read is E1/G1's case.
-        let watched = self.watched.load(Ordering::Acquire);
-        watched == 0 && self.reading.load(Ordering::Acquire) == 0
+        !self.watched.load(Ordering::Acquire) && !self.reading.load(Ordering::Acquire)
     }
 }
 
@@ -461,8 +460,8 @@ pub fn cpu_online() {
 /// RCU watches the calling CPU (`state` is its own) from now on.
 fn watch(state: &CpuState) {
     // Relaxed: only this CPU writes its state.
-    if state.watched.load(Ordering::Relaxed) == 0 {
-        state.watched.store(1, Ordering::Relaxed);
+    if !state.watched.load(Ordering::Relaxed) {
+        state.watched.store(true, Ordering::Relaxed);
         // E1 pairs with G1.
         fence(Ordering::SeqCst);
     }
@@ -532,10 +531,10 @@ fn eqs_enter_cpu(cpu: usize) {
     let e = engine();
     let watched = &e.cpus.cpu(cpu).watched;
     // Relaxed: only this CPU writes its state.
-    if watched.load(Ordering::Relaxed) != 0 {
+    if watched.load(Ordering::Relaxed) {
         // Q1 (orders this CPU's read sections first), then leave.
         fence(Ordering::SeqCst);
-        watched.store(0, Ordering::Relaxed);
+        watched.store(false, Ordering::Relaxed);
         // Pairs with G1: a grace period that started before this point
         // and saw us watching gets our report below.
         fence(Ordering::SeqCst);

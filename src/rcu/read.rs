@@ -50,9 +50,8 @@ impl ReadSection {
         // whose whole section runs between the load and the store finds
         // the flag clear, sets and clears it, and this store sets it again:
         // each section clears only what it set.
-        let outer = cpu.reading.load(Ordering::Relaxed) == 0;
-        cpu.reading.store(1, Ordering::Relaxed);
-        let watched = watched != 0;
+        let outer = !cpu.reading.load(Ordering::Relaxed);
+        cpu.reading.store(true, Ordering::Relaxed);
         if !watched {
             unwatched_enter();
         }
@@ -72,7 +71,7 @@ impl Drop for ReadSection {
         if self.outer {
             if self.watched {
                 // Relaxed, one store: as in `enter`.
-                self.cpu.reading.store(0, Ordering::Relaxed);
+                self.cpu.reading.store(false, Ordering::Relaxed);
             } else {
                 unwatched_exit(self.cpu);
             }
@@ -100,7 +99,7 @@ fn unwatched_exit(cpu: &'static CpuState) {
     // Q1: the section's accesses happen-before a grace period whose scan
     // reads the cleared flag (Acquire in `quiescent`).
     fence(Ordering::SeqCst);
-    cpu.reading.store(0, Ordering::Relaxed);
+    cpu.reading.store(false, Ordering::Relaxed);
     // Pairs with G1: a grace period whose scan saw the flag (and left the
     // CPU pending) gets this report.
     fence(Ordering::SeqCst);

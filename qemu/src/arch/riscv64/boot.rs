@@ -64,13 +64,12 @@ static MISROUTED_HART: AtomicUsize = AtomicUsize::new(usize::MAX);
 /// Called by each CPU as it starts: says so if this CPU's hart arrived at
 /// the boot entry instead of `secondary_entry`.
 pub fn note_misrouted(cpu: usize) {
-    // Relaxed: written by this hart itself, in `boot.s`, before it got here.
-    let hart = MISROUTED_HART.load(Ordering::Relaxed);
-    if cpu != 0
-        && hart_id(cpu) == Some(hart)
-        && MISROUTED_HART
-            .compare_exchange(hart, usize::MAX, Ordering::Relaxed, Ordering::Relaxed)
-            .is_ok()
+    // Relaxed: written by this hart itself, in `boot.s`, before it got
+    // here; cleared once, so a CPU brought up again later says nothing.
+    let Some(hart) = hart_id(cpu) else { return };
+    if MISROUTED_HART
+        .compare_exchange(hart, usize::MAX, Ordering::Relaxed, Ordering::Relaxed)
+        .is_ok()
     {
         crate::println!(
             "KSYNC-NOTE cpu={cpu} hart={hart} entered at the boot entry after hart_start (firmware); routed to secondary_entry"

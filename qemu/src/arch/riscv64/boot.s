@@ -31,7 +31,7 @@ _start:
        it is not always hart 0): the others wait in OpenSBI until
        hart_start sends them to secondary_entry. But QEMU 7.2's OpenSBI
        has been seen sending a hart that hart_start had just started here
-       instead (about one boot in 200 at -smp 4 under TCG): its zeroing of
+       instead (about one boot in 100 at -smp 4 under TCG): its zeroing of
        .bss below wiped the running boot hart's stack (the stacks are in
        .bss), and it booted the kernel a second time. So the first entry
        takes BOOT_ONCE (in .data: never zeroed) and a later one is routed
