@@ -5,8 +5,8 @@
 //! * `spinlock`: a [`TicketMutex`]-protected count, `+= 1` then `-= 1`;
 //! * `atomic`: `fetch_add(1)` + `fetch_sub(1)`, the one-line ceiling;
 //! * `xv6-irq-lock`: the lock a hobby kernel writes itself, xv6's
-//!   test-and-set spinlock with `push_off`/`pop_off` interrupt counting
-//!   ([`Xv6Lock`]), `+= 1` then `-= 1`: the baseline of
+//!   test-and-set spinlock with `push_off`/`pop_off` interrupt counting and
+//!   its `holding` checks ([`Xv6Lock`]), `+= 1` then `-= 1`: the baseline of
 //! * `irq-ticket`, `irq-queued`, `irq-ttas`: the same with ksync's
 //!   IRQ-saving locks ([`IrqTicketMutex`], [`IrqQueuedMutex`],
 //!   [`IrqTtasMutex`]).
@@ -25,6 +25,7 @@
 use core::cell::UnsafeCell;
 use core::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 
+use crossbeam_utils::CachePadded;
 use ksync::LockRef;
 use ksync::spinlock::{
     ArchIrq, IrqControl, IrqQueuedMutex, IrqTicketMutex, IrqTtasMutex, TicketMutex,
@@ -118,11 +119,18 @@ fn push_off() {
     }
 }
 
-/// xv6's `pop_off`: the outermost one restores the interrupt state.
+/// xv6's `pop_off`: the outermost one restores the interrupt state. As
+/// xv6's, it panics if interrupts are on or there was no `push_off`.
 fn pop_off() {
+    if crate::arch::irq_enabled() {
+        panic!("pop_off - interruptible");
+    }
     let me = &XV6_CPUS.0[cpu::current()];
     // SAFETY: as in `push_off`.
     unsafe {
+        if *me.noff.get() < 1 {
+            panic!("pop_off");
+        }
         *me.noff.get() -= 1;
         let outermost = *me.noff.get() == 0;
         if let Some(flags) = (*me.intena.get()).take_if(|_| outermost) {
@@ -133,7 +141,8 @@ fn pop_off() {
 }
 
 /// xv6's spinlock as a hobby kernel ports it: test-and-set, interrupts
-/// counted off with `push_off`/`pop_off`, the holder's CPU recorded.
+/// counted off with `push_off`/`pop_off`, the holder's CPU recorded and
+/// checked (`holding`) on both sides, as xv6's `acquire` and `release` do.
 struct Xv6Lock {
     locked: AtomicBool,
     cpu: AtomicUsize,
@@ -152,19 +161,34 @@ impl Xv6Lock {
         }
     }
 
-    /// xv6's `acquire` + the update + `release`.
+    /// xv6's `holding`: whether this CPU holds the lock.
+    #[inline(always)]
+    fn holding(&self) -> bool {
+        // Relaxed: as xv6's plain reads; `cpu` is this CPU's only while
+        // this CPU holds the lock (it stores and clears it as holder).
+        self.locked.load(Ordering::Relaxed) && self.cpu.load(Ordering::Relaxed) == cpu::current()
+    }
+
+    /// xv6's `acquire` + the update + `release`, with xv6's `holding`
+    /// checks (`panic("acquire")`, `panic("release")`).
     #[inline(always)]
     fn update(&self, f: impl FnOnce(&mut u64)) {
         push_off();
+        if self.holding() {
+            panic!("acquire");
+        }
         // Acquire pairs with the Release store below (xv6: the
         // test-and-set, then `__sync_synchronize`).
         while self.locked.swap(true, Ordering::Acquire) {
             core::hint::spin_loop();
         }
-        // Relaxed: xv6's `lk->cpu = mycpu()`, read only by its holder.
+        // Relaxed: xv6's `lk->cpu = mycpu()`, read by `holding`.
         self.cpu.store(cpu::current(), Ordering::Relaxed);
         // SAFETY: the lock is held.
         f(unsafe { &mut *self.value.get() });
+        if !self.holding() {
+            panic!("release");
+        }
         self.cpu.store(usize::MAX, Ordering::Relaxed);
         // Release pairs with the Acquire swap above.
         self.locked.store(false, Ordering::Release);
@@ -178,18 +202,23 @@ impl Xv6Lock {
     }
 }
 
-/// The benchmark's state.
+/// The benchmark's state. Every lock, the barrier and the slice's end
+/// sit on cache lines of their own: with them packed together, the CPUs
+/// that wait at the barrier during a one-CPU phase kept pulling the line
+/// of whichever lock shared it (under TCG the host's cache lines are the
+/// guest's), and that lock's figure depended on the struct's layout (the
+/// xv6 baseline's one-CPU phases ran at about half speed in one build).
 pub struct Bench {
     info: Info,
-    lockref: LockRef,
-    spinlock: TicketMutex<u64>,
-    atomic: AtomicU64,
-    xv6: Xv6Lock,
-    irq_ticket: IrqTicketMutex<u64>,
-    irq_queued: IrqQueuedMutex<u64>,
-    irq_ttas: IrqTtasMutex<u64>,
-    barrier: Barrier,
-    phase_end: AtomicU64,
+    lockref: CachePadded<LockRef>,
+    spinlock: CachePadded<TicketMutex<u64>>,
+    atomic: CachePadded<AtomicU64>,
+    xv6: CachePadded<Xv6Lock>,
+    irq_ticket: CachePadded<IrqTicketMutex<u64>>,
+    irq_queued: CachePadded<IrqQueuedMutex<u64>>,
+    irq_ttas: CachePadded<IrqTtasMutex<u64>>,
+    barrier: CachePadded<Barrier>,
+    phase_end: CachePadded<AtomicU64>,
     /// Per op (in [`OPS`] order), per CPU, over the slices of a phase.
     ops: [Counters; OPS.len()],
     /// As `ops`, the counter ticks.
@@ -204,15 +233,15 @@ pub static SUITES: &[&dyn Suite] = &[&BENCH];
 pub static BENCH: Bench = Bench {
     // Every phase, plus slack for the barriers (two per slice).
     info: Info::new("bench", Kind::Bench, PHASE_MS * 2 * OPS.len() as u64 + 1500),
-    lockref: LockRef::new(1),
-    spinlock: TicketMutex::new(0),
-    atomic: AtomicU64::new(0),
-    xv6: Xv6Lock::new(),
-    irq_ticket: IrqTicketMutex::new(0),
-    irq_queued: IrqQueuedMutex::new(0),
-    irq_ttas: IrqTtasMutex::new(0),
-    barrier: Barrier::new(),
-    phase_end: AtomicU64::new(0),
+    lockref: CachePadded::new(LockRef::new(1)),
+    spinlock: CachePadded::new(TicketMutex::new(0)),
+    atomic: CachePadded::new(AtomicU64::new(0)),
+    xv6: CachePadded::new(Xv6Lock::new()),
+    irq_ticket: CachePadded::new(IrqTicketMutex::new(0)),
+    irq_queued: CachePadded::new(IrqQueuedMutex::new(0)),
+    irq_ttas: CachePadded::new(IrqTtasMutex::new(0)),
+    barrier: CachePadded::new(Barrier::new()),
+    phase_end: CachePadded::new(AtomicU64::new(0)),
     ops: [const { Counters::new() }; OPS.len()],
     ticks: [const { Counters::new() }; OPS.len()],
     total_ops: AtomicU64::new(0),
