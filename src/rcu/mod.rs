@@ -6,11 +6,11 @@
 //! (one plain store when it begins, another when it ends; no
 //! read-modify-write, no fence; nobody else writes the line), which the
 //! quiescent-state side checks. Writers publish a new version with a
-//! single pointer store and wait for a **grace period** — until every CPU has passed a
-//! *quiescent state*, a point where it is not inside a read-side critical
-//! section — before they free the old version. Any reader that could still
-//! see the old version started before the grace period, so it has finished
-//! by then.
+//! single pointer store and wait for a **grace period** — until every CPU
+//! has passed a *quiescent state*, a point where it is not inside a
+//! read-side critical section — before they free the old version. Any
+//! reader that could still see the old version started before the grace
+//! period, so it has finished by then.
 //!
 //! # What the kernel must do
 //!
