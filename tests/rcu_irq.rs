@@ -52,6 +52,16 @@ fn interrupt_sections_leave_the_counts_balanced() {
     let mut rounds = 0u64;
     let mut short = None;
     thread::scope(|s| {
+        // Stops the "interrupt controller" however this closure ends: a
+        // panic in the loop below must fail the test, not leave the scope
+        // waiting for a signaller that never sees `done`.
+        struct Done<'a>(&'a AtomicBool);
+        impl Drop for Done<'_> {
+            fn drop(&mut self) {
+                self.0.store(true, Relaxed);
+            }
+        }
+        let _done = Done(&done);
         // The "interrupt controller": uses no ksync, only signals us.
         s.spawn(|| {
             while !done.load(Relaxed) {
@@ -80,7 +90,6 @@ fn interrupt_sections_leave_the_counts_balanced() {
                 short = Some(rounds);
             }
         }
-        done.store(true, Relaxed);
     });
     posix_signal::restore(libc::SIGUSR2, &old);
     let (sections, inside) = (IRQ_SECTIONS.load(Relaxed), IRQ_INSIDE.load(Relaxed));
