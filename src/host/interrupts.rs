@@ -31,6 +31,11 @@ pub fn irqs_disabled() -> bool {
 /// From now on this thread plays an interrupt handler: the kernel's
 /// [`in_interrupt`](crate::kernel::Kernel::in_interrupt) is true and
 /// "interrupts" are off, until the matching [`exit_interrupt`]. Nests.
+///
+/// A POSIX signal handler playing an interrupt must first check
+/// [`irqs_disabled`] and return at once when it is true: a masked
+/// interrupt does not run, and ksync's own code (lockdep's held-lock
+/// stack, IRQ-saving locks) relies on that.
 pub fn enter_interrupt() {
     IN_IRQ.with(|irq| {
         let (depth, saved) = irq.get();
