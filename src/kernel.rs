@@ -87,7 +87,7 @@
 //! | `PerCpu::{iter, cpu}`, `PerCpuCounter::{sum, set, compare, error_bound}`, `BrLock::global_lock`, the per-CPU rw locks' writers, `Srcu::synchronize` | `nr_cpus`, plus the above (the counter's fold lock masks interrupts: `irq_save`) | when `nr_cpus` returns its final value |
 //! | [`rcu`](crate::rcu) (read sections, quiescent states, grace periods, `call_rcu`, `barrier`, [`RcuSync`](crate::rcu::RcuSync)), [`Srcu`](crate::rcu::srcu::Srcu), [`GatedPerCpuRwLock`](crate::percpu_rwlock::GatedPerCpuRwLock) | `preempt_*`, `cpu_id`, `nr_cpus`, `irq_*`; `rcu_stall` from `check_stall` | once `cpu_id` and `nr_cpus` work; each CPU calls `rcu::cpu_online` before its first read section |
 //! | [`RcuPtr`](crate::rcu::RcuPtr), [`RcuList`](crate::rcu::RcuList), [`Hlist`](crate::rcu::Hlist) writers (`publish`, insertion, removal under the writers' lock) | none (readers need an RCU read section, above) | any time |
-//! | [`WaitQueue`](crate::wait::WaitQueue), [`Completion`](crate::completion::Completion), [`Semaphore`](crate::semaphore::Semaphore), [`Mutex`](crate::mutex::Mutex) (the sleeping primitives) | uncontended: the queue lock's (`irq_save`, `preempt_*`, as the IRQ-saving locks) and, for `Mutex`, `current_task`; a wait: `may_sleep`, `cpu_id` and `preempt_*` (its RCU read-section check), `current_task`, `block`, and `wake` from the waker; `clock_ns` for timed waits; `task_running` while a `Mutex` locker spins | uncontended: once the IRQ-saving locks may be used; a wait: once the scheduler hooks work (with the defaults it busy-waits) |
+//! | [`WaitQueue`](crate::wait::WaitQueue), [`Completion`](crate::completion::Completion), [`Semaphore`](crate::semaphore::Semaphore), [`Mutex`](crate::mutex::Mutex) (the sleeping primitives) | uncontended: the queue lock's (`irq_save`, `preempt_*`, as the IRQ-saving locks) and, for `Mutex`, `current_task`; a wait: `may_sleep`, `cpu_id` and `preempt_*` (its RCU read-section check), `current_task`, `block`, and `wake` from the waker; `clock_ns` for timed waits; `task_running` and `yield_now` while a `Mutex` locker spins | uncontended: once the IRQ-saving locks may be used; a wait: once the scheduler hooks work (with the defaults it busy-waits) |
 //! | every lock, with the `lockdep` feature | each lock operation: `cpu_id`, `in_interrupt`, `irqs_disabled`, `irq_save`/`irq_restore`, and `lockdep_report` on a report | only once `cpu_id` works: a `lockdep` build must not take any ksync lock earlier |
 //!
 //! The FIFO locks (ticket, queued, the lock in `LockRef`) also read two
@@ -390,6 +390,23 @@ pub unsafe trait Kernel {
         true
     }
 
+    /// Gives this CPU to another runnable task, if there is one, and
+    /// returns when the current task runs again (Linux's `yield()`). A
+    /// [`Mutex`](crate::mutex::Mutex) locker whose holder runs calls it a
+    /// few times after a short spin, before it sleeps: with more tasks
+    /// than CPUs the holder may be waiting for this very CPU, and a
+    /// spinner that keeps it only delays the unlock it waits for. Called
+    /// with preemption and interrupts enabled, where the task may sleep
+    /// ([`may_sleep`](Kernel::may_sleep)), never inside an RCU read
+    /// section; a context switch here is a quiescent state as in `block`.
+    /// The default is one `spin_loop` hint (no scheduler, no one to yield
+    /// to).
+    #[doc(alias = "yield")]
+    #[inline]
+    fn yield_now() {
+        core::hint::spin_loop();
+    }
+
     /// [`lockdep`](crate::lockdep) found a locking bug (feature `lockdep`):
     /// print the report (it implements `Display`). The default logs it with
     /// `defmt` (when that feature is on) and panics with it, as a kernel
@@ -482,6 +499,10 @@ macro_rules! set_kernel {
                 <$kernel as $crate::kernel::Kernel>::task_running(task)
             }
             #[unsafe(no_mangle)]
+            fn _ksync_set_kernel_v1_yield_now() {
+                <$kernel as $crate::kernel::Kernel>::yield_now()
+            }
+            #[unsafe(no_mangle)]
             fn _ksync_set_kernel_v1_lockdep_report(report: &$crate::kernel::LockdepReport) {
                 <$kernel as $crate::kernel::Kernel>::lockdep_report(report)
             }
@@ -511,6 +532,7 @@ unsafe extern "Rust" {
     safe fn _ksync_set_kernel_v1_may_sleep() -> bool;
     safe fn _ksync_set_kernel_v1_clock_ns() -> u64;
     safe fn _ksync_set_kernel_v1_task_running(task: usize) -> bool;
+    safe fn _ksync_set_kernel_v1_yield_now();
 }
 
 /// The kernel's [`Kernel::current_task`] (checked nonzero).
@@ -552,6 +574,12 @@ pub(crate) fn clock_ns() -> u64 {
 #[inline]
 pub(crate) fn task_running(task: usize) -> bool {
     _ksync_set_kernel_v1_task_running(task)
+}
+
+/// The kernel's [`Kernel::yield_now`].
+#[inline]
+pub(crate) fn yield_now() {
+    _ksync_set_kernel_v1_yield_now()
 }
 
 /// The kernel's [`Kernel::irq_save`] (with `lockdep`: also counted, so

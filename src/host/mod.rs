@@ -184,6 +184,10 @@ unsafe impl Kernel for HostKernel {
         tasks::task_running(task)
     }
 
+    fn yield_now() {
+        tasks::yield_now()
+    }
+
     fn lockdep_report(report: &LockdepReport) {
         let text = report.to_string();
         let mut reports = lockdep_reports();

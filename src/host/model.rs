@@ -129,6 +129,11 @@ pub(super) fn task_running(_token: usize) -> bool {
     false
 }
 
+/// A loom yield point: the model may switch to another thread.
+pub(super) fn yield_now() {
+    loom::thread::yield_now();
+}
+
 pub(super) fn clock_ns() -> u64 {
     CLOCK.fetch_add(1, loom::sync::atomic::Ordering::Relaxed) + 1
 }

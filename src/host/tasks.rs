@@ -120,6 +120,12 @@ pub(super) fn task_running(token: usize) -> bool {
     lookup(token).is_some_and(|task| !task.parked.load(Ordering::Relaxed))
 }
 
+/// `std::thread::yield_now` (`sched_yield`): the OS may run another
+/// thread on this core, the lock holder among them.
+pub(super) fn yield_now() {
+    std::thread::yield_now();
+}
+
 pub(super) fn clock_ns() -> u64 {
     static START: OnceLock<Instant> = OnceLock::new();
     let start = *START.get_or_init(Instant::now);

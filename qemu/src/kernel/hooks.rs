@@ -59,7 +59,9 @@
 //! * `clock_ns`: the counter ([`time::now`]: TSC, `CNTVCT_EL0`, `time`) in
 //!   nanoseconds;
 //! * `task_running(token)`: the thread is some CPU's current thread
-//!   (`sched::is_running`), for the mutex's optimistic spinners.
+//!   (`sched::is_running`), for the mutex's optimistic spinners;
+//! * `yield_now`: `sched::yield_now` (a quiescent state, as in `block`)
+//!   where `may_sleep` holds, for the same spinners.
 //!
 //! This file and `kernel::rcu` are the worked example of embedding ksync's
 //! per-CPU data and RCU in a kernel; README.md ("Embedding ksync in your
@@ -219,6 +221,17 @@ unsafe impl ksync::kernel::Kernel for QemuKernel {
     #[inline]
     fn task_running(task: usize) -> bool {
         task.checked_sub(1).is_some_and(sched::is_running)
+    }
+
+    /// `sched::yield_now` where this context may switch (`may_sleep`),
+    /// reporting the quiescent state as `block` does; one spin otherwise.
+    fn yield_now() {
+        if !Self::may_sleep() {
+            core::hint::spin_loop();
+            return;
+        }
+        ksync::rcu::quiescent_state();
+        sched::yield_now();
     }
 
     /// One `KSYNC-LOCKDEP` line, then the report as lockdep wrote it (one
