@@ -297,7 +297,9 @@ impl RawMutex {
     /// Spins while the holder runs and the lock has no hand-off pending;
     /// whether it took the lock. Between two looks at the lock it waits
     /// 1, 2, 4, ... up to [`BACKOFF_MAX`](kernel::BACKOFF_MAX) relax rounds,
-    /// [`SPIN_ROUNDS`] rounds in all. A spinner that read the word (and the
+    /// [`SPIN_ROUNDS`] rounds in all, then up to [`YIELDS`] yields with a
+    /// look after each (see `spin_while_owner_runs`). A spinner that read
+    /// the word (and the
     /// owner) on every round kept pulling the cache line away from the
     /// holder, whose lock and unlock then missed on it: with the backoff,
     /// `benches/sleeping.rs` at 4 and 8 threads on 2 cores runs about 1.6x
@@ -330,8 +332,12 @@ impl RawMutex {
 
     /// The spinning of [`spin`](Self::spin) and
     /// [`spin_for_grant`](Self::spin_for_grant): up to [`SPIN_ROUNDS`]
-    /// rounds with backoff, asking `look` each time (`Some`: the answer)
-    /// and giving up once the holder is off its CPU.
+    /// rounds with backoff, then up to [`YIELDS`] calls of the kernel's
+    /// `yield_now`, asking `look` before each (`Some`: the answer) and
+    /// giving up once the holder is off its CPU. Nothing here waits for a
+    /// wake: a grant or unlock that comes while this task yields is seen
+    /// by the next look, or by the sleep that follows (a wake before the
+    /// block makes it return at once).
     fn spin_while_owner_runs(&self, mut look: impl FnMut() -> Option<bool>) -> bool {
         let (mut rounds, mut step, mut yields) = (0, 1, 0);
         loop {
