@@ -32,7 +32,7 @@ use crate::wait::WaitQueue;
 
 // ---- locks ---------------------------------------------------------------------
 
-// SAFETY: one `AtomicU32` (zero: owner 0, next 0, which is free: the
+// SAFETY: two `AtomicU32` (zero: owner 0, next 0, which is free: the
 // tickets are equal) and a `PhantomData`. Zero is what `new` builds.
 unsafe impl<R> Zeroable for TicketLock<R> {}
 

@@ -18,10 +18,11 @@ fn locks_are_unchanged_without_lockdep() {
     assert_eq!(size_of::<Acquired<'_>>(), 0);
     assert_eq!(size_of::<LockRef>(), 8);
     assert_eq!(size_of::<ksync::LockRefGuard<'_>>(), 16);
-    assert_eq!(size_of::<SeqLock<u64>>(), 24);
-    assert_eq!(size_of::<SeqLock<[u64; 4]>>(), 48);
+    // The sequence (4 bytes), the writers' ticket lock (8), the data.
+    assert_eq!(size_of::<SeqLock<u64>>(), 32);
+    assert_eq!(size_of::<SeqLock<[u64; 4]>>(), 56);
     assert_eq!(size_of::<SeqLockWriteGuard<'_, u64>>(), 40);
-    // One cache-padded slot per CPU holding a 4-byte lock and the `u64`.
+    // One cache-padded slot per CPU holding an 8-byte lock and the `u64`.
     assert_eq!(
         size_of::<BrLock<u64>>(),
         size_of::<ksync::percpu::PerCpu<[u64; 2]>>()
@@ -46,7 +47,9 @@ fn spinlocks_are_unchanged_without_lockdep() {
     // holder checks' "which CPU holds it"); release builds keep the word
     // alone.
     let owner = if cfg!(debug_assertions) { 4 } else { 0 };
-    assert_eq!(size_of::<RawTicketLock>(), 4 + owner);
+    // The ticket lock is two words (`owner`, `next`).
+    let ticket = 8 + owner;
+    assert_eq!(size_of::<RawTicketLock>(), ticket);
     assert_eq!(align_of::<RawTicketLock>(), 4);
     assert_eq!(
         size_of::<RawTtasLock>(),
@@ -59,7 +62,7 @@ fn spinlocks_are_unchanged_without_lockdep() {
         size_of::<
             ksync::spinlock::RawSpinlock<ksync::spinlock::TicketLock, ksync::spinlock::NoGuard>,
         >(),
-        4 + owner
+        ticket
     );
     // The IRQ-saving adapter keeps the holder's saved state (the kernel
     // hook's word) in the lock: `lock_api` 0.4's guards carry no state.
@@ -67,7 +70,7 @@ fn spinlocks_are_unchanged_without_lockdep() {
         size_of::<RawIrqSave<RawTicketLock>>(),
         size_of::<(RawTicketLock, usize)>()
     );
-    assert_eq!(size_of::<TicketMutex<u32>>(), 8 + owner);
+    assert_eq!(size_of::<TicketMutex<u32>>(), 12 + owner);
     assert_eq!(
         size_of::<IrqTicketMutex<u32>>(),
         size_of::<(RawIrqSave<RawTicketLock>, u32)>()
@@ -93,7 +96,7 @@ fn locks_carry_their_class_with_lockdep() {
     assert_eq!(align_of::<LockRef>(), 8);
     use ksync::spinlock::{RawQueuedLock, RawTicketLock, RawTtasLock};
     // Each lock's words, then its `Map`.
-    assert!(size_of::<RawTicketLock>() >= 4 + size_of::<Map>());
+    assert!(size_of::<RawTicketLock>() >= 8 + size_of::<Map>());
     assert!(size_of::<RawTtasLock>() > size_of::<Map>());
     assert!(size_of::<RawQueuedLock>() >= 4 + size_of::<Map>());
 }

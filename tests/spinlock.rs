@@ -1,6 +1,6 @@
 //! Host tests of the spinlocks: the raw inherent API, `lock_api` use,
 //! mutual exclusion with threads playing CPUs, the ticket lock's FIFO
-//! hand-off (`unlock_fair`, `bump`, bounded bypass), 16-bit ticket wrap,
+//! hand-off (`unlock_fair`, `bump`, bounded bypass), the ticket wrap,
 //! and the IRQ-saving adapters, whose "interrupts off" is, on this host,
 //! the `critical-section` std implementation's global lock.
 

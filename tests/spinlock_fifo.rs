@@ -1,6 +1,6 @@
 //! Host tests of the ticket lock's strict FIFO mode: the mode for bare
 //! metal with one CPU per core, where waiters queue by ticket (`unlock_fair`,
-//! `bump`, bounded bypass, 16-bit ticket wrap, `is_contended`).
+//! `bump`, bounded bypass, the 2^32 ticket wrap, `is_contended`).
 //!
 //! The host hooks say CPUs are preemptible (threads can be descheduled), so
 //! locks hand off by test-and-set by default; every test in this binary
@@ -19,7 +19,7 @@ use std::thread;
 use std::time::Instant;
 
 use ksync::lock_api::MutexGuard;
-use ksync::spinlock::{RawTicketLock, TicketMutex};
+use ksync::spinlock::{RawTicketLock, TicketLock, TicketMutex};
 
 /// Threads playing CPUs (on a 2-core machine this oversubscribes FIFO
 /// mode; every test here bounds its work by time or by a handful of
@@ -61,46 +61,56 @@ fn ticket_is_contended_while_a_waiter_queues() {
     assert!(!lock.is_contended());
 }
 
+/// The 2^32 ticket wrap, from a lock that starts just below it (no test
+/// could take a lock 2^32 times): lock, a queued waiter, `is_contended`
+/// and `try_lock` across it.
 #[test]
 fn ticket_wraparound() {
     fifo_mode();
-    let lock: RawTicketLock = RawTicketLock::new();
-    for _ in 0..0xffff {
-        drop(Held::lock(&lock));
-    }
-    assert_eq!(tickets(&lock), (0xffff, 0xffff));
+    let lock: TicketLock = TicketLock::at_ticket(u32::MAX - 1);
+    assert_eq!(tickets(&lock), (u32::MAX - 1, u32::MAX - 1));
+    lock.lock();
+    // SAFETY: taken on the line above.
+    unsafe { lock.unlock() };
+    assert_eq!(tickets(&lock), (u32::MAX, u32::MAX));
     assert!(!lock.is_locked());
 
-    // Holding ticket 0xffff: next has wrapped to 0.
-    let held = Held::lock(&lock);
-    assert_eq!(tickets(&lock), (0xffff, 0));
+    // Holding ticket u32::MAX: next has wrapped to 0.
+    lock.lock();
+    assert_eq!(tickets(&lock), (u32::MAX, 0));
     assert!(lock.is_locked());
     assert!(!lock.is_contended());
     assert!(!lock.try_lock());
     thread::scope(|s| {
-        s.spawn(|| drop(Held::lock(&lock)));
+        s.spawn(|| {
+            lock.lock();
+            // SAFETY: taken on the line above.
+            unsafe { lock.unlock() };
+        });
         wait_until("the waiter to queue", || lock.is_contended());
-        assert_eq!(tickets(&lock), (0xffff, 1));
-        drop(held);
+        assert_eq!(tickets(&lock), (u32::MAX, 1));
+        // SAFETY: taken before the scope.
+        unsafe { lock.unlock() };
     });
     assert_eq!(tickets(&lock), (1, 1));
     assert!(!lock.is_locked());
 
     // try_lock across the wrap too.
-    for _ in 0..0x1_0005 {
+    let lock: TicketLock = TicketLock::at_ticket(u32::MAX - 2);
+    for _ in 0..6 {
         assert!(lock.try_lock());
         assert!(lock.is_locked());
         // SAFETY: taken by the successful try_lock above.
         unsafe { lock.unlock() };
     }
-    assert_eq!(tickets(&lock), (6, 6));
+    assert_eq!(tickets(&lock), (3, 3));
 }
 
 /// Waiters are served in the order they took their tickets.
 #[test]
 fn ticket_hands_over_in_fifo_order() {
     fifo_mode();
-    const WAITERS: u16 = 5;
+    const WAITERS: u32 = 5;
     let lock: RawTicketLock = RawTicketLock::new();
     let order = Mutex::new(Vec::new());
     let held = Held::lock(&lock);
@@ -160,7 +170,7 @@ fn ticket_bypass_is_bounded() {
         }
         wait_until("every thread to queue", || {
             let (owner, next) = tickets(&lock);
-            next.wrapping_sub(owner) == 1 + THREADS as u16
+            next.wrapping_sub(owner) == 1 + THREADS as u32
         });
         drop(held);
     });

@@ -11,58 +11,62 @@ use super::{IrqState, PreemptDisabled, RelaxStrategy, Spin};
 use crate::kernel::{Backoff, StallSite, StallWatch, kick_waiters, vcpu_preemptible};
 use crate::sync::{AtomicU32, Ordering, const_fn, relax};
 
-/// Width of each ticket: 16 bits, or 2 under loom, so that a model can wrap
+/// Width of each ticket: 32 bits, or 2 under loom, so that a model can wrap
 /// the tickets in four acquisitions (`ticket_try_lock_across_a_wrap`).
-const TICKET_BITS: u32 = if cfg!(ksync_loom) { 2 } else { u16::BITS };
-/// One ticket's mask, at bit 0.
-const TICKET_MASK: u32 = (1 << TICKET_BITS) - 1;
-/// Adding this hands out the next ticket (`next + 1`). `next` is the top
-/// field of the word, so its carry leaves the word (16-bit tickets) or
-/// lands in bits no field reads (loom's 2-bit tickets): it never reaches
-/// `owner`.
-const NEXT_ONE: u32 = 1 << TICKET_BITS;
+const TICKET_BITS: u32 = if cfg!(ksync_loom) { 2 } else { u32::BITS };
+/// The ticket space's mask: tickets count modulo `2^TICKET_BITS`.
+const TICKET_MASK: u32 = if TICKET_BITS == u32::BITS {
+    u32::MAX
+} else {
+    (1 << TICKET_BITS) - 1
+};
 
 /// How many distinct tickets there are: this many acquisitions bring the
-/// word's fields back to the values they started from. Models of the
+/// lock's fields back to the values they started from. Models of the
 /// wrap (loom only) need it.
 #[cfg(ksync_loom)]
 #[doc(hidden)]
 pub const TICKETS: u32 = 1 << TICKET_BITS;
 
-/// The ticket being served.
+/// The ticket after `ticket`, in the ticket space.
 #[inline(always)]
-const fn owner_of(word: u32) -> u32 {
-    word & TICKET_MASK
+const fn bump(ticket: u32) -> u32 {
+    ticket.wrapping_add(1) & TICKET_MASK
 }
 
-/// The next ticket to hand out.
-#[inline(always)]
-const fn next_of(word: u32) -> u32 {
-    (word >> TICKET_BITS) & TICKET_MASK
-}
-
-/// A fair (FIFO) ticket spinlock in 32 bits.
+/// A fair (FIFO) ticket spinlock in two 32-bit words.
 ///
-/// One 32-bit word: `owner` (the ticket being served) in the low half,
-/// `next` (the ticket the next arrival takes) in the high half; the lock
-/// is free when they are equal. Locking takes a ticket with one
-/// `fetch_add` on the word (the carry out of `next` leaves the word) and
-/// spins until `owner` reaches it; unlocking adds one to `owner` (only the
-/// holder writes it; at `u16::MAX` it subtracts `u16::MAX` instead, so it
-/// never carries into `next`). Up to 65 535 CPUs may wait at once
-/// ([`MAX_CPUS`](crate::kernel::MAX_CPUS) is bounded below that).
+/// `owner` (the ticket being served) and `next` (the ticket the next
+/// arrival takes) are two atomics; the lock is free when they are equal.
+/// Locking takes a ticket with one `fetch_add` on `next` and spins until
+/// `owner` reaches it; unlocking is a load and a Release store of
+/// `owner + 1` (only the holder writes `owner`), with no read-modify-write:
+/// that is Linux's ticket unlock (a plain add on the owner half), and what
+/// makes the release cheap where an atomic RMW is dear (an emulator's
+/// guest atomics). The two halves cannot share one word: Rust's memory
+/// model forbids atomics of different sizes on one location while they
+/// race, and a store of the whole word would lose a concurrent
+/// `fetch_add`. Up to 65 535 CPUs may wait at once
+/// ([`MAX_CPUS`](crate::kernel::MAX_CPUS) is bounded below that), far
+/// inside the 2^32 tickets.
 ///
-/// `try_lock` compares the whole word, as Linux's ticket trylock does: a
-/// compare of `next` alone succeeds again once 65 536 acquisitions have
-/// wrapped it while the lock is held, and two CPUs would then hold it.
+/// `try_lock` reads `owner`, then takes a ticket only if `next` still
+/// equals it (a compare-exchange on `next`), and checks that its ticket is
+/// served. The check fails only if all 2^32 tickets were handed out
+/// between the read and the compare-exchange (the stalled CPU's `next`
+/// came round again while the lock is held): it then holds a ticket
+/// that is not served and waits its turn, so exclusion holds in every
+/// case; at the tens of millions of acquisitions a second one lock can
+/// take at most, that needs a `try_lock` stalled for minutes between two
+/// instructions.
 ///
 /// This is the algorithm alone (Linux's `arch_spinlock_t`): it tells
 /// [`lockdep`](crate::lockdep) nothing. [`RawTicketLock`](super::RawTicketLock)
 /// is the same lock with its lockdep class, the one to use.
 ///
 /// # Invariants
-/// `owner` only changes by the holder's unlock, by +1 (mod 2^16), and
-/// `next - owner` (mod 2^16) is the number of holders plus waiters.
+/// `owner` only changes by the holder's unlock, by +1 (mod 2^32), and
+/// `next - owner` (mod 2^32) is the number of holders plus waiters.
 ///
 /// # Zeroed memory
 ///
@@ -72,8 +76,10 @@ const fn next_of(word: u32) -> u32 {
 #[doc(alias = "arch_spinlock_t")]
 #[repr(C, align(4))]
 pub struct TicketLock<R = Spin> {
-    /// `owner | next << 16`.
-    word: AtomicU32,
+    /// The ticket being served; written only by the holder's unlock.
+    owner: AtomicU32,
+    /// The next ticket to hand out.
+    next: AtomicU32,
     relax: PhantomData<R>,
 }
 
@@ -90,15 +96,57 @@ impl<R> TicketLock<R> {
     const_fn! {
         /// A new, unlocked ticket lock with the relax strategy `R`.
         pub fn with_relax() -> Self {
-            Self { word: AtomicU32::new(0), relax: PhantomData }
+            Self { owner: AtomicU32::new(0), next: AtomicU32::new(0), relax: PhantomData }
         }
     }
 
-    /// `(owner, next)` now (a snapshot).
+    const_fn! {
+        /// A free lock whose next ticket is `ticket` (owner and next both
+        /// `ticket`): for tests of the 2^32 wrap, which no test could reach
+        /// by taking the lock. Not part of the API.
+        #[cfg(feature = "test-hooks")]
+        #[doc(hidden)]
+        pub fn at_ticket(ticket: u32) -> Self {
+            let ticket = ticket & TICKET_MASK;
+            Self { owner: AtomicU32::new(ticket), next: AtomicU32::new(ticket), relax: PhantomData }
+        }
+    }
+
+    /// `(owner, next)` now (a snapshot of two loads).
     #[inline]
     fn tickets(&self) -> (u32, u32) {
-        let word = self.word.load(Ordering::Relaxed);
-        (owner_of(word), next_of(word))
+        let owner = self.owner.load(Ordering::Relaxed);
+        (owner, self.next.load(Ordering::Relaxed))
+    }
+
+    /// Takes the next ticket. One `fetch_add` (its wrap at 2^32 is the
+    /// ticket space's); under loom, whose tickets are 2 bits, an update
+    /// modulo 4.
+    ///
+    /// AcqRel, as every take of a ticket (the compare-exchange in
+    /// `try_lock` too): the takes on `next` form one release sequence, so
+    /// a taker sees every `owner` store its predecessors made before they
+    /// took theirs. Without it a taker whose ticket came round again could
+    /// read an `owner` from before the wrap (coherence orders `owner`'s
+    /// stores, not what a thread that never synchronized with them reads),
+    /// take that stale value for its ticket being served and enter beside
+    /// the holder: the loom model `ticket_try_lock_across_a_wrap` finds
+    /// that with Relaxed takes. The critical section itself is ordered by
+    /// the Acquire load of `owner` that finds the ticket served. (On
+    /// x86_64 every RMW is a full barrier; elsewhere the Release half is
+    /// the `l` of `ldaddal` / `.aqrl`.)
+    #[inline(always)]
+    fn take_ticket(&self) -> u32 {
+        if TICKET_MASK == u32::MAX {
+            self.next.fetch_add(1, Ordering::AcqRel)
+        } else {
+            match self
+                .next
+                .fetch_update(Ordering::AcqRel, Ordering::Relaxed, |n| Some(bump(n)))
+            {
+                Ok(n) | Err(n) => n,
+            }
+        }
     }
 
     /// Tries to take the lock without spinning: succeeds only when nobody
@@ -110,26 +158,43 @@ impl<R> TicketLock<R> {
         if UP {
             return self.try_lock_up();
         }
+        // Acquire pairs with the Release store in `unlock`: if our ticket
+        // is this one, the critical section that served it happens-before
+        // ours.
+        let owner = self.owner.load(Ordering::Acquire);
         // Read first, so that a held lock costs no exclusive access to its
-        // line (the exchange below would fail anyway). Relaxed: only the
-        // exchange's outcome counts.
-        let word = self.word.load(Ordering::Relaxed);
-        if owner_of(word) != next_of(word) {
+        // line (the exchange below would fail anyway).
+        if self.next.load(Ordering::Relaxed) != owner {
             return false;
         }
-        // One compare-exchange over the whole word: it succeeds only if
-        // the lock is free at that instant, with the same (owner, next)
-        // as read. (A compare of `next` alone would succeed after a ticket
-        // wrap with the lock held.) Acquire pairs with the Release RMW in
-        // `unlock`: the previous critical section happens-before ours.
-        self.word
-            .compare_exchange(
-                word,
-                word.wrapping_add(NEXT_ONE),
-                Ordering::Acquire,
-                Ordering::Relaxed,
-            )
-            .is_ok()
+        // Take ticket `owner` only if it is still the next one. AcqRel on
+        // success: a take of a ticket (see `take_ticket`).
+        if self
+            .next
+            .compare_exchange(owner, bump(owner), Ordering::AcqRel, Ordering::Relaxed)
+            .is_err()
+        {
+            return false;
+        }
+        // Our ticket is served unless every ticket was handed out between
+        // the two reads (see the type's docs): `owner` moves on only when
+        // ticket `owner` is released, and that ticket is ours. Acquire:
+        // as above.
+        if self.owner.load(Ordering::Acquire) != owner {
+            self.wait_for_ticket(owner);
+        }
+        true
+    }
+
+    /// A `try_lock` whose ticket came round again: waits for it (a lock
+    /// in all but name; see the type's docs). Out of line and cold.
+    #[cold]
+    #[inline(never)]
+    fn wait_for_ticket(&self, ticket: u32) {
+        // Acquire pairs with the Release store in `unlock`.
+        while self.owner.load(Ordering::Acquire) != ticket {
+            crate::sync::spin_loop();
+        }
     }
 
     /// Whether the lock is held. A snapshot, stale the moment it returns: do
@@ -161,20 +226,15 @@ impl<R> TicketLock<R> {
             return unsafe { self.unlock_up() };
         }
         // Relaxed: only the holder (this CPU) writes `owner`.
-        let word = self.word.load(Ordering::Relaxed);
-        let owner = owner_of(word);
+        let owner = self.owner.load(Ordering::Relaxed);
         debug_assert!(
-            owner != next_of(word),
+            owner != self.next.load(Ordering::Relaxed),
             "unlock of a ticket lock that is not held"
         );
-        // Serve the next ticket with one RMW that cannot carry into `next`
-        // (a plain store of the word would lose a concurrent `fetch_add`):
-        // +1 on `owner` within its half, which is -TICKET_MASK (mod 2^32)
-        // at the top, computed without a branch. Release pairs with the
-        // Acquire loads in `lock` and the Acquire compare-exchange in
-        // `try_lock`.
-        let step = ((owner + 1) & TICKET_MASK).wrapping_sub(owner);
-        self.word.fetch_add(step, Ordering::Release);
+        // Serve the next ticket with a store: nobody else writes `owner`.
+        // Release pairs with the Acquire loads of `owner` in `lock`,
+        // `lock_slow` and `try_lock`.
+        self.owner.store(bump(owner), Ordering::Release);
         // In every mode: a test-and-set waiter from before a mode switch
         // may be halted (the `SpinWait` contract).
         kick_waiters();
@@ -194,13 +254,11 @@ impl<R: RelaxStrategy> TicketLock<R> {
         if vcpu_preemptible() {
             return self.lock_preemptible();
         }
-        // Acquire pairs with the Release RMW in `unlock`: when the word we
-        // replaced already serves our ticket (the lock was free), the
-        // previous critical section happens-before ours without a second
-        // load.
-        let old = self.word.fetch_add(NEXT_ONE, Ordering::Acquire);
-        let ticket = next_of(old);
-        if owner_of(old) == ticket {
+        let ticket = self.take_ticket();
+        // Acquire pairs with the Release store in `unlock`: the critical
+        // section that served our ticket happens-before ours. The line is
+        // this CPU's after the `fetch_add`, so the load is a hit.
+        if self.owner.load(Ordering::Acquire) == ticket {
             return;
         }
         self.lock_slow(ticket);
@@ -219,8 +277,8 @@ impl<R: RelaxStrategy> TicketLock<R> {
     fn lock_slow(&self, ticket: u32) {
         let mut watch = StallWatch::new(StallSite::Ticket);
         loop {
-            // Acquire pairs with the Release RMW in `unlock`.
-            let owner = owner_of(self.word.load(Ordering::Acquire));
+            // Acquire pairs with the Release store in `unlock`.
+            let owner = self.owner.load(Ordering::Acquire);
             if owner == ticket {
                 return;
             }
@@ -260,43 +318,52 @@ impl<R: RelaxStrategy> TicketLock<R> {
 // ---- the single-CPU build (`KSYNC_MAX_CPUS=1`, see `up`) -------------------
 
 impl<R> TicketLock<R> {
-    /// [`try_lock`](Self::try_lock) on one CPU: a load and a store.
+    /// [`try_lock`](Self::try_lock) on one CPU: loads and two stores.
     #[inline(always)]
     fn try_lock_up(&self) -> bool {
-        // Relaxed load and store: on one CPU only an interrupt handler can
-        // run between them, and it leaves the word meaning what it read
-        // (the `up` module's argument).
-        let word = self.word.load(Ordering::Relaxed);
-        if owner_of(word) != next_of(word) {
-            return false;
-        }
-        self.word
-            .store(word.wrapping_add(NEXT_ONE), Ordering::Relaxed);
+        // Relaxed loads and stores: on one CPU only an interrupt handler
+        // can run between them (the `up` module's argument). A handler
+        // that takes and releases the lock between the loads and the first
+        // store moves both fields on by one; storing `next` alone would
+        // then leave them equal, a free lock that this CPU believes it
+        // holds. So both are stored, `next` first: the lock is held from
+        // that store on (a handler finds `owner != next`), and the second
+        // puts back the `owner` read, whatever a handler did before.
+        // The two loads are one snapshot only if no handler took the lock
+        // between them: one that did moved `next` on, and a second load
+        // of it tells (a handler that found the lock held changed nothing).
+        let owner = loop {
+            let next = self.next.load(Ordering::Relaxed);
+            let owner = self.owner.load(Ordering::Relaxed);
+            if owner == next {
+                break owner;
+            }
+            if self.next.load(Ordering::Relaxed) == next {
+                return false;
+            }
+        };
+        self.next.store(bump(owner), Ordering::Relaxed);
+        self.owner.store(owner, Ordering::Relaxed);
         up::acquired();
         true
     }
 
     /// [`unlock`](Self::unlock) on one CPU: serve the next ticket with a
-    /// store (nobody else writes the word while it is held).
+    /// store (nobody else writes `owner`).
     ///
     /// # Safety
     /// As for [`unlock`](Self::unlock).
     #[inline(always)]
     unsafe fn unlock_up(&self) {
-        let word = self.word.load(Ordering::Relaxed);
+        let owner = self.owner.load(Ordering::Relaxed);
         debug_assert!(
-            owner_of(word) != next_of(word),
+            owner != self.next.load(Ordering::Relaxed),
             "unlock of a ticket lock that is not held"
         );
-        let served = if owner_of(word) == TICKET_MASK {
-            word - TICKET_MASK
-        } else {
-            word + 1
-        };
         up::releasing();
         // Relaxed: `releasing` keeps the critical section above it; a
         // handler that takes the lock next runs after it on this CPU.
-        self.word.store(served, Ordering::Relaxed);
+        self.owner.store(bump(owner), Ordering::Relaxed);
     }
 }
 

@@ -456,13 +456,15 @@ fn ttas_try_lock_exclusion() {
     exclusion::<RawTtasLock>(2, true);
 }
 
-/// (c) Ticket lock: a `try_lock` stalled between its read of the word and
-/// its compare-exchange while another thread takes the lock
+/// (c) Ticket lock: a `try_lock` stalled between its read of `owner` and
+/// its compare-exchange on `next` while another thread takes the lock
 /// [`TICKETS`](ksync::spinlock::TICKETS) times (the tickets wrap) and
-/// keeps it on the last one: the compare-exchange must fail. A compare of
-/// `next` alone succeeds there (the word's `next` is back at the value
-/// read) and two threads hold the lock. Loom's build has 2-bit tickets, so
-/// four acquisitions wrap.
+/// keeps it on the last one. The compare-exchange may then succeed (`next`
+/// is back at the value read): the ticket it took is not served, and the
+/// `try_lock` must see that and wait its turn. Without that check, or with
+/// Relaxed ticket takes (the re-check may then read `owner` from before
+/// the wrap), two threads hold the lock. Loom's build has 2-bit tickets,
+/// so four acquisitions wrap.
 #[test]
 fn ticket_try_lock_across_a_wrap() {
     use loom::sync::atomic::{AtomicUsize, Ordering::SeqCst};

@@ -129,9 +129,9 @@ pub(crate) fn wait_until(what: &str, mut cond: impl FnMut() -> bool) {
 
 /// `(owner, next)` of a ticket lock, read from its `Debug` output (the
 /// only place they are visible).
-pub(crate) fn tickets<R>(lock: &RawTicketLock<R>) -> (u16, u16) {
+pub(crate) fn tickets(lock: &impl core::fmt::Debug) -> (u32, u32) {
     let text = format!("{lock:?}");
-    let field = |name: &str| -> u16 {
+    let field = |name: &str| -> u32 {
         let start = text
             .find(name)
             .unwrap_or_else(|| panic!("{name} in {text}"))
