@@ -32,8 +32,8 @@
 //!   lock when it is free: a short critical section is waited out without
 //!   two context switches (Linux's `mutex_optimistic_spin`, with
 //!   `parking_lot`'s yields for more tasks than CPUs). It looks at the
-//!   lock with exponential backoff, so that it does not keep the holder's
-//!   cache line busy.
+//!   lock with exponential backoff from 16 relax rounds, so that it does
+//!   not keep the holder's cache line busy.
 //! * **Sleeping.** Otherwise it queues on the wait queue (FIFO), sets
 //!   `WAITERS` and sleeps; `unlock` then takes the slow path, frees the
 //!   lock and wakes the first waiter.
@@ -67,14 +67,30 @@ use crate::wait::{self, GRANTED, Locked, Node, Queued, WAITING, WaitQueue};
 /// as many critical sections as with this. Measured there (contended
 /// throughput vs `parking_lot::Mutex` at 2 / 4 / 8 threads, interleaved
 /// full runs, quiet host): this spin then sleeping, 1.04x / 0.61x /
-/// 0.66x; this spin then 7 yields (today), 0.91x / 0.77x / 0.73x; 16
-/// rounds then 7 yields, 0.71-0.86x / 0.81x / 0.78x: yielding helps where
-/// tasks outnumber CPUs and costs where the holder has a CPU of its own.
+/// 0.66x; this spin then 7 yields, 0.91x / 0.77x / 0.73x; 16 rounds then
+/// 7 yields, 0.71-0.86x / 0.81x / 0.78x: yielding helps where tasks
+/// outnumber CPUs and costs where the holder has a CPU of its own. (All
+/// with the first look after 1 round; see [`FIRST_STEP`] for today's.)
 const SPIN_ROUNDS: u32 = if cfg!(ksync_loom) {
     SPIN_LIMIT
 } else {
     SPIN_LIMIT / 4
 };
+
+/// The first wait between two looks at the lock, in relax rounds (then
+/// doubling up to [`BACKOFF_MAX`](kernel::BACKOFF_MAX)). Linux lets one
+/// optimistic spinner at a time at the lock word (the others queue on its
+/// `osq` MCS lock); here every spinner looks, so each looks rarely from the
+/// start. A look that finds the lock free takes it from a holder that was
+/// about to take it again, and moves the line (and the lock) to another
+/// CPU. Starting at 1 round (4 looks in the first 7 rounds), the contended
+/// bench of `benches/sleeping.rs` (2 cores; 2, 4 and 8 threads) ran
+/// 0.85-0.94x / 0.66-0.67x / 0.64-0.66x `parking_lot::Mutex`'s critical
+/// sections; starting at 16, 1.76-1.96x / 1.37-1.53x / 1.41-1.47x in the
+/// same interleaved runs, fairer too (0.67 against 0.45 at 8 threads). 8
+/// gave about 1.05x at 4 and 8 threads, 32 little more than 16. The cost
+/// is a later look in a short wait: 16 relax rounds at most.
+const FIRST_STEP: u32 = 16;
 
 /// How many times a locker whose holder still runs after [`SPIN_ROUNDS`]
 /// gives its CPU away ([`Kernel::yield_now`](kernel::Kernel::yield_now))
@@ -296,7 +312,8 @@ impl RawMutex {
 
     /// Spins while the holder runs and the lock has no hand-off pending;
     /// whether it took the lock. Between two looks at the lock it waits
-    /// 1, 2, 4, ... up to [`BACKOFF_MAX`](kernel::BACKOFF_MAX) relax rounds,
+    /// [`FIRST_STEP`], then twice as long, ... up to
+    /// [`BACKOFF_MAX`](kernel::BACKOFF_MAX) relax rounds,
     /// [`SPIN_ROUNDS`] rounds in all, then up to [`YIELDS`] yields with a
     /// look after each (see `spin_while_owner_runs`). A spinner that read
     /// the word (and the
@@ -339,7 +356,7 @@ impl RawMutex {
     /// by the next look, or by the sleep that follows (a wake before the
     /// block makes it return at once).
     fn spin_while_owner_runs(&self, mut look: impl FnMut() -> Option<bool>) -> bool {
-        let (mut rounds, mut step, mut yields) = (0, 1, 0);
+        let (mut rounds, mut step, mut yields) = (0, FIRST_STEP.min(kernel::BACKOFF_MAX), 0);
         loop {
             if let Some(done) = look() {
                 return done;
