@@ -312,11 +312,10 @@ impl RawMutex {
 
     /// Spins while the holder runs and the lock has no hand-off pending;
     /// whether it took the lock. Between two looks at the lock it waits
-    /// [`FIRST_STEP`], then twice as long, ... up to
-    /// [`BACKOFF_MAX`](kernel::BACKOFF_MAX) relax rounds,
-    /// [`SPIN_ROUNDS`] rounds in all, then up to [`YIELDS`] yields with a
-    /// look after each (see `spin_while_owner_runs`). A spinner that read
-    /// the word (and the
+    /// [`FIRST_STEP`] relax rounds, then twice as long, ... up to
+    /// [`BACKOFF_MAX`](kernel::BACKOFF_MAX), [`SPIN_ROUNDS`] rounds in
+    /// all, then up to [`YIELDS`] yields with a look after each (see
+    /// `spin_while_owner_runs`). A spinner that read the word (and the
     /// owner) on every round kept pulling the cache line away from the
     /// holder, whose lock and unlock then missed on it: with the backoff,
     /// `benches/sleeping.rs` at 4 and 8 threads on 2 cores runs about 1.6x
