@@ -75,7 +75,9 @@ use core::task::{Context, Poll, Waker};
 use core::time::Duration;
 
 use crate::kernel;
-use crate::spinlock::{IrqDisabled, RawSpinlock, Spin, TicketLock};
+use crate::spinlock::Spin;
+#[cfg(not(ksync_loom))]
+use crate::spinlock::{IrqDisabled, RawSpinlock, TicketLock};
 use crate::sync::{AtomicUsize, Ordering, UnsafeCell, const_fn};
 
 /// In [`Node::state`]: queued, not woken.
@@ -193,11 +195,50 @@ impl Node {
     }
 }
 
+/// The queue's lock: a ticket spinlock with interrupts off.
+#[cfg(not(ksync_loom))]
+type QueueLock = RawSpinlock<TicketLock<Spin>, IrqDisabled>;
+
+/// Under loom, the queue's lock is a blocking lock: a contended taker
+/// waits without spinning. The wait-queue models are about the protocol
+/// around the lock, and every spin round of a waiter on the ticket lock
+/// is a point where loom tries every other thread: with three threads
+/// taking the queue lock, the models ran for minutes on that alone. The
+/// ticket lock itself has its own models (`tests/loom.rs`).
+#[cfg(ksync_loom)]
+struct QueueLock {
+    held: loom::sync::Mutex<bool>,
+    freed: loom::sync::Condvar,
+}
+
+#[cfg(ksync_loom)]
+impl QueueLock {
+    fn with_relax() -> Self {
+        QueueLock {
+            held: loom::sync::Mutex::new(false),
+            freed: loom::sync::Condvar::new(),
+        }
+    }
+
+    fn lock(&self) {
+        let mut held = self.held.lock().unwrap();
+        while *held {
+            held = self.freed.wait(held).unwrap();
+        }
+        *held = true;
+    }
+
+    unsafe fn unlock(&self) {
+        *self.held.lock().unwrap() = false;
+        self.freed.notify_one();
+    }
+}
+
 /// A queue of sleeping tasks (Linux's `wait_queue_head_t`). See the
 /// [module docs](self).
 pub struct WaitQueue {
     /// Interrupts off while held: handlers wake.
-    lock: RawSpinlock<TicketLock<Spin>, IrqDisabled>,
+    lock: QueueLock,
     /// Head and tail of the FIFO list, under `lock`.
     ends: UnsafeCell<(*const Node, *const Node)>,
 }
@@ -483,7 +524,7 @@ impl WaitQueue {
         #[must_use]
         pub fn new() -> Self {
             WaitQueue {
-                lock: RawSpinlock::<TicketLock<Spin>, IrqDisabled>::with_relax(),
+                lock: QueueLock::with_relax(),
                 ends: UnsafeCell::new((ptr::null(), ptr::null())),
             }
         }
