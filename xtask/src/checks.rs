@@ -558,45 +558,46 @@ fn check_benches(t: &mut Tally) {
 
 /// The loom models.
 fn check_loom(t: &mut Tally) {
-    // loom models (a 4-CPU build keeps the per-CPU models small).
-    let mut loom = cargo(&[
-        "test",
-        "--release",
-        "--test",
-        "loom",
-        "--test",
-        "loom_preemptible",
-        "--test",
-        "loom_queued",
-        "--test",
-        "loom_percpu",
-        "--test",
-        "loom_seqlock",
-        "--test",
-        "loom_rcu",
-        "--test",
-        "loom_call_rcu",
-        "--test",
-        "loom_rculist",
-        "--test",
-        "srcu",
-    ]);
-    loom.env("RUSTFLAGS", "--cfg ksync_loom")
-        .env("LOOM_MAX_PREEMPTIONS", "2")
-        .env("KSYNC_MAX_CPUS", "4")
-        .env("CARGO_TARGET_DIR", root().join("target/loom"));
-    let (ok, text) = run_logged("loom models", &mut loom);
-    tally_tests(t, "loom models", ok, &text);
-    // The wait-queue models with one preemption more (their three-thread
-    // model keeps 1): about 26 s against 8 s with 2, since the queue's
-    // lock blocks under loom instead of spinning; 4 took 103 s.
-    let mut wait = cargo(&["test", "--release", "--test", "loom_wait"]);
-    wait.env("RUSTFLAGS", "--cfg ksync_loom")
-        .env("LOOM_MAX_PREEMPTIONS", "3")
-        .env("KSYNC_MAX_CPUS", "4")
-        .env("CARGO_TARGET_DIR", root().join("target/loom"));
-    let (ok, text) = run_logged("loom models: wait queue (preemption bound 3)", &mut wait);
-    tally_tests(t, "loom models: wait queue", ok, &text);
+    // Each group: its test files and the preemption bound. A 4-CPU build
+    // keeps the per-CPU models small. The wait-queue models take one
+    // preemption more (their three-thread model keeps 1): about 26 s
+    // against 8 s with 2, since the queue's lock blocks under loom
+    // instead of spinning; 4 took 103 s.
+    let groups: [(&str, &[&str], &str); 2] = [
+        (
+            "loom models",
+            &[
+                "loom",
+                "loom_preemptible",
+                "loom_queued",
+                "loom_percpu",
+                "loom_seqlock",
+                "loom_rcu",
+                "loom_call_rcu",
+                "loom_rculist",
+                "srcu",
+            ],
+            "2",
+        ),
+        (
+            "loom models: wait queue (preemption bound 3)",
+            &["loom_wait"],
+            "3",
+        ),
+    ];
+    for (name, files, bound) in groups {
+        let mut args = vec!["test", "--release"];
+        for file in files {
+            args.extend(["--test", file]);
+        }
+        let mut loom = cargo(&args);
+        loom.env("RUSTFLAGS", "--cfg ksync_loom")
+            .env("LOOM_MAX_PREEMPTIONS", bound)
+            .env("KSYNC_MAX_CPUS", "4")
+            .env("CARGO_TARGET_DIR", root().join("target/loom"));
+        let (ok, text) = run_logged(name, &mut loom);
+        tally_tests(t, name, ok, &text);
+    }
 }
 
 /// Miri on the seqlock tests.
