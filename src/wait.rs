@@ -204,7 +204,8 @@ type QueueLock = RawSpinlock<TicketLock<Spin>, IrqDisabled>;
 /// around the lock, and every spin round of a waiter on the ticket lock
 /// is a point where loom tries every other thread: with three threads
 /// taking the queue lock, the models ran for minutes on that alone. The
-/// ticket lock itself has its own models (`tests/loom.rs`).
+/// ticket lock itself has its own models (`tests/loom.rs`). Loom models
+/// have no interrupts, so nothing is masked here.
 #[cfg(ksync_loom)]
 struct QueueLock {
     held: loom::sync::Mutex<bool>,
@@ -228,6 +229,8 @@ impl QueueLock {
         *held = true;
     }
 
+    /// # Safety
+    /// Held by the caller (as the spinlock's `unlock`).
     unsafe fn unlock(&self) {
         *self.held.lock().unwrap() = false;
         self.freed.notify_one();

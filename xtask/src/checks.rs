@@ -560,9 +560,7 @@ fn check_benches(t: &mut Tally) {
 fn check_loom(t: &mut Tally) {
     // Each group: its test files and the preemption bound. A 4-CPU build
     // keeps the per-CPU models small. The wait-queue models take one
-    // preemption more (their three-thread model keeps 1): about 26 s
-    // against 8 s with 2, since the queue's lock blocks under loom
-    // instead of spinning; 4 took 103 s.
+    // preemption more (tests/loom_wait.rs says what each bound costs).
     let groups: [(&str, &[&str], &str); 2] = [
         (
             "loom models",
@@ -579,11 +577,7 @@ fn check_loom(t: &mut Tally) {
             ],
             "2",
         ),
-        (
-            "loom models: wait queue (preemption bound 3)",
-            &["loom_wait"],
-            "3",
-        ),
+        ("loom models: wait queue", &["loom_wait"], "3"),
     ];
     for (name, files, bound) in groups {
         let mut args = vec!["test", "--release"];
@@ -595,8 +589,9 @@ fn check_loom(t: &mut Tally) {
             .env("LOOM_MAX_PREEMPTIONS", bound)
             .env("KSYNC_MAX_CPUS", "4")
             .env("CARGO_TARGET_DIR", root().join("target/loom"));
-        let (ok, text) = run_logged(name, &mut loom);
-        tally_tests(t, name, ok, &text);
+        let name = format!("{name} (preemption bound {bound})");
+        let (ok, text) = run_logged(&name, &mut loom);
+        tally_tests(t, &name, ok, &text);
     }
 }
 
