@@ -26,7 +26,10 @@
 //!
 //! An RCU read section holds preemption off (the kernel's hooks): the row
 //! `preempt_disable+load+enable` is that floor, and the goal compares the
-//! read section with it. The host hooks count preemption per thread (a
+//! read section (with its quiescent states) with it. Two more rows split
+//! the difference: the read section without quiescent states (`rcu, no
+//! QS`) and the floor with the same quiescent state every 64 reads
+//! (`preempt+load, QS`). The host hooks count preemption per thread (a
 //! thread-local add and subtract per section); built with
 //! `KSYNC_HOST_NOOP_PREEMPT=1` they are empty, as in a kernel that never
 //! preempts kernel code, and the floor is the plain load.
@@ -109,14 +112,18 @@ enum Reader {
     Rcu,
     Plain,
     PreemptPlain,
+    RcuNoQs,
+    PreemptPlainQs,
     Std,
     Epoch,
 }
 
-const READERS: [(Reader, &str); 5] = [
+const READERS: [(Reader, &str); 7] = [
     (Reader::Rcu, "rcu read_lock+read"),
     (Reader::Plain, "AtomicPtr Acquire load"),
     (Reader::PreemptPlain, "preempt_disable+load+enable"),
+    (Reader::RcuNoQs, "rcu, no QS"),
+    (Reader::PreemptPlainQs, "preempt+load, QS"),
     (Reader::Std, "std::sync::RwLock read"),
     (Reader::Epoch, "crossbeam_epoch pin+load"),
 ];
@@ -163,6 +170,19 @@ fn run_reader(r: &Readers, which: Reader, threads: usize, dur: Duration) -> f64 
         // preemption hooks around the load (RCU readers hold preemption
         // off). With no-op hooks it is the plain load.
         Reader::PreemptPlain => read_loop(stop, false, || {
+            let _preempt = ksync::kernel::preempt_disable();
+            let p = r.plain.load(Acquire);
+            // SAFETY: as for `Plain`.
+            unsafe { *p }
+        }),
+        // The two rows that split the cost: the read section without the
+        // quiescent states, and the floor with them (the same call every
+        // 64 reads as the RCU row).
+        Reader::RcuNoQs => read_loop(stop, false, || {
+            let guard = rcu::read_lock();
+            r.rcu.read(&guard).map_or(0, |v| *v)
+        }),
+        Reader::PreemptPlainQs => read_loop(stop, true, || {
             let _preempt = ksync::kernel::preempt_disable();
             let p = r.plain.load(Acquire);
             // SAFETY: as for `Plain`.
@@ -385,14 +405,18 @@ fn main() {
     for (_, name) in READERS {
         print!(" {name} |");
     }
-    println!(" rcu vs plain load | rcu vs preempt+load |");
-    println!("|---|{}---|---|", "---|".repeat(READERS.len()));
+    println!(
+        " rcu vs plain load | rcu vs preempt+load | without QS: rcu vs preempt+load | \
+         both with QS |"
+    );
+    println!("|---|{}---|---|---|---|", "---|".repeat(READERS.len()));
     let mut rcu_vs_plain = Vec::new();
     for (c, &n) in threads.iter().enumerate() {
         print!("| {n} |");
         let med: Vec<f64> = samples[c].iter_mut().map(|s| cell(s)).collect();
         let (ratio, vs_preempt) = (med[0] / med[1], med[0] / med[2]);
-        println!(" {ratio:.2}x | {vs_preempt:.2}x |");
+        let (no_qs, both_qs) = (med[3] / med[2], med[0] / med[4]);
+        println!(" {ratio:.2}x | {vs_preempt:.2}x | {no_qs:.2}x | {both_qs:.2}x |");
         rcu_vs_plain.push((n, ratio, vs_preempt));
     }
 

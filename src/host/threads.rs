@@ -42,17 +42,20 @@ std::thread_local! {
     pub(super) static IN_IRQ: Cell<(u32, bool)> = const { Cell::new((0, false)) };
     static CPU_ID: Cell<usize> = const { Cell::new(usize::MAX) };
     static THIS_CPU: ThreadCpu = const { ThreadCpu(Cell::new(None)) };
-    /// This thread's preemption count, plus [`ARMED`] while a preemption
-    /// is armed ([`preempt_at_next_point`]).
-    static PREEMPT: Cell<u32> = const { Cell::new(0) };
+    /// This thread's preemption count, plus [`NOT_ARMED`] while no
+    /// preemption is armed ([`preempt_at_next_point`]).
+    static PREEMPT: Cell<u32> = const { Cell::new(NOT_ARMED) };
     /// The armed preemption: what the "scheduler" does when it preempts
     /// this thread.
     static PREEMPTION: Cell<Option<Box<dyn FnOnce()>>> = const { Cell::new(None) };
 }
 
-/// In [`PREEMPT`]: a preemption is armed. One bit, so `preempt_enable`
-/// finds "count zero and armed" with one compare.
-const ARMED: u32 = 1 << 31;
+/// In [`PREEMPT`]: no preemption is armed. One bit, inverted as Linux's
+/// `PREEMPT_NEED_RESCHED` is, so that "count zero and armed" is a word of
+/// zero: `preempt_enable` is one decrement that sets the flags (`decl`
+/// and a branch on x86_64, as Linux's `preempt_count_dec_and_test`), a
+/// read-modify-write like `preempt_disable`'s increment.
+const NOT_ARMED: u32 = 1 << 31;
 
 fn lock_in_use() -> MutexGuard<'static, Vec<bool>> {
     IN_USE.lock().unwrap_or_else(|e| e.into_inner())
@@ -96,9 +99,9 @@ fn cpu_id_slow() -> usize {
             id
         }
     });
-    if PREEMPT.with(Cell::get) & ARMED == 0 {
+    if PREEMPT.with(Cell::get) & NOT_ARMED != 0 {
         CPU_ID.with(|c| c.set(id));
-    } else if PREEMPT.with(Cell::get) == ARMED {
+    } else if PREEMPT.with(Cell::get) == 0 {
         // Preemption enabled: the id was read, and the task may be
         // preempted (and migrate) before the caller uses it.
         preempt_now();
@@ -112,7 +115,7 @@ fn preempt_now() {
     let Some(switch) = PREEMPTION.with(Cell::take) else {
         return;
     };
-    PREEMPT.with(|c| c.set(c.get() & !ARMED));
+    PREEMPT.with(|c| c.set(c.get() | NOT_ARMED));
     let id = THIS_CPU.with(|cpu| cpu.0.get());
     CPU_ID.with(|c| c.set(id.unwrap_or(usize::MAX)));
     switch();
@@ -131,10 +134,10 @@ pub(super) fn preempt_enable() {
         count
     });
     debug_assert!(
-        count & !ARMED != !ARMED,
+        count & !NOT_ARMED != !NOT_ARMED,
         "ksync test hooks: preempt_enable without preempt_disable"
     );
-    if count == ARMED {
+    if count == 0 {
         // The count dropped to zero: a preemption point.
         preempt_now();
     }
@@ -144,7 +147,7 @@ pub(super) fn preempt_enable() {
 /// [`preempt_disable`](crate::kernel::Kernel::preempt_disable) calls not
 /// yet matched by a `preempt_enable`.
 pub fn preempt_count() -> u32 {
-    PREEMPT.with(Cell::get) & !ARMED
+    PREEMPT.with(Cell::get) & !NOT_ARMED
 }
 
 /// Arms a preemption of this thread: at its next *preemption point* with a
@@ -163,7 +166,7 @@ pub fn preempt_at_next_point(switch: impl FnOnce() + 'static) {
         panic!("ksync test hooks: built with KSYNC_HOST_NOOP_PREEMPT, the hooks do not count");
     }
     PREEMPTION.with(|p| p.set(Some(Box::new(switch))));
-    PREEMPT.with(|c| c.set(c.get() | ARMED));
+    PREEMPT.with(|c| c.set(c.get() & !NOT_ARMED));
     // Every `cpu_id` now takes the slow path, which checks for the point.
     CPU_ID.with(|c| c.set(usize::MAX));
 }
@@ -171,7 +174,7 @@ pub fn preempt_at_next_point(switch: impl FnOnce() + 'static) {
 /// A preemption point (a timer interrupt arriving here): runs the armed
 /// preemption if this thread's preemption count is zero.
 pub fn preemption_point() {
-    if PREEMPT.with(Cell::get) == ARMED {
+    if PREEMPT.with(Cell::get) == 0 {
         preempt_now();
     }
 }
@@ -208,7 +211,7 @@ pub fn migrate_to(cpu: usize) {
     used[cpu] = true;
     drop(used);
     THIS_CPU.with(|c| c.0.set(Some(cpu)));
-    if PREEMPT.with(Cell::get) & ARMED == 0 {
+    if PREEMPT.with(Cell::get) & NOT_ARMED != 0 {
         CPU_ID.with(|c| c.set(cpu));
     }
 }
