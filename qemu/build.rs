@@ -1,4 +1,5 @@
-//! Passes the linker script of the target architecture to the linker.
+//! Passes the linker script of the target architecture to the linker
+//! (and the directory of the part the scripts share).
 
 use std::env;
 use std::path::PathBuf;
@@ -13,7 +14,15 @@ fn main() {
             script.display()
         );
     }
+    // The scripts' shared part (`INCLUDE bench_loops.ld`), found through
+    // the library search path.
+    let shared = dir.join("src/arch");
     println!("cargo:rerun-if-changed={}", script.display());
+    println!(
+        "cargo:rerun-if-changed={}",
+        shared.join("bench_loops.ld").display()
+    );
+    println!("cargo:rustc-link-arg-bins=-L{}", shared.display());
     println!("cargo:rustc-link-arg-bins=-T{}", script.display());
     println!("cargo:rustc-link-arg-bins=--gc-sections");
 }

@@ -247,20 +247,38 @@ pub static BENCH: Bench = Bench {
     total_ops: AtomicU64::new(0),
 };
 
-/// One function per op, each in its own `.text.bench_loop.N` section (see
-/// [`Bench::hammer`]).
+/// One function per op, each in its own `.text.bench_loop.N` section, and
+/// [`Bench::hammer`], which calls the op's one.
 macro_rules! op_loops {
     ($($name:ident: $op:ident, $section:literal;)*) => {
         impl Bench {
             $(
                 #[inline(never)]
-                // SAFETY: a plain code section of this kernel's own, placed
-                // by `link.ld` inside `.text`; nothing else is put there.
+                // SAFETY: a plain code section of this kernel's own,
+                // placed by `arch/bench_loops.ld` inside `.text`; nothing
+                // else is put there.
                 #[unsafe(link_section = $section)]
                 fn $name(&self, start: u64, end: u64) -> (u64, u64) {
                     self.hammer_inline(Op::$op, start, end)
                 }
             )*
+
+            /// Runs `op` from `start` until the counter reaches `end`;
+            /// returns the operations done and the counter at the end.
+            /// Each op's loop is a function of its own at the start of a
+            /// guest page of its own (the `.text.bench_loop.N` sections,
+            /// aligned by `arch/bench_loops.ld`): TCG chains translated
+            /// blocks directly only within a guest page, so a loop that
+            /// crosses a page boundary pays a block lookup at every
+            /// crossing. With the loops where the compiler put them,
+            /// the same source in two places read 0.72x-0.76x and
+            /// 0.92x-1.10x the xv6 lock (x86_64, 4 boots; the slow copy's
+            /// loop crossed a page boundary).
+            fn hammer(&self, op: Op, start: u64, end: u64) -> (u64, u64) {
+                match op {
+                    $(Op::$op => self.$name(start, end),)*
+                }
+            }
         }
     };
 }
@@ -316,29 +334,6 @@ impl Bench {
                 *self.irq_ttas.lock() += 1;
                 *self.irq_ttas.lock() -= 1;
             }
-        }
-    }
-
-    /// Runs `op` from `start` until the counter reaches `end`; returns the
-    /// operations done and the counter at the end. Each op's loop is a
-    /// function of its own at the start of a guest page of its own (the
-    /// `.text.bench_loop.N` sections, aligned by each architecture's
-    /// `link.ld`): TCG chains translated blocks directly only within a guest
-    /// page, so a loop that crosses a page boundary pays a block lookup at
-    /// every crossing. Before, the loops sat wherever the compiler put them
-    /// in one function: the same source in two places read 0.72x-0.76x and
-    /// 0.92x-1.10x the xv6 lock (x86_64, 4 boots; the slow copy's loop
-    /// crossed a page boundary, and the slowness followed the code, not
-    /// the phase order), more than most of the differences measured.
-    fn hammer(&self, op: Op, start: u64, end: u64) -> (u64, u64) {
-        match op {
-            Op::Lockref => self.loop_lockref(start, end),
-            Op::Spinlock => self.loop_spinlock(start, end),
-            Op::Atomic => self.loop_atomic(start, end),
-            Op::Xv6 => self.loop_xv6(start, end),
-            Op::IrqTicket => self.loop_irq_ticket(start, end),
-            Op::IrqQueued => self.loop_irq_queued(start, end),
-            Op::IrqTtas => self.loop_irq_ttas(start, end),
         }
     }
 
