@@ -214,9 +214,11 @@ const STACK_DEPTH: usize = 8;
 
 /// Per-CPU stacks of saved states for the default hooks on targets whose
 /// saved state is not a machine word (`critical-section`'s opaque state),
-/// since the hook interface passes a `usize`. The word handed back is the
-/// nesting depth, so a restore out of order is caught. On targets with a
-/// native path this is never referenced and the linker drops it.
+/// since the hook interface passes a `usize`. The word handed back names
+/// the CPU and the nesting depth ([`nesting_word`]), so a restore out of
+/// order is caught, and a restore finds the state it must put back even if
+/// the kernel's CPU id has gone bad meanwhile. On targets with a native
+/// path this is never referenced and the linker drops it.
 struct Stacks(UnsafeCell<[(usize, [arch::IrqFlags; STACK_DEPTH]); MAX_CPUS]>);
 
 // SAFETY: a CPU's entry is touched only by that CPU, inside the critical
@@ -228,10 +230,20 @@ static STACKS: Stacks = Stacks(UnsafeCell::new(
     [(0, [arch::IrqFlags::EMPTY; STACK_DEPTH]); MAX_CPUS],
 ));
 
+/// The word [`default_save`] hands back for level `depth` of CPU `cpu`'s
+/// stack.
+const fn nesting_word(cpu: usize, depth: usize) -> usize {
+    cpu * STACK_DEPTH + depth
+}
+
 /// The default [`Kernel::irq_save`](super::Kernel::irq_save): the native
 /// instructions' state as a word, or the `critical-section` state pushed on
 /// this CPU's stack (entered first, so the caller can no longer migrate
 /// when it reads its CPU id).
+///
+/// Every check that fails leaves the section before it panics: a panic
+/// with interrupts masked (on the host, with the critical-section lock
+/// held) would stop every other CPU that masks next.
 #[inline(always)]
 pub(crate) fn default_save(cpu_id: fn() -> usize) -> usize {
     if arch::IrqFlags::IS_WORD {
@@ -239,24 +251,31 @@ pub(crate) fn default_save(cpu_id: fn() -> usize) -> usize {
     }
     let state = arch::irq_save();
     let cpu = cpu_id();
-    super::check_cpu(cpu);
-    // SAFETY: see `Stacks`: this CPU's entry, inside its critical section.
+    if cpu >= MAX_CPUS {
+        // SAFETY: the state this call saved, restored at once.
+        unsafe { arch::irq_restore(state) };
+        super::cpu_out_of_range(cpu, MAX_CPUS, "MAX_CPUS");
+    }
+    // SAFETY: see `Stacks`: this CPU's entry (in range, checked), inside
+    // its critical section.
     let entry = unsafe { &mut (*STACKS.0.get())[cpu] };
     let depth = entry.0;
     if depth >= STACK_DEPTH {
-        // Restore first, then panic: a panic with interrupts masked (on the
-        // host, with the critical-section lock held) would stop every
-        // other CPU that masks next.
         // SAFETY: the state this call saved, restored at once.
         unsafe { arch::irq_restore(state) };
         panic!("ksync: local interrupt saves nested deeper than {STACK_DEPTH} on CPU {cpu}");
     }
     entry.1[depth] = state;
     entry.0 = depth + 1;
-    depth
+    nesting_word(cpu, depth)
 }
 
 /// The default [`Kernel::irq_restore`](super::Kernel::irq_restore).
+///
+/// The word names the CPU whose stack holds the state, so the restore
+/// happens even when the kernel's CPU id no longer names that CPU; that
+/// (an id out of range, or another CPU's: the task moved with interrupts
+/// masked) is reported after the restore.
 ///
 /// # Safety
 /// `flags` comes from the matching [`default_save`] on this CPU, in reverse
@@ -267,31 +286,44 @@ pub(crate) unsafe fn default_restore(cpu_id: fn() -> usize, flags: usize) {
         // SAFETY: forwarded caller contract; the word is the saved state.
         return unsafe { arch::irq_restore(arch::IrqFlags::from_word(flags)) };
     }
-    let cpu = cpu_id();
-    super::check_cpu(cpu);
-    // SAFETY: see `Stacks`: this CPU's entry, still inside its critical
-    // section.
+    let (cpu, level) = (flags / STACK_DEPTH, flags % STACK_DEPTH);
+    if cpu >= MAX_CPUS {
+        // Not a word `default_save` returned: there is no state to restore.
+        panic!("ksync: local interrupt state {flags} restored that no save returned");
+    }
+    // SAFETY: see `Stacks`: the entry of the CPU that saved (in range,
+    // checked), still inside its critical section (caller contract).
     let entry = unsafe { &mut (*STACKS.0.get())[cpu] };
     let depth = entry.0;
-    if depth != flags + 1 {
+    if depth != level + 1 {
         // Restore first, then panic (see `default_save`): back to the
         // state saved at the level named (the outermost one if the word
         // names none), so the panic runs with interrupts as they were.
         if depth > 0 {
-            let level = flags.min(depth - 1);
+            let level = level.min(depth - 1);
             entry.0 = level;
             // SAFETY: the state saved at `level` on this CPU; the levels
             // above it are dropped with it.
             unsafe { arch::irq_restore(entry.1[level]) };
         }
         panic!(
-            "ksync: local interrupt state restored out of order on CPU {cpu} (depth {depth}, restoring {flags})"
+            "ksync: local interrupt state restored out of order on CPU {cpu} (depth {depth}, restoring {level})"
         );
     }
-    entry.0 = flags;
-    let state = entry.1[flags];
+    entry.0 = level;
+    let state = entry.1[level];
+    // Read inside the section, as in `default_save`; checked after it.
+    let now = cpu_id();
     // SAFETY: the state of the matching save, in nesting order (checked).
-    unsafe { arch::irq_restore(state) }
+    unsafe { arch::irq_restore(state) };
+    if now >= MAX_CPUS {
+        super::cpu_out_of_range(now, MAX_CPUS, "MAX_CPUS");
+    }
+    assert!(
+        now == cpu,
+        "ksync: local interrupt state saved on CPU {cpu} restored on CPU {now} \
+         (the task moved with interrupts masked)"
+    );
 }
 
 // ---- how deeply ksync masked interrupts (for lockdep) ------------------------
@@ -303,14 +335,34 @@ pub(crate) unsafe fn default_restore(cpu_id: fn() -> usize, flags: usize) {
 static MASKED_DEPTH: [crate::sync::AtomicU32; MAX_CPUS] =
     [const { crate::sync::AtomicU32::new(0) }; MAX_CPUS];
 
+/// The kernel's CPU id without [`cpu_id`](super::cpu_id)'s range check,
+/// for code that reads it with interrupts masked: it must leave the
+/// section before it panics on a bad id (see [`default_save`]).
+#[cfg(feature = "lockdep")]
+#[inline]
+pub(crate) fn cpu_id_unchecked() -> usize {
+    super::_ksync_set_kernel_v1_cpu_id()
+}
+
+/// This CPU's masking counter: `None` for a CPU id out of range, which
+/// is not counted (a check that can leave the masked section reports
+/// it: a panic here would run with interrupts masked).
+#[cfg(feature = "lockdep")]
+#[inline]
+fn masked_depth() -> Option<&'static crate::sync::AtomicU32> {
+    MASKED_DEPTH.get(cpu_id_unchecked())
+}
+
 /// This CPU masked interrupts through ksync (called just after masking).
 #[cfg(feature = "lockdep")]
 #[inline]
 pub(crate) fn count_masked() {
     use crate::sync::Ordering::Relaxed;
-    let depth = &MASKED_DEPTH[super::cpu_id()];
-    // Relaxed: only this CPU touches its counter, with interrupts masked.
-    depth.store(depth.load(Relaxed) + 1, Relaxed);
+    if let Some(depth) = masked_depth() {
+        // Relaxed: only this CPU touches its counter, with interrupts
+        // masked.
+        depth.store(depth.load(Relaxed) + 1, Relaxed);
+    }
 }
 
 /// This CPU is about to restore interrupts through ksync.
@@ -318,18 +370,20 @@ pub(crate) fn count_masked() {
 #[inline]
 pub(crate) fn count_unmasking() {
     use crate::sync::Ordering::Relaxed;
-    let depth = &MASKED_DEPTH[super::cpu_id()];
-    // Relaxed: as in `count_masked`.
-    depth.store(depth.load(Relaxed).saturating_sub(1), Relaxed);
+    if let Some(depth) = masked_depth() {
+        // Relaxed: as in `count_masked`.
+        depth.store(depth.load(Relaxed).saturating_sub(1), Relaxed);
+    }
 }
 
-/// Whether this CPU has masked interrupts through ksync.
+/// Whether this CPU has masked interrupts through ksync (`false` for a
+/// CPU id out of range, which nothing counts).
 #[cfg(feature = "lockdep")]
 #[inline]
 pub(crate) fn masked_by_ksync() -> bool {
     // Relaxed: this CPU's own counter (a stale read after a migration can
     // only hide a use with interrupts on, never invent one).
-    MASKED_DEPTH[super::cpu_id()].load(crate::sync::Ordering::Relaxed) != 0
+    masked_depth().is_some_and(|depth| depth.load(crate::sync::Ordering::Relaxed) != 0)
 }
 
 /// CPU `id` went offline (a host test thread exited): its count restarts.
@@ -358,14 +412,18 @@ mod tests {
         }
         let outer = default_save(cpu_5);
         let inner = default_save(cpu_5);
-        assert_eq!((outer, inner), (0, 1), "the words are nesting depths");
+        assert_eq!(
+            (outer, inner),
+            (super::nesting_word(5, 0), super::nesting_word(5, 1)),
+            "the words name the CPU and the nesting depth"
+        );
         // SAFETY: the matching saves, in reverse order.
         unsafe {
             default_restore(cpu_5, inner);
             default_restore(cpu_5, outer);
         }
         let again = default_save(cpu_5);
-        assert_eq!(again, 0);
+        assert_eq!(again, outer);
         // SAFETY: the matching save.
         unsafe { default_restore(cpu_5, again) };
     }
@@ -428,8 +486,62 @@ mod tests {
         // them back in order.
         for level in (0..super::STACK_DEPTH).rev() {
             // SAFETY: the saves of the loop above, in reverse order.
-            unsafe { default_restore(cpu_7, level) };
+            unsafe { default_restore(cpu_7, super::nesting_word(7, level)) };
         }
         masks_elsewhere();
+    }
+
+    /// A CPU id out of range gets the documented panic (naming the id and
+    /// the limit) from `default_save` and `default_restore`, and leaves
+    /// the critical section first: afterwards a valid CPU can still mask
+    /// interrupts (on the host: take the critical-section lock), where it
+    /// used to wait for ever. Bounded: a wedged section fails the test
+    /// after 30 s instead of hanging it.
+    #[test]
+    fn out_of_range_cpu_leaves_the_section_before_it_panics() {
+        use crate::kernel::MAX_CPUS;
+        fn far() -> usize {
+            MAX_CPUS + 3
+        }
+        fn valid() -> usize {
+            4 % MAX_CPUS
+        }
+        if <arch::IrqFlags as arch::IrqWord>::IS_WORD {
+            return;
+        }
+        let valid_cpu_saves = || {
+            let (done, wait) = std::sync::mpsc::channel();
+            std::thread::spawn(move || {
+                let depth = default_save(valid);
+                // SAFETY: the matching save.
+                unsafe { default_restore(valid, depth) };
+                done.send(()).unwrap();
+            });
+            let waited = wait.recv_timeout(std::time::Duration::from_secs(30));
+            assert!(waited.is_ok(), "interrupts stayed masked after the panic");
+        };
+        let expect = |err: std::boxed::Box<dyn core::any::Any + Send>| {
+            let msg = err
+                .downcast_ref::<std::string::String>()
+                .cloned()
+                .unwrap_or_default();
+            let want = std::format!(
+                "ksync: CPU id {} is out of range: the limit is {MAX_CPUS} (MAX_CPUS)",
+                MAX_CPUS + 3
+            );
+            assert!(msg.starts_with(&want), "{msg}");
+        };
+        let save = std::thread::spawn(|| default_save(far)).join();
+        expect(save.unwrap_err());
+        valid_cpu_saves();
+        let restore = std::thread::spawn(|| {
+            let word = default_save(valid);
+            // SAFETY: the matching save, but the CPU id has gone bad
+            // since: the restore happens, then the panic.
+            unsafe { default_restore(far, word) }
+        })
+        .join();
+        expect(restore.unwrap_err());
+        valid_cpu_saves();
     }
 }

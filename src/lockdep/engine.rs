@@ -143,9 +143,26 @@ fn slot_of(task: usize) -> Option<usize> {
 /// `None` if lockdep is already running in this task (a nested call from
 /// a hook). `f` also gets this CPU's id, for reports. A task left holding
 /// nothing gives its slot back.
+#[inline]
 fn with_cpu<R>(f: impl FnOnce(&mut CpuState, usize) -> R) -> Option<R> {
+    with_cpu_of(kernel::irq::cpu_id_unchecked, f)
+}
+
+/// [`with_cpu`] with the CPU id read by `cpu_id` (the kernel's, or a
+/// test's bad one), unchecked: it is read inside the masked section (so
+/// it is this task's CPU while it runs) and checked after leaving the
+/// section on a bad id, since a panic with interrupts masked (with the
+/// default hooks of a target without native masking: the
+/// critical-section lock held) would stop every CPU that masks next.
+#[inline(always)]
+fn with_cpu_of<R>(cpu_id: fn() -> usize, f: impl FnOnce(&mut CpuState, usize) -> R) -> Option<R> {
     let flags = kernel::irq_save_raw();
-    let id = kernel::cpu_id();
+    let id = cpu_id();
+    if id >= MAX_CPUS {
+        // SAFETY: the matching save, just above.
+        unsafe { kernel::irq_restore_raw(flags) };
+        kernel::cpu_out_of_range(id, MAX_CPUS, "MAX_CPUS");
+    }
     let task = kernel::current_task();
     let result = match slot_of(task) {
         None => {
@@ -797,5 +814,39 @@ pub(super) fn assert_no_locks_held(what: &'static str, at: Loc) {
     });
     if let Some(Some(report)) = report {
         kernel::lockdep_report(&report);
+    }
+}
+
+#[cfg(all(test, feature = "test-hooks", not(ksync_loom)))]
+mod tests {
+    use super::with_cpu_of;
+    use crate::kernel::MAX_CPUS;
+
+    /// A CPU id out of range gets the documented panic, and lockdep
+    /// unmasks the interrupts it masked first: a panic inside the section
+    /// would leave them masked (with the default hooks on a target
+    /// without native masking, every CPU's next mask would wait for ever).
+    #[test]
+    fn out_of_range_cpu_unmasks_before_it_panics() {
+        fn far() -> usize {
+            MAX_CPUS + 3
+        }
+        let after = std::thread::spawn(|| {
+            let err =
+                std::panic::catch_unwind(|| with_cpu_of(far, |cpu, _| cpu.depth)).unwrap_err();
+            let msg = err
+                .downcast_ref::<std::string::String>()
+                .cloned()
+                .unwrap_or_default();
+            (msg, crate::host::irqs_disabled())
+        })
+        .join()
+        .unwrap();
+        let want = std::format!(
+            "ksync: CPU id {} is out of range: the limit is {MAX_CPUS} (MAX_CPUS)",
+            MAX_CPUS + 3
+        );
+        assert!(after.0.starts_with(&want), "{}", after.0);
+        assert!(!after.1, "interrupts stayed masked after the panic");
     }
 }
