@@ -213,19 +213,212 @@ pub unsafe trait Linked<Tag = ()> {
 /// its [`Link`](crate::rcu::list::Link) fields, checking the field's type:
 /// `impl_linked!(Dentry, hash_link)`, or with a tag type for a second link,
 /// `impl_linked!(Dentry, child_link, Children)`.
+///
+/// The field must be a `Link` itself, not something that derefs to one
+/// (`&Link`, `Box<Link>`, `Arc<Link>`...: a build error), and must be
+/// aligned (not in a `repr(packed)` struct).
 #[macro_export]
 macro_rules! impl_linked {
     ($ty:ty, $field:ident) => {
         $crate::impl_linked!($ty, $field, ());
     };
     ($ty:ty, $field:ident, $tag:ty) => {
+        // The field's type is exactly `Link` (Linux's `__same_type` in
+        // `container_of`): a raw pointer to the field is never coerced, so
+        // a field that only derefs to a `Link` is a type mismatch. Never
+        // called: only its type is checked.
+        const _: fn(*const $ty) -> *const $crate::rcu::list::Link =
+            // SAFETY: never called.
+            |node| unsafe { &raw const (*node).$field };
+        // The field is aligned: a reference to a field of a packed struct
+        // is refused.
         const _: fn(&$ty) -> &$crate::rcu::list::Link = |node| &node.$field;
-        // SAFETY: the offset of a field whose type is `Link` (checked above).
+        // SAFETY: the offset of an aligned field whose type is `Link`
+        // (checked above).
         unsafe impl $crate::rcu::list::Linked<$tag> for $ty {
             const OFFSET: usize = ::core::mem::offset_of!($ty, $field);
         }
     };
 }
+
+/// Compile-time tests of [`impl_linked!`](crate::impl_linked)'s field
+/// check (doc tests only, never built otherwise).
+///
+/// Every test builds the same `Node`, whose fields are a `Link` and six
+/// pointers that deref to one, and differs only in the field it names.
+/// The `Link` is accepted (so the `Node` and the call are well formed):
+///
+/// ```
+/// # use core::ops::Deref;
+/// # use std::{pin::Pin, rc::Rc, sync::Arc};
+/// # use ksync::rcu::list::Link;
+/// # struct Handle(&'static Link);
+/// # impl Deref for Handle {
+/// #     type Target = Link;
+/// #     fn deref(&self) -> &Link { self.0 }
+/// # }
+/// struct Node {
+///     _key: u64,
+///     link: Link,
+///     by_ref: &'static Link,
+///     boxed: Box<Link>,
+///     arc: Arc<Link>,
+///     rc: Rc<Link>,
+///     pinned: Pin<Box<Link>>,
+///     handle: Handle, // derefs to a `Link`
+/// }
+/// ksync::impl_linked!(Node, link);
+/// ```
+///
+/// Each pointer is refused (the list would write a 24-byte `Link` over
+/// it). On nightly, rustdoc also checks that the error is the type
+/// mismatch (`E0308`) of the macro's check.
+///
+/// A reference:
+///
+/// ```compile_fail,E0308
+/// # use core::ops::Deref;
+/// # use std::{pin::Pin, rc::Rc, sync::Arc};
+/// # use ksync::rcu::list::Link;
+/// # struct Handle(&'static Link);
+/// # impl Deref for Handle {
+/// #     type Target = Link;
+/// #     fn deref(&self) -> &Link { self.0 }
+/// # }
+/// # struct Node {
+/// #     _key: u64,
+/// #     link: Link,
+/// #     by_ref: &'static Link,
+/// #     boxed: Box<Link>,
+/// #     arc: Arc<Link>,
+/// #     rc: Rc<Link>,
+/// #     pinned: Pin<Box<Link>>,
+/// #     handle: Handle, // derefs to a `Link`
+/// # }
+/// ksync::impl_linked!(Node, by_ref);
+/// ```
+///
+/// A `Box`:
+///
+/// ```compile_fail,E0308
+/// # use core::ops::Deref;
+/// # use std::{pin::Pin, rc::Rc, sync::Arc};
+/// # use ksync::rcu::list::Link;
+/// # struct Handle(&'static Link);
+/// # impl Deref for Handle {
+/// #     type Target = Link;
+/// #     fn deref(&self) -> &Link { self.0 }
+/// # }
+/// # struct Node {
+/// #     _key: u64,
+/// #     link: Link,
+/// #     by_ref: &'static Link,
+/// #     boxed: Box<Link>,
+/// #     arc: Arc<Link>,
+/// #     rc: Rc<Link>,
+/// #     pinned: Pin<Box<Link>>,
+/// #     handle: Handle, // derefs to a `Link`
+/// # }
+/// ksync::impl_linked!(Node, boxed);
+/// ```
+///
+/// An `Arc`:
+///
+/// ```compile_fail,E0308
+/// # use core::ops::Deref;
+/// # use std::{pin::Pin, rc::Rc, sync::Arc};
+/// # use ksync::rcu::list::Link;
+/// # struct Handle(&'static Link);
+/// # impl Deref for Handle {
+/// #     type Target = Link;
+/// #     fn deref(&self) -> &Link { self.0 }
+/// # }
+/// # struct Node {
+/// #     _key: u64,
+/// #     link: Link,
+/// #     by_ref: &'static Link,
+/// #     boxed: Box<Link>,
+/// #     arc: Arc<Link>,
+/// #     rc: Rc<Link>,
+/// #     pinned: Pin<Box<Link>>,
+/// #     handle: Handle, // derefs to a `Link`
+/// # }
+/// ksync::impl_linked!(Node, arc);
+/// ```
+///
+/// An `Rc`:
+///
+/// ```compile_fail,E0308
+/// # use core::ops::Deref;
+/// # use std::{pin::Pin, rc::Rc, sync::Arc};
+/// # use ksync::rcu::list::Link;
+/// # struct Handle(&'static Link);
+/// # impl Deref for Handle {
+/// #     type Target = Link;
+/// #     fn deref(&self) -> &Link { self.0 }
+/// # }
+/// # struct Node {
+/// #     _key: u64,
+/// #     link: Link,
+/// #     by_ref: &'static Link,
+/// #     boxed: Box<Link>,
+/// #     arc: Arc<Link>,
+/// #     rc: Rc<Link>,
+/// #     pinned: Pin<Box<Link>>,
+/// #     handle: Handle, // derefs to a `Link`
+/// # }
+/// ksync::impl_linked!(Node, rc);
+/// ```
+///
+/// A pinned `Box`:
+///
+/// ```compile_fail,E0308
+/// # use core::ops::Deref;
+/// # use std::{pin::Pin, rc::Rc, sync::Arc};
+/// # use ksync::rcu::list::Link;
+/// # struct Handle(&'static Link);
+/// # impl Deref for Handle {
+/// #     type Target = Link;
+/// #     fn deref(&self) -> &Link { self.0 }
+/// # }
+/// # struct Node {
+/// #     _key: u64,
+/// #     link: Link,
+/// #     by_ref: &'static Link,
+/// #     boxed: Box<Link>,
+/// #     arc: Arc<Link>,
+/// #     rc: Rc<Link>,
+/// #     pinned: Pin<Box<Link>>,
+/// #     handle: Handle, // derefs to a `Link`
+/// # }
+/// ksync::impl_linked!(Node, pinned);
+/// ```
+///
+/// A type of the user's own that derefs to a `Link`:
+///
+/// ```compile_fail,E0308
+/// # use core::ops::Deref;
+/// # use std::{pin::Pin, rc::Rc, sync::Arc};
+/// # use ksync::rcu::list::Link;
+/// # struct Handle(&'static Link);
+/// # impl Deref for Handle {
+/// #     type Target = Link;
+/// #     fn deref(&self) -> &Link { self.0 }
+/// # }
+/// # struct Node {
+/// #     _key: u64,
+/// #     link: Link,
+/// #     by_ref: &'static Link,
+/// #     boxed: Box<Link>,
+/// #     arc: Arc<Link>,
+/// #     rc: Rc<Link>,
+/// #     pinned: Pin<Box<Link>>,
+/// #     handle: Handle, // derefs to a `Link`
+/// # }
+/// ksync::impl_linked!(Node, handle);
+/// ```
+#[cfg(doctest)]
+pub struct ImplLinkedFieldChecks;
 
 /// A lock guard that proves its holder serialises a list's writers.
 ///
