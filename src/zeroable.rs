@@ -79,10 +79,95 @@ unsafe impl Zeroable for SeqCount {}
 
 // SAFETY: a `SeqCount`, a `TicketLock` and a `Map` (all zero-valid), and
 // the storage: an `UnsafeCell` of `T` (zero-valid by the bound) with zero
-// tail bytes (what `new` writes there). `T: SeqData` already promises no
-// padding; its layout check runs where `SeqLock::new` is compiled, which a
-// zeroed value skips, so the type's `SeqData` contract is what counts.
-unsafe impl<T: SeqData + Zeroable> Zeroable for SeqLock<T> {}
+// tail bytes (what `new` writes there). `T: SeqData` promises no padding
+// where no check can see it (a struct's impl); where the rule depends on
+// the layout (tuples), `SeqData::LAYOUT_CHECK` fails the build of every
+// word copy in and out of the storage, so a lock of a padded `T` made from
+// zeros can be built but never read or written (and `zeroed` itself
+// checks too).
+unsafe impl<T: SeqData + Zeroable> Zeroable for SeqLock<T> {
+    #[inline]
+    fn zeroed() -> Self {
+        let () = T::LAYOUT_CHECK;
+        // SAFETY: all-zero bytes are a valid `SeqLock<T>` (the impl's
+        // comment).
+        unsafe { core::mem::zeroed() }
+    }
+}
+
+/// Compile-time tests of the padding check on a zeroed
+/// [`SeqLock`] (doc tests only, never built otherwise). A tuple without
+/// padding is accepted, through `Zeroable` and through zero-filled memory:
+///
+#[cfg_attr(all(feature = "bytemuck", feature = "test-hooks"), doc = " ```")]
+#[cfg_attr(
+    not(all(feature = "bytemuck", feature = "test-hooks")),
+    doc = " ```ignore"
+)]
+/// # use bytemuck::Zeroable;
+/// # use ksync::seqlock::SeqLock;
+/// type Data = (u64, u32, u32);
+/// let lock = <SeqLock<Data> as Zeroable>::zeroed();
+/// lock.write().1 = 5;
+/// assert_eq!(lock.read(), (0, 5, 0));
+/// // SAFETY: zero bytes are a valid `SeqLock<Data>`.
+/// let lock: SeqLock<Data> = unsafe { core::mem::zeroed() };
+/// assert_eq!(lock.read(), (0, 0, 0));
+/// ```
+///
+/// The same code with padding in the tuple (`(u64, u32)`: four bytes after
+/// the `u32`) does not build (the word copies would load padding bytes,
+/// undefined behaviour that Miri reports). Through `Zeroable`:
+///
+#[cfg_attr(
+    all(feature = "bytemuck", feature = "test-hooks"),
+    doc = " ```compile_fail,E0080"
+)]
+#[cfg_attr(
+    not(all(feature = "bytemuck", feature = "test-hooks")),
+    doc = " ```ignore"
+)]
+/// # use bytemuck::Zeroable;
+/// # use ksync::seqlock::SeqLock;
+/// type Data = (u64, u32);
+/// let lock = <SeqLock<Data> as Zeroable>::zeroed();
+/// ```
+///
+/// Through zero-filled memory, on the first read or write:
+///
+#[cfg_attr(
+    all(feature = "bytemuck", feature = "test-hooks"),
+    doc = " ```compile_fail,E0080"
+)]
+#[cfg_attr(
+    not(all(feature = "bytemuck", feature = "test-hooks")),
+    doc = " ```ignore"
+)]
+/// # use bytemuck::Zeroable;
+/// # use ksync::seqlock::SeqLock;
+/// type Data = (u64, u32);
+/// // SAFETY: zero bytes are a valid `SeqLock<Data>`.
+/// let lock: SeqLock<Data> = unsafe { core::mem::zeroed() };
+/// lock.read();
+/// ```
+///
+#[cfg_attr(
+    all(feature = "bytemuck", feature = "test-hooks"),
+    doc = " ```compile_fail,E0080"
+)]
+#[cfg_attr(
+    not(all(feature = "bytemuck", feature = "test-hooks")),
+    doc = " ```ignore"
+)]
+/// # use bytemuck::Zeroable;
+/// # use ksync::seqlock::SeqLock;
+/// type Data = (u64, u32);
+/// // SAFETY: zero bytes are a valid `SeqLock<Data>`.
+/// let lock: SeqLock<Data> = unsafe { core::mem::zeroed() };
+/// lock.write().1 = 5;
+/// ```
+#[cfg(doctest)]
+pub struct SeqLockZeroedChecks;
 
 // ---- per-CPU data ----------------------------------------------------------------
 

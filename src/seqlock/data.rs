@@ -101,9 +101,10 @@ use super::SeqLock;
 /// [`PhantomData`]: core::marker::PhantomData
 #[doc(alias("NoUninit", "IntoBytes"))]
 pub unsafe trait SeqData: Copy {
-    /// Evaluated when a [`SeqLock`] of the type is built: a compile-time
-    /// check for impls whose rules depend on the layout (tuples must have
-    /// no padding). Leave it out.
+    /// Evaluated wherever a [`SeqLock`] of the type is built, read or
+    /// written (a lock made from zeroed memory is never built): a
+    /// compile-time check for impls whose rules depend on the layout
+    /// (tuples must have no padding). Leave it out.
     #[doc(hidden)]
     const LAYOUT_CHECK: () = ();
 }

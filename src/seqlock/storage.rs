@@ -126,6 +126,9 @@ impl<T: SeqData> Storage<T> {
     /// excluded or the caller validates it with the sequence.
     #[inline]
     pub(super) fn load(&self, dst: &mut MaybeUninit<Padded<T>>) {
+        // Every copy checks the layout, not only `new`: a lock made from
+        // zeroed memory never ran `new`.
+        let () = T::LAYOUT_CHECK;
         let dst = dst.as_mut_ptr().cast::<usize>();
         for i in 0..Padded::<T>::WORDS {
             // Relaxed: ordered by the sequence count's R1/R2 (module docs).
@@ -140,6 +143,8 @@ impl<T: SeqData> Storage<T> {
     /// serialises writers and brackets this with the sequence count.
     #[inline]
     pub(super) fn store(&self, src: &Padded<T>) {
+        // As in `load`.
+        let () = T::LAYOUT_CHECK;
         let src = (src as *const Padded<T>).cast::<usize>();
         for i in 0..Padded::<T>::WORDS {
             // SAFETY: word `i < WORDS` of a live `Padded<T>`: aligned, and
