@@ -132,7 +132,7 @@ impl<T> BrLock<T> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn local_lock(&self) -> LocalGuard<'_, T> {
         let (preempt, cpu) = kernel::preempt_disable_cpu();
-        self.lock_slot(cpu, preempt, None)
+        self.lock_slot(cpu, 0, preempt, None)
     }
 
     /// [`local_lock`](Self::local_lock) with local interrupts masked
@@ -141,7 +141,7 @@ impl<T> BrLock<T> {
     pub fn local_lock_irqsave(&self) -> LocalGuard<'_, T> {
         let irq = IrqState::save();
         let (preempt, cpu) = kernel::preempt_disable_cpu();
-        self.lock_slot(cpu, preempt, Some(irq))
+        self.lock_slot(cpu, 0, preempt, Some(irq))
     }
 
     /// Takes CPU `cpu`'s lock.
@@ -152,7 +152,81 @@ impl<T> BrLock<T> {
     #[doc(alias = "lg_local_lock_cpu")]
     #[track_caller]
     pub fn cpu_lock(&self, cpu: usize) -> LocalGuard<'_, T> {
-        self.lock_slot(cpu, kernel::preempt_disable(), None)
+        self.lock_slot(cpu, 0, kernel::preempt_disable(), None)
+    }
+
+    /// [`cpu_lock`](Self::cpu_lock) for a slot taken while another slot
+    /// of this brlock is held (Linux's `spin_lock_nested` on an lglock's
+    /// per-CPU lock): every slot is one [lockdep](crate::lockdep) class,
+    /// so without the annotation the second slot is reported as a
+    /// recursion. The first slot with `cpu_lock`, the second with
+    /// `cpu_lock_nested(cpu, 1)`, a third with `2`. Without `lockdep`,
+    /// exactly `cpu_lock`.
+    ///
+    /// The annotation silences the check, not the deadlock: two CPUs that
+    /// nest the same two slots must take them in the same order (by CPU
+    /// id, as [`double_lock`](Self::double_lock) does).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// # use ksync::brlock::BrLock;
+    /// # use ksync::kernel::MAX_CPUS;
+    /// static RUNQUEUES: BrLock<u32> = BrLock::new();
+    /// # let (src, dst) = (0, 1 % MAX_CPUS);
+    /// # if src != dst {
+    /// // Move one task from CPU `src` to CPU `dst` (src < dst).
+    /// let mut from = RUNQUEUES.cpu_lock(src);
+    /// let mut to = RUNQUEUES.cpu_lock_nested(dst, 1);
+    /// *from = from.wrapping_sub(1);
+    /// *to += 1;
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    /// As [`cpu_lock`](Self::cpu_lock); with `lockdep`, if `subclass` is
+    /// not below [`MAX_SUBCLASSES`](crate::lockdep::MAX_SUBCLASSES).
+    #[doc(alias = "spin_lock_nested")]
+    #[track_caller]
+    pub fn cpu_lock_nested(&self, cpu: usize, subclass: u8) -> LocalGuard<'_, T> {
+        self.lock_slot(cpu, subclass, kernel::preempt_disable(), None)
+    }
+
+    /// Takes CPU `a`'s and CPU `b`'s locks (Linux's `lg_double_lock`): in
+    /// CPU order, so double lockers and global lockers (also in CPU order)
+    /// cannot deadlock with each other, the second as a nested
+    /// acquisition ([`cpu_lock_nested`](Self::cpu_lock_nested)). The
+    /// guards come back in the order asked: `a`'s, then `b`'s.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// # use ksync::brlock::BrLock;
+    /// # use ksync::kernel::MAX_CPUS;
+    /// static RUNQUEUES: BrLock<u32> = BrLock::new();
+    /// # let (src, dst) = (1 % MAX_CPUS, 0);
+    /// # if src != dst {
+    /// let (mut from, mut to) = RUNQUEUES.double_lock(src, dst);
+    /// *from = from.wrapping_sub(1);
+    /// *to += 1;
+    /// # }
+    /// ```
+    ///
+    /// # Panics
+    /// If `a == b` (one lock taken twice deadlocks), or as
+    /// [`cpu_lock`](Self::cpu_lock) for an impossible CPU (then nothing
+    /// stays locked).
+    #[doc(alias = "lg_double_lock")]
+    #[track_caller]
+    pub fn double_lock(&self, a: usize, b: usize) -> (LocalGuard<'_, T>, LocalGuard<'_, T>) {
+        assert!(a != b, "brlock: double_lock of CPU {a} twice");
+        let (low, high) = (a.min(b), a.max(b));
+        let first = self.cpu_lock(low);
+        // If `high` is out of range, `first` unlocks as the panic unwinds.
+        let second = self.cpu_lock_nested(high, 1);
+        if a < b {
+            (first, second)
+        } else {
+            (second, first)
+        }
     }
 
     /// # Panics
@@ -161,12 +235,13 @@ impl<T> BrLock<T> {
     fn lock_slot(
         &self,
         cpu: usize,
+        subclass: u8,
         preempt: PreemptGuard,
         irq: Option<IrqState>,
     ) -> LocalGuard<'_, T> {
         let slot = self.slots.cpu(cpu);
         // Recorded once `cpu` is known to be valid, before spinning.
-        let dep = self.dep_map.acquire_guard(0, false, irq.is_some());
+        let dep = self.dep_map.acquire_guard(subclass, false, irq.is_some());
         slot.lock.lock();
         LocalGuard {
             slot,

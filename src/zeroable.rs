@@ -77,7 +77,8 @@ unsafe impl<G: SpinGuardian> Zeroable for LockRef<G> {}
 // SAFETY: one `AtomicU32`; zero is even (no write in progress).
 unsafe impl Zeroable for SeqCount {}
 
-// SAFETY: a `SeqCount`, a `TicketLock` and a `Map` (all zero-valid), and
+// SAFETY: a `SeqCount`, a `TicketLock`, a `Map` (all zero-valid) and a
+// `PhantomData` of the policy, and
 // the storage: an `UnsafeCell` of `T` (zero-valid by the bound) with zero
 // tail bytes (what `new` writes there). `T: SeqData` promises no padding
 // where no check can see it (a struct's impl); where the rule depends on
@@ -85,7 +86,7 @@ unsafe impl Zeroable for SeqCount {}
 // word copy in and out of the storage, so a lock of a padded `T` made from
 // zeros can be built but never read or written (and `zeroed` itself
 // checks too).
-unsafe impl<T: SeqData + Zeroable> Zeroable for SeqLock<T> {
+unsafe impl<T: SeqData + Zeroable, G: SpinGuardian> Zeroable for SeqLock<T, G> {
     #[inline]
     fn zeroed() -> Self {
         let () = T::LAYOUT_CHECK;

@@ -351,3 +351,79 @@ fn seqlock_api() {
     *big.write_irqsave() += 1;
     assert_eq!(big.read(), u128::MAX);
 }
+
+/// A writer holds the writers' spinlock, so it must not be preempted
+/// (Linux's `write_seqlock` is `spin_lock`): a preempted writer leaves the
+/// other writers of its CPU spinning on a lock whose holder cannot run, and
+/// readers on the odd sequence. Every way to take the lock disables
+/// preemption until the guard has published and unlocked.
+#[test]
+fn writers_run_with_preemption_disabled() {
+    use ksync::host::{irqs_disabled, preempt_count};
+    let lock = SeqLock::new(0u64);
+    assert_eq!(preempt_count(), 0);
+    {
+        let mut w = lock.write();
+        assert!(
+            preempt_count() >= 1,
+            "write(): preempt_count {}",
+            preempt_count()
+        );
+        *w += 1;
+    }
+    assert_eq!(preempt_count(), 0);
+    {
+        let mut w = lock.try_write().unwrap();
+        assert!(
+            preempt_count() >= 1,
+            "try_write(): preempt_count {}",
+            preempt_count()
+        );
+        *w += 1;
+    }
+    assert_eq!(preempt_count(), 0);
+    {
+        let mut w = lock.write_irqsave();
+        assert!(
+            preempt_count() >= 1,
+            "write_irqsave(): preempt_count {}",
+            preempt_count()
+        );
+        assert!(irqs_disabled());
+        *w += 1;
+    }
+    assert_eq!((preempt_count(), irqs_disabled()), (0, false));
+    lock.store(4);
+    assert_eq!(preempt_count(), 0);
+    assert_eq!(lock.read(), 4);
+}
+
+/// The writers' policy is a type, as for `SpinLock`: `NoGuard` disables
+/// nothing (the kernel keeps preemption off), `IrqDisabled` masks
+/// interrupts for every write.
+#[test]
+fn writer_policies() {
+    use ksync::host::{irqs_disabled, preempt_count};
+    use ksync::spinlock::{IrqDisabled, NoGuard};
+    static RAW: SeqLock<u64, NoGuard> = SeqLock::with_policy(0);
+    static IRQ: SeqLock<u64, IrqDisabled> = SeqLock::with_policy(0);
+    {
+        let mut w = RAW.write();
+        assert_eq!((preempt_count(), irqs_disabled()), (0, false));
+        *w += 1;
+    }
+    {
+        let mut w = IRQ.write();
+        assert!(preempt_count() >= 1 && irqs_disabled());
+        *w += 1;
+        drop(w);
+        let _again = IRQ.write_irqsave();
+        assert!(preempt_count() >= 1 && irqs_disabled());
+    }
+    assert_eq!((preempt_count(), irqs_disabled()), (0, false));
+    IRQ.store(5);
+    assert!(IRQ.try_write().is_some());
+    assert_eq!((RAW.read(), IRQ.read()), (1, 5));
+    assert_eq!((preempt_count(), irqs_disabled()), (0, false));
+    assert_eq!(SeqLock::<u8, NoGuard>::default().read(), 0);
+}

@@ -20,8 +20,8 @@
 use core::cell::UnsafeCell;
 
 use super::graph::{
-    self, CHAIN_REPORTED, Dir, Full, GraphGuard, IN_IRQ, INVERSION_REPORTED, IRQS_ON, Key,
-    RECURSION_REPORTED,
+    self, CHAIN_REPORTED, Dir, Full, GraphGuard, IN_IRQ, IN_IRQ_READ, INVERSION_REPORTED, IRQS_ON,
+    Key, RECURSION_REPORTED,
 };
 use super::{MAX_CLASSES, MAX_DEPENDENCIES, MAX_LOCK_DEPTH, MAX_SUBCLASSES, Map, MapKey};
 use crate::kernel::lockdep_report::{
@@ -353,6 +353,71 @@ pub(super) fn acquire(
     });
 }
 
+/// A seqlock reader that may spin on the sequence (Linux's
+/// `seqcount_lockdep_reader_access`), checked against the class of the
+/// writers' lock `map`. Only its use in an interrupt handler matters: the
+/// handler may have interrupted a writer of its own CPU in the middle of a
+/// publication and then spins for ever, so it is an inversion of the
+/// class if writers take the lock with interrupts enabled (either order).
+///
+/// Nothing else is recorded, unlike Linux's read acquisition: ksync's
+/// sequence is odd only while a write guard publishes (a copy that takes
+/// no lock and cannot be preempted), so a reader waits for no held lock:
+/// a reader under a lock that a write section also takes, or inside its
+/// own CPU's write section, cannot deadlock, and adds no dependency.
+pub(super) fn read_access(map: &Map, at: Loc) {
+    // Relaxed: as in `acquire`.
+    if !ENABLED.load(Ordering::Relaxed) || !kernel::in_interrupt() {
+        return;
+    }
+    let Some(Some(report)) = with_cpu(|_, id| {
+        let mut graph: Option<GraphGuard> = None;
+        let class = match class_of(map, 0, &mut graph) {
+            Ok(class) => class,
+            Err(full) => {
+                let class = describe_map(map, 0);
+                return table_full(full, lock(&mut graph), class, Some(at), id);
+            }
+        };
+        // Used in a handler before (by a reader or a writer): an inversion
+        // was reported then if there is one.
+        if graph::usage(class) & (IN_IRQ | IN_IRQ_READ) != 0 {
+            return None;
+        }
+        let g = lock(&mut graph);
+        let usage = graph::usage(class);
+        if usage & (IN_IRQ | IN_IRQ_READ) != 0 {
+            return None;
+        }
+        let slot = g.slot_mut(class);
+        slot.irq_at = Some(at);
+        let irqs_on_at = slot.irqs_on_at;
+        let mut bits = IN_IRQ_READ;
+        let mut report = None;
+        if usage & IRQS_ON != 0 && usage & INVERSION_REPORTED == 0 {
+            bits |= INVERSION_REPORTED;
+            let c = g.describe(class);
+            let mut r = Report::new(ReportKind::IrqInversion, id);
+            r.lock = Some(Site {
+                class: c,
+                at: Some(at),
+            });
+            r.other = Some(Site {
+                class: c,
+                at: irqs_on_at,
+            });
+            // `lock` is the use in a handler.
+            r.flag = false;
+            report = Some(r);
+        }
+        g.mark(class, bits);
+        report
+    }) else {
+        return;
+    };
+    kernel::lockdep_report(&report);
+}
+
 /// The checks of one acquisition; pushes the entry unless there is a
 /// report (then the caller pushes it once the report is out).
 fn check(
@@ -440,7 +505,13 @@ fn check(
                 slot.irqs_on_at = entry.at;
                 slot.irq_at
             };
-            let other = if need == IN_IRQ { IRQS_ON } else { IN_IRQ };
+            // A seqlock reader in a handler conflicts with its writers
+            // taking the lock with interrupts enabled (`read_access`).
+            let other = if need == IN_IRQ {
+                IRQS_ON
+            } else {
+                IN_IRQ | IN_IRQ_READ
+            };
             let mut bits = need;
             let both = usage & other != 0;
             if both && usage & INVERSION_REPORTED == 0 {

@@ -46,6 +46,11 @@ pub(super) const RECURSION_REPORTED: u32 = 1 << 2;
 pub(super) const INVERSION_REPORTED: u32 = 1 << 3;
 /// An IRQ-safe class leading to this IRQ-unsafe one was reported.
 pub(super) const CHAIN_REPORTED: u32 = 1 << 4;
+/// Usage bit: a seqlock reader of this (writers' lock's) class spun in an
+/// interrupt handler. Not IRQ-safe (`IN_IRQ`): the reader waits only for
+/// a publication, which takes no lock, so it conflicts only with this
+/// class's own writers publishing with interrupts enabled.
+pub(super) const IN_IRQ_READ: u32 = 1 << 5;
 
 /// Which way a [`Graph::search`] follows the dependencies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]

@@ -81,7 +81,9 @@
 //! [`RwSemaphore`](crate::rwsem#lock-order-checking) and
 //! [`PerCpuRwSemaphore`](crate::percpu_rwsem#lock-order-checking) (sleeping
 //! acquisitions; their async forms are not tracked),
-//! [`SeqLock`](crate::seqlock::SeqLock) writers, and the crate's own locks
+//! [`SeqLock`](crate::seqlock::SeqLock) writers (and its spinning readers
+//! in interrupt handlers, checked against the writers' use of interrupts:
+//! [`seqlock`](crate::seqlock#interrupts)), and the crate's own locks
 //! (RCU's grace-period engine, callback lists and `RcuSync`, SRCU's
 //! updaters' lock, the per-CPU counters' fold lock). An RCU read section is
 //! a pseudo-lock of the class `"rcu_read_lock"`, taken like a try-lock
@@ -595,6 +597,15 @@ impl Map {
         Acquired { map: self }
     }
 
+    /// A seqlock reader that may spin, checked against this (writers'
+    /// lock's) class: Linux's `seqcount_lockdep_reader_access`, see
+    /// `engine::read_access`.
+    #[track_caller]
+    #[inline]
+    pub(crate) fn read_access(&self) {
+        engine::read_access(self, core::panic::Location::caller());
+    }
+
     pub(crate) fn key(&self) -> MapKey {
         self.key
     }
@@ -677,6 +688,10 @@ impl Map {
         let _ = (subclass, try_lock, irqs_off);
         Acquired { map: PhantomData }
     }
+
+    /// A seqlock reader (with `lockdep`; nothing here).
+    #[inline(always)]
+    pub(crate) fn read_access(&self) {}
 }
 
 impl Default for Map {

@@ -39,7 +39,8 @@ use super::SeqLock;
 ///
 /// fn account(len: u64) {
 ///     let _writer = STATS.writers.lock();
-///     // SAFETY: `STATS.writers` is held: no other writer of `STATS.seq`.
+///     // SAFETY: `STATS.writers` is held: no other writer of `STATS.seq`,
+///     // and (a spinlock) no preemption until it is released.
 ///     let _write = unsafe { STATS.seq.write() };
 ///     STATS.packets.fetch_add(1, Relaxed);
 ///     STATS.bytes.fetch_add(len, Relaxed);
@@ -190,16 +191,37 @@ impl SeqCount {
     /// [`read_retry`](Self::read_retry) returning `false` only for
     /// consistent data.
     ///
+    /// # Preemption
+    ///
+    /// The writer must not be preempted until `write_end` (Linux asserts
+    /// it in `write_seqcount_begin`): readers spin while the sequence is
+    /// odd, so a writer switched out in the middle leaves every reader
+    /// that runs meanwhile spinning for a task that cannot run (for ever,
+    /// on a CPU whose scheduler waits for them). Hold preemption off from
+    /// `write_begin` to `write_end`: a ksync spinlock of the default
+    /// policy ([`PreemptDisabled`](crate::spinlock::PreemptDisabled),
+    /// [`IrqDisabled`](crate::spinlock::IrqDisabled)) serialising the
+    /// writers does; with writers serialised by a sleeping
+    /// [`Mutex`](crate::mutex::Mutex), take
+    /// [`kernel::preempt_disable`](crate::kernel::preempt_disable) around
+    /// the write section, as Linux's `write_seqcount_begin` does itself for
+    /// a `seqcount_mutex_t`. (ksync has no counter whose readers take the
+    /// writers' mutex instead of spinning, Linux's PREEMPT_RT answer.)
+    /// ksync cannot check this (the kernel's hooks do not tell it the
+    /// preemption count); [`SeqLock`] keeps it by construction.
+    ///
     #[cfg_attr(feature = "test-hooks", doc = " ```")]
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use std::sync::atomic::{AtomicU32, Ordering::Relaxed};
     /// # use ksync::seqlock::SeqCount;
     /// let (seq, data) = (SeqCount::new(), AtomicU32::new(0));
-    /// // SAFETY: single-threaded: the only writer.
+    /// let no_preemption = ksync::kernel::preempt_disable();
+    /// // SAFETY: single-threaded: the only writer; not preemptible.
     /// unsafe { seq.write_begin() };
     /// data.store(5, Relaxed);
     /// // SAFETY: ends the write begun above.
     /// unsafe { seq.write_end() };
+    /// drop(no_preemption);
     /// assert_eq!(seq.read(|| data.load(Relaxed)), 5);
     /// ```
     #[doc(alias = "write_seqcount_begin")]
@@ -240,9 +262,9 @@ impl SeqCount {
     ///
     /// # Safety
     ///
-    /// As for [`write_begin`](Self::write_begin), for the guard's whole
-    /// life. (Leaking the guard leaves the sequence odd: readers spin
-    /// forever.)
+    /// As for [`write_begin`](Self::write_begin) (writers serialised, and
+    /// not preemptible), for the guard's whole life. (Leaking the guard
+    /// leaves the sequence odd: readers spin forever.)
     ///
     /// See [`SeqCount`] for an example.
     #[inline]

@@ -3,19 +3,31 @@
 //! which publishes a private copy on drop.
 
 use core::fmt;
+use core::marker::PhantomData;
 use core::mem::MaybeUninit;
 use core::ops::{Deref, DerefMut};
 
 use super::storage::{Padded, Storage, value_of};
 use super::{SeqCount, SeqData};
 use crate::lockdep::{Acquired, LockClassKey, Map};
-use crate::spinlock::{IrqState, TicketLock};
+use crate::spinlock::{IrqState, PreemptDisabled, SpinGuardian, TicketLock};
 use crate::sync::const_fn;
 
 /// Data of type `T`, a sequence counter and a writers' lock (Linux's
 /// `seqlock_t` with the data it protects): readers copy the data out and
 /// retry if a writer got in the way; writers serialise on a ticket lock
 /// and never wait for readers.
+///
+/// `G` is what writers disable while they hold the lock, as for
+/// [`SpinLock`](crate::spinlock::SpinLock) (a
+/// [`SpinGuardian`]): [`PreemptDisabled`] by default (Linux's
+/// `write_seqlock` is `spin_lock`: a writer is never switched out holding
+/// the lock, or in the middle of a publication that readers spin on),
+/// [`IrqDisabled`](crate::spinlock::IrqDisabled) for writers that always
+/// mask interrupts, or [`NoGuard`](crate::spinlock::NoGuard) for a
+/// kernel's own code that keeps preemption off itself, and for binaries
+/// without [`set_kernel!`](crate::set_kernel). Build the other policies
+/// with [`with_policy`](Self::with_policy).
 ///
 /// Good for small `T` read far more often than written, where readers must
 /// not slow writers down (timekeeping) or each other (statistics). Each
@@ -43,13 +55,17 @@ use crate::sync::const_fn;
 /// (with `lockdep`, its own class). `Zeroable` for `T: Zeroable` with the
 /// `bytemuck` feature.
 #[doc(alias("seqlock_t", "DEFINE_SEQLOCK", "seqlock_init"))]
-pub struct SeqLock<T> {
+pub struct SeqLock<T, G = PreemptDisabled> {
     seq: SeqCount,
-    /// Serialises writers (the `SeqCount` contract).
+    /// Serialises writers (the `SeqCount` contract), taken with `G`'s
+    /// `enter` first.
     lock: TicketLock,
     data: Storage<T>,
     /// The writers' lock's lockdep class (zero-sized without `lockdep`).
     dep_map: Map,
+    /// The writers' guard policy (no bytes; `fn() -> G` keeps `G` out of
+    /// the auto traits).
+    policy: PhantomData<fn() -> G>,
 }
 
 // SAFETY: the data is only accessed through atomic words (concurrently) or
@@ -57,13 +73,14 @@ pub struct SeqLock<T> {
 // check proved whole, and writers are serialised by `lock`. Copies of `T`
 // move between threads, hence `T: Send`; no `&T` into the shared storage is
 // ever handed out, so `T: Sync` is not needed.
-unsafe impl<T: SeqData + Send> Sync for SeqLock<T> {}
+unsafe impl<T: SeqData + Send, G> Sync for SeqLock<T, G> {}
 // SAFETY: owning a `SeqLock<T>` is owning a `T`.
-unsafe impl<T: Send> Send for SeqLock<T> {}
+unsafe impl<T: Send, G> Send for SeqLock<T, G> {}
 
 impl<T: SeqData> SeqLock<T> {
     const_fn! {
-        /// A seqlock holding `value`. `const`, for `static`s.
+        /// A seqlock holding `value`, whose writers disable preemption
+        /// (the default policy). `const`, for `static`s.
         ///
         #[cfg_attr(feature = "test-hooks", doc = " ```")]
         #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
@@ -76,11 +93,41 @@ impl<T: SeqData> SeqLock<T> {
         #[doc(alias = "seqlock_init")]
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new(value: T) -> Self {
+            Self::with_policy(value)
+        }
+    }
+}
+
+impl<T: SeqData, G: SpinGuardian> SeqLock<T, G> {
+    const_fn! {
+        /// A seqlock holding `value`, whose writers disable what `G`
+        /// says (name it in the type). `const`, for `static`s.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::seqlock::SeqLock;
+        /// use ksync::spinlock::{IrqDisabled, NoGuard};
+        ///
+        /// // Updated by the timer interrupt and read everywhere: writers
+        /// // always mask interrupts (`write` is `write_seqlock_irqsave`).
+        /// static CLOCK: SeqLock<u64, IrqDisabled> = SeqLock::with_policy(0);
+        /// // The scheduler's own statistics, written with preemption
+        /// // already off.
+        /// static RQ_STATS: SeqLock<[u32; 2], NoGuard> = SeqLock::with_policy([0; 2]);
+        /// *CLOCK.write() += 1;
+        /// RQ_STATS.write()[0] += 1;
+        /// assert_eq!((CLOCK.read(), RQ_STATS.read()), (1, [1, 0]));
+        /// ```
+        /// With `lockdep`, the writers' lock's class is this call's
+        /// location.
+        #[cfg_attr(feature = "lockdep", track_caller)]
+        pub fn with_policy(value: T) -> Self {
             Self {
                 seq: SeqCount::new(),
                 lock: TicketLock::new(),
                 data: Storage::new(value),
                 dep_map: Map::new(),
+                policy: PhantomData,
             }
         }
     }
@@ -100,7 +147,9 @@ impl<T: SeqData> SeqLock<T> {
     /// ```
     #[doc(alias = "read_seqbegin")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn read(&self) -> T {
+        self.dep_map.read_access();
         loop {
             let start = self.seq.read_begin();
             // SAFETY: `start` is what `read_begin` (R1) just returned.
@@ -122,7 +171,9 @@ impl<T: SeqData> SeqLock<T> {
     /// assert_eq!(lock.read_with(|a| a.iter().sum::<u64>()), 24);
     /// ```
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn read_with<R>(&self, f: impl FnOnce(&T) -> R) -> R {
+        self.dep_map.read_access();
         let mut buf = MaybeUninit::uninit();
         loop {
             let start = self.seq.read_begin();
@@ -182,7 +233,9 @@ impl<T: SeqData> SeqLock<T> {
     /// ```
     #[doc(alias = "read_seqbegin")]
     #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn read_begin(&self) -> u32 {
+        self.dep_map.read_access();
         self.seq.read_begin()
     }
 
@@ -288,12 +341,16 @@ impl<T: SeqData> SeqLock<T> {
     #[doc(alias("write_seqlock", "write_sequnlock"))]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn write(&self) -> SeqLockWriteGuard<'_, T> {
-        // Recorded before spinning, so a deadlock is reported first.
+    pub fn write(&self) -> SeqLockWriteGuard<'_, T, G> {
+        // The policy first (preemption off before spinning), then lockdep
+        // (before spinning, so a deadlock is reported first; after the
+        // policy, so it sees interrupts masked by `IrqDisabled`).
+        let saved = G::enter();
         let dep = self.dep_map.acquire_guard(0, false, false);
         self.lock.lock();
-        // SAFETY: locked just above; the guard unlocks.
-        unsafe { self.guard(None, dep) }
+        // SAFETY: locked just above, after `G::enter` on this CPU; the
+        // guard unlocks and exits.
+        unsafe { self.guard(saved, None, dep) }
     }
 
     /// [`write`](Self::write) with local interrupts saved and disabled
@@ -311,15 +368,19 @@ impl<T: SeqData> SeqLock<T> {
     #[doc(alias("write_seqlock_irqsave", "write_sequnlock_irqrestore"))]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn write_irqsave(&self) -> SeqLockWriteGuard<'_, T> {
-        // Interrupts off before spinning: a handler on this CPU must not
-        // find the lock held (or the sequence odd) by the code it
-        // interrupted.
+    pub fn write_irqsave(&self) -> SeqLockWriteGuard<'_, T, G> {
+        // The policy, then interrupts off, both before spinning: a handler
+        // on this CPU must not find the lock held (or the sequence odd) by
+        // the code it interrupted. The guard undoes them in reverse order
+        // (interrupts restored before preemption is enabled, as Linux's
+        // `spin_unlock_irqrestore`).
+        let saved = G::enter();
         let irq = IrqState::save();
         let dep = self.dep_map.acquire_guard(0, false, true);
         self.lock.lock();
-        // SAFETY: locked just above; the guard unlocks.
-        unsafe { self.guard(Some(irq), dep) }
+        // SAFETY: locked just above, after `G::enter` on this CPU; the
+        // guard unlocks and exits.
+        unsafe { self.guard(saved, Some(irq), dep) }
     }
 
     /// [`write`](Self::write) if the writers' lock is free, without
@@ -336,14 +397,17 @@ impl<T: SeqData> SeqLock<T> {
     #[doc(alias = "write_tryseqlock")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
-    pub fn try_write(&self) -> Option<SeqLockWriteGuard<'_, T>> {
+    pub fn try_write(&self) -> Option<SeqLockWriteGuard<'_, T, G>> {
+        let saved = G::enter();
         if !self.lock.try_lock() {
+            // SAFETY: the matching `enter`, just above.
+            unsafe { G::exit(saved) };
             return None;
         }
         let dep = self.dep_map.acquire_guard(0, true, false);
-        // SAFETY: `try_lock` succeeded, so the lock is ours; the guard
-        // unlocks.
-        Some(unsafe { self.guard(None, dep) })
+        // SAFETY: `try_lock` succeeded after `G::enter` on this CPU, so the
+        // lock is ours; the guard unlocks and exits.
+        Some(unsafe { self.guard(saved, None, dep) })
     }
 
     /// Replaces the data with `value` (lock, publish, unlock), without
@@ -359,12 +423,15 @@ impl<T: SeqData> SeqLock<T> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn store(&self, value: T) {
+        let saved = G::enter();
         let dep = self.dep_map.acquire_guard(0, false, false);
         self.lock.lock();
-        // SAFETY: the lock is held (locked just above).
+        // SAFETY: the lock is held (locked just above), and `saved` is
+        // from the `enter` above, on this CPU (the policy keeps us here).
         unsafe {
             self.publish_locked(&Padded::new(value));
             self.lock.unlock();
+            G::exit(saved);
         }
         drop(dep);
     }
@@ -408,38 +475,43 @@ impl<T: SeqData> SeqLock<T> {
         unsafe { self.data.load_exclusive() }
     }
 
-    /// A guard holding a copy of the data; it publishes and unlocks on
-    /// drop.
+    /// A guard holding a copy of the data; it publishes, unlocks and
+    /// exits the policy on drop.
     ///
     /// # Safety
     /// `self.lock` is held by the caller, and its ownership passes to the
-    /// guard.
+    /// guard; `saved` is what `G::enter` returned on this CPU before the
+    /// lock was taken (and `irq`, if any, was saved after it).
     #[inline]
     unsafe fn guard<'a>(
         &'a self,
+        saved: G::Saved,
         irq: Option<IrqState>,
         dep: Acquired<'a>,
-    ) -> SeqLockWriteGuard<'a, T> {
+    ) -> SeqLockWriteGuard<'a, T, G> {
         // SAFETY: the lock is held (caller), so only we write the data, and
         // the lock's Acquire made the previous writer's stores visible.
         let value = Padded::new(unsafe { self.data.load_exclusive() });
         SeqLockWriteGuard {
             lock: self,
             value,
+            saved,
+            irq,
             _dep: dep,
-            _irq: irq,
         }
     }
 
     /// Publishes `value`: odd, stores, even.
     ///
     /// # Safety
-    /// `self.lock` is held by the caller.
+    /// `self.lock` is held by the caller (taken after `G::enter`).
     #[inline]
     unsafe fn publish_locked(&self, value: &Padded<T>) {
         // SAFETY: the lock serialises writers, and its Acquire/Release
         // ordering makes the previous writer's `write_end` happen-before
-        // this `write_begin`.
+        // this `write_begin`. The publication cannot be preempted with the
+        // count odd: the policy `G` holds preemption (or interrupts) off,
+        // or, for `NoGuard`, the user promised the kernel does (its docs).
         unsafe { self.seq.write_begin() };
         self.data.store(value);
         // SAFETY: ends the write begun above, lock still held.
@@ -447,14 +519,14 @@ impl<T: SeqData> SeqLock<T> {
     }
 }
 
-impl<T: SeqData + Default> Default for SeqLock<T> {
+impl<T: SeqData + Default, G: SpinGuardian> Default for SeqLock<T, G> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     fn default() -> Self {
-        Self::new(T::default())
+        Self::with_policy(T::default())
     }
 }
 
-impl<T: SeqData + fmt::Debug> fmt::Debug for SeqLock<T> {
+impl<T: SeqData + fmt::Debug, G: SpinGuardian> fmt::Debug for SeqLock<T, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         // `try_read`: never spin inside a formatter (it may run on the
         // writer's CPU, or in the write section itself).
@@ -468,10 +540,12 @@ impl<T: SeqData + fmt::Debug> fmt::Debug for SeqLock<T> {
 }
 
 /// A write section of a [`SeqLock`]: derefs to a private copy of the data,
-/// which is published (and the lock released, and interrupts restored for
-/// [`write_irqsave`](SeqLock::write_irqsave)) when the guard drops.
+/// which is published (and the lock released, interrupts restored for
+/// [`write_irqsave`](SeqLock::write_irqsave), and what the policy `G`
+/// disabled enabled again) when the guard drops.
 ///
-/// `!Send`: it may hold the interrupt state of the CPU that took it.
+/// `!Send`: it may hold the interrupt state of the CPU that took it, and
+/// the CPU's disabled preemption.
 ///
 #[cfg_attr(feature = "test-hooks", doc = " ```")]
 #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
@@ -484,18 +558,20 @@ impl<T: SeqData + fmt::Debug> fmt::Debug for SeqLock<T> {
 /// assert_eq!(lock.read(), [3, 2, 1]);
 /// ```
 #[must_use = "the new value is published when the guard drops"]
-pub struct SeqLockWriteGuard<'a, T: SeqData> {
-    lock: &'a SeqLock<T>,
+pub struct SeqLockWriteGuard<'a, T: SeqData, G: SpinGuardian = PreemptDisabled> {
+    lock: &'a SeqLock<T, G>,
     /// The data being written, with the zero tail that the word stores
     /// cover.
     value: Padded<T>,
-    /// Dropped after `drop` has published and unlocked: lockdep's record,
-    /// then the interrupt state.
+    /// What `G::enter` saved, for `G::exit` in `drop`.
+    saved: G::Saved,
+    /// The interrupt state `write_irqsave` saved, restored in `drop`.
+    irq: Option<IrqState>,
+    /// Dropped after `drop` has published and unlocked: lockdep's record.
     _dep: Acquired<'a>,
-    _irq: Option<IrqState>,
 }
 
-impl<T: SeqData> Deref for SeqLockWriteGuard<'_, T> {
+impl<T: SeqData, G: SpinGuardian> Deref for SeqLockWriteGuard<'_, T, G> {
     type Target = T;
     #[inline]
     fn deref(&self) -> &T {
@@ -503,14 +579,14 @@ impl<T: SeqData> Deref for SeqLockWriteGuard<'_, T> {
     }
 }
 
-impl<T: SeqData> DerefMut for SeqLockWriteGuard<'_, T> {
+impl<T: SeqData, G: SpinGuardian> DerefMut for SeqLockWriteGuard<'_, T, G> {
     #[inline]
     fn deref_mut(&mut self) -> &mut T {
         &mut self.value.value
     }
 }
 
-impl<T: SeqData> Drop for SeqLockWriteGuard<'_, T> {
+impl<T: SeqData, G: SpinGuardian> Drop for SeqLockWriteGuard<'_, T, G> {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: the guard owns the held lock (`SeqLock::guard`'s
@@ -519,10 +595,16 @@ impl<T: SeqData> Drop for SeqLockWriteGuard<'_, T> {
             self.lock.publish_locked(&self.value);
             self.lock.lock.unlock();
         }
+        // The reverse of the entry: interrupts (saved last), then the
+        // policy.
+        drop(self.irq.take());
+        // SAFETY: `saved` is from `G::enter` on this CPU (the guard is
+        // `!Send`), before the interrupt state just restored.
+        unsafe { G::exit(self.saved) };
     }
 }
 
-impl<T: SeqData + fmt::Debug> fmt::Debug for SeqLockWriteGuard<'_, T> {
+impl<T: SeqData + fmt::Debug, G: SpinGuardian> fmt::Debug for SeqLockWriteGuard<'_, T, G> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&**self, f)
     }

@@ -113,6 +113,19 @@
 //! The guard copies the old value out when it is taken;
 //! [`SeqLock::store`] replaces the value without that copy.
 //!
+//! Writers hold a spinning lock and make the sequence odd, so they must
+//! not be preempted meanwhile (other writers would spin on the lock, and
+//! readers on the sequence, for a task that cannot run): as Linux's
+//! `write_seqlock` (`spin_lock`), every write disables preemption from
+//! before it spins until after it has published and unlocked. What it
+//! disables is the lock's guard policy, a type parameter as for
+//! [`SpinLock`](crate::spinlock::SpinLock): `SeqLock<T>` is
+//! `SeqLock<T, PreemptDisabled>`; `SeqLock<T, IrqDisabled>` masks
+//! interrupts for every write; `SeqLock<T, NoGuard>` disables nothing
+//! (the kernel's own code, which keeps preemption off itself).
+//! [`SeqCount`] leaves this to its caller (see
+//! [`write_begin`](SeqCount::write_begin#preemption)).
+//!
 //! # Interrupts
 //!
 //! A reader spins while the sequence is odd. If a reader can run in an
@@ -121,6 +134,15 @@
 //! [`SeqLock::write_irqsave`] (`write_seqlock_irqsave`), or the handler
 //! must use [`SeqLock::try_read`], which never spins. Readers never make a
 //! writer wait: they take no lock.
+//!
+//! With [`lockdep`](crate::lockdep), a spinning reader (`read`,
+//! `read_with`, `read_begin`) in an interrupt handler is checked against
+//! the writers' lock's class (Linux's `seqcount_lockdep_reader_access`):
+//! if writers also take the lock with interrupts enabled, that is reported
+//! as an interrupt inversion, whichever comes first. `try_read` and
+//! `read_at` never spin and are not recorded. A reader records nothing
+//! else (no lock order): ksync's sequence is odd only while a guard
+//! publishes, which waits for nothing.
 //!
 //! # Compared with Linux
 //!
@@ -134,7 +156,8 @@
 //! | `read_seqbegin`, `read_seqretry` | [`SeqLock::read_begin`], [`SeqLock::read_retry`], [`SeqLock::read_at`] |
 //! | the `do { } while (read_seqretry())` loop | [`SeqLock::read`], [`SeqLock::read_with`], [`SeqCount::read`] |
 //! | `write_seqlock`, `write_sequnlock` | [`SeqLock::write`] and its guard's drop |
-//! | `write_seqlock_irqsave` | [`SeqLock::write_irqsave`] |
+//! | `write_seqlock_irqsave` | [`SeqLock::write_irqsave`] (or every write: `SeqLock<T, IrqDisabled>`) |
+//! | `seqcount_mutex_t` | none: a [`SeqCount`] whose writers hold a mutex and [`kernel::preempt_disable`](crate::kernel::preempt_disable) (see [`write_begin`](SeqCount::write_begin#preemption)) |
 
 // The code, one concern a file, in the order a reader meets them:
 //
