@@ -30,8 +30,11 @@ macro_rules! taken_above {
     };
 }
 
+/// A way to read a seqlock.
+type Reader = fn(&SeqLock<u64>);
+
 /// Each spinning reader form, by name.
-const SPINNING: [(&str, fn(&SeqLock<u64>)); 3] = [
+const SPINNING: [(&str, Reader); 3] = [
     ("read", |l| {
         l.read();
     }),

@@ -124,7 +124,7 @@
 //! interrupts for every write; `SeqLock<T, NoGuard>` disables nothing
 //! (the kernel's own code, which keeps preemption off itself).
 //! [`SeqCount`] leaves this to its caller (see
-//! [`write_begin`](SeqCount::write_begin#preemption)).
+//! [`write_begin`](SeqCount::write_begin)).
 //!
 //! # Interrupts
 //!
@@ -157,7 +157,7 @@
 //! | the `do { } while (read_seqretry())` loop | [`SeqLock::read`], [`SeqLock::read_with`], [`SeqCount::read`] |
 //! | `write_seqlock`, `write_sequnlock` | [`SeqLock::write`] and its guard's drop |
 //! | `write_seqlock_irqsave` | [`SeqLock::write_irqsave`] (or every write: `SeqLock<T, IrqDisabled>`) |
-//! | `seqcount_mutex_t` | none: a [`SeqCount`] whose writers hold a mutex and [`kernel::preempt_disable`](crate::kernel::preempt_disable) (see [`write_begin`](SeqCount::write_begin#preemption)) |
+//! | `seqcount_mutex_t` | none: a [`SeqCount`] whose writers hold a mutex and [`kernel::preempt_disable`](crate::kernel::preempt_disable) (see [`write_begin`](SeqCount::write_begin)) |
 
 // The code, one concern a file, in the order a reader meets them:
 //
