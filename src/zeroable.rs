@@ -77,10 +77,10 @@ unsafe impl<G: SpinGuardian> Zeroable for LockRef<G> {}
 // SAFETY: one `AtomicU32`; zero is even (no write in progress).
 unsafe impl Zeroable for SeqCount {}
 
-// SAFETY: a `SeqCount`, a `TicketLock`, a `Map` (all zero-valid) and a
-// `PhantomData` of the policy, and
-// the storage: an `UnsafeCell` of `T` (zero-valid by the bound) with zero
-// tail bytes (what `new` writes there). `T: SeqData` promises no padding
+// SAFETY: a `SeqCount`, a `TicketLock`, a `Map` (all zero-valid), a
+// `PhantomData` of the policy (no bytes), and the storage: an
+// `UnsafeCell` of `T` (zero-valid by the bound) with zero tail bytes (what
+// `new` writes there). `T: SeqData` promises no padding
 // where no check can see it (a struct's impl); where the rule depends on
 // the layout (tuples), `SeqData::LAYOUT_CHECK` fails the build of every
 // word copy in and out of the storage, so a lock of a padded `T` made from

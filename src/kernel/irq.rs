@@ -29,9 +29,9 @@
 //! [`IrqControl`]: the default, [`KernelIrq`], calls the kernel's hooks
 //! (so it needs [`set_kernel!`](crate::set_kernel), like every per-CPU
 //! type); [`ArchIrq`] uses the architecture default directly and needs no
-//! hooks at all. A binary that never calls `set_kernel!` (firmware that
-//! only uses spinlocks, lockref and seqlocks) names it, or uses the
-//! `ArchIrq*` lock aliases:
+//! hooks at all. A binary that never calls `set_kernel!` (firmware whose
+//! spinlocks, lockrefs and seqlocks all have the `NoGuard` policy) names
+//! it, or uses the `ArchIrq*` lock aliases:
 //!
 #![cfg_attr(feature = "test-hooks", doc = " ```")]
 #![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
