@@ -319,6 +319,19 @@ pub fn tick() {
     }
 }
 
+/// A voluntary context switch (Linux's `schedule()`), for the waits a
+/// test hands to ksync (`Srcu::synchronize_with`, say): the kernel checks
+/// that the task may switch (preemption count zero, interrupts enabled:
+/// "scheduling while atomic" otherwise), reports the switch to RCU as a
+/// quiescent state and gives the host core away.
+pub fn schedule() {
+    check_switch("schedule");
+    if backend::preempt_count() == 0 && !interrupts::irqs_disabled() {
+        crate::rcu::kernel_quiescent_state();
+    }
+    std::thread::yield_now();
+}
+
 /// The splitmix64 step: spreads a seed over 64 bits.
 fn splitmix(mut x: u64) -> u64 {
     x = x.wrapping_add(0x9E37_79B9_7F4A_7C15);
