@@ -63,6 +63,18 @@ crate::sync::const_init! {
     impl[T: ConstInit] for CachePadded<T> = CachePadded::new(init::<T>());
 }
 
+// With the hostile host kernel the shim's atomics are wrappers: users'
+// `PerCpu<core::sync::atomic::AtomicU64>` and the like still build.
+#[cfg(all(feature = "hostile", not(ksync_loom)))]
+crate::sync::const_init! {
+    impl for core::sync::atomic::AtomicBool = core::sync::atomic::AtomicBool::new(false);
+    impl for core::sync::atomic::AtomicI32 = core::sync::atomic::AtomicI32::new(0);
+    impl for core::sync::atomic::AtomicU32 = core::sync::atomic::AtomicU32::new(0);
+    impl for core::sync::atomic::AtomicUsize = core::sync::atomic::AtomicUsize::new(0);
+    impl for core::sync::atomic::AtomicI64 = core::sync::atomic::AtomicI64::new(0);
+    impl for core::sync::atomic::AtomicU64 = core::sync::atomic::AtomicU64::new(0);
+}
+
 #[cfg(target_has_atomic = "64")]
 crate::sync::const_init! {
     impl for crate::sync::AtomicI64 = crate::sync::AtomicI64::new(0);

@@ -13,13 +13,23 @@
 //! `with`/`with_mut`), following tokio's loom shim.
 
 #[cfg(not(ksync_loom))]
-pub(crate) use core::sync::atomic::{Ordering, fence};
+pub(crate) use core::sync::atomic::Ordering;
+#[cfg(not(any(ksync_loom, feature = "hostile")))]
+pub(crate) use core::sync::atomic::fence;
+
+// The hostile host kernel (feature `hostile`, host tests only): every
+// atomic operation and fence is first a point where the kernel may
+// preempt, migrate or interrupt the task (see `host::hostile`).
+#[cfg(all(not(ksync_loom), feature = "hostile"))]
+pub(crate) use crate::host::hostile::atomics::{
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, fence,
+};
 
 /// A fence against the compiler only (loom has none, and needs none: its
 /// models never take the single-CPU paths that use it).
 pub(crate) use core::sync::atomic::compiler_fence;
 
-#[cfg(all(not(ksync_loom), target_has_atomic = "32"))]
+#[cfg(all(not(ksync_loom), not(feature = "hostile"), target_has_atomic = "32"))]
 pub(crate) use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize};
 
 #[cfg(all(not(ksync_loom), not(target_has_atomic = "32")))]
@@ -27,7 +37,7 @@ pub(crate) use portable_atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, At
 
 // 64-bit atomics only where the hardware has them: lockref must never be
 // routed through a hidden global lock (see `lockref`'s module docs).
-#[cfg(all(not(ksync_loom), target_has_atomic = "64"))]
+#[cfg(all(not(ksync_loom), not(feature = "hostile"), target_has_atomic = "64"))]
 pub(crate) use core::sync::atomic::{AtomicI64, AtomicU64};
 
 #[cfg(ksync_loom)]

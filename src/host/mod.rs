@@ -59,6 +59,8 @@ mod backend; // OS threads: a process-wide id table
 #[path = "model.rs"]
 mod backend; // loom model threads: coroutines on one OS thread
 
+#[cfg(all(feature = "hostile", not(ksync_loom)))]
+pub mod hostile;
 mod interrupts;
 #[cfg(not(ksync_loom))]
 #[path = "tasks.rs"]
@@ -108,7 +110,11 @@ pub struct HostKernel;
 unsafe impl Kernel for HostKernel {
     #[inline]
     fn cpu_id() -> usize {
-        backend::cpu_id()
+        let id = backend::cpu_id();
+        // The id was read and the task may move before it uses it.
+        #[cfg(all(feature = "hostile", not(ksync_loom)))]
+        hostile::point();
+        id
     }
 
     fn nr_cpus() -> usize {
@@ -169,6 +175,8 @@ unsafe impl Kernel for HostKernel {
     }
 
     fn block(deadline_ns: Option<u64>) {
+        #[cfg(all(feature = "hostile", not(ksync_loom)))]
+        hostile::check_switch("block");
         tasks::block(deadline_ns)
     }
 
@@ -185,6 +193,8 @@ unsafe impl Kernel for HostKernel {
     }
 
     fn yield_now() {
+        #[cfg(all(feature = "hostile", not(ksync_loom)))]
+        hostile::check_switch("yield_now");
         tasks::yield_now()
     }
 

@@ -16,6 +16,8 @@ struct ThreadCpu(Cell<Option<usize>>);
 
 impl Drop for ThreadCpu {
     fn drop(&mut self) {
+        #[cfg(feature = "hostile")]
+        super::hostile::thread_exiting();
         if let Some(id) = self.0.get() {
             // An exiting thread is an offline CPU: it must not hold up
             // grace periods, and the next thread with this id starts
@@ -141,6 +143,13 @@ pub(super) fn preempt_enable() {
         // The count dropped to zero: a preemption point.
         preempt_now();
     }
+    #[cfg(feature = "hostile")]
+    if count & !NOT_ARMED == 0 {
+        // The hostile kernel's preemption point (and its contract check:
+        // not with interrupts masked).
+        super::hostile::check_enable_point();
+        super::hostile::point();
+    }
 }
 
 /// This thread's preemption count: the number of
@@ -213,5 +222,61 @@ pub fn migrate_to(cpu: usize) {
     THIS_CPU.with(|c| c.0.set(Some(cpu)));
     if PREEMPT.with(Cell::get) & NOT_ARMED != 0 {
         CPU_ID.with(|c| c.set(cpu));
+    }
+}
+
+/// Whether this thread plays a CPU (it has read its id).
+#[cfg(feature = "hostile")]
+pub(super) fn is_cpu() -> bool {
+    THIS_CPU.try_with(|c| c.0.get().is_some()).unwrap_or(false)
+}
+
+/// Reserves a free CPU id other than this thread's, starting the search at
+/// `r` (random bits): `(this thread's id, the reserved one)`, or `None`
+/// when every id is in use. [`move_to_reserved`] completes the move.
+#[cfg(feature = "hostile")]
+pub(super) fn reserve_free_cpu(r: u64) -> Option<(usize, usize)> {
+    let old = THIS_CPU.try_with(|c| c.0.get()).ok()??;
+    let mut used = lock_in_use();
+    let n = used.len();
+    let start = usize::try_from(r % n as u64).unwrap_or(0);
+    let new = (0..n).map(|i| (start + i) % n).find(|&i| !used[i])?;
+    used[new] = true;
+    Some((old, new))
+}
+
+/// This thread moves from `old` to `new` (reserved by
+/// [`reserve_free_cpu`]), and `old` is free again.
+#[cfg(feature = "hostile")]
+pub(super) fn move_to_reserved(old: usize, new: usize) {
+    THIS_CPU.with(|c| c.0.set(Some(new)));
+    if PREEMPT.with(Cell::get) & NOT_ARMED != 0 {
+        CPU_ID.with(|c| c.set(new));
+    }
+    lock_in_use()[old] = false;
+}
+
+/// Runs `f` on a free CPU id (searched from `r`, random bits) with the id
+/// table locked, so that no thread claims or moves to it meanwhile.
+#[cfg(feature = "hostile")]
+pub(super) fn with_free_cpu(r: u64, f: impl FnOnce(usize)) {
+    let used = lock_in_use();
+    let n = used.len();
+    if n == 0 {
+        return;
+    }
+    let start = usize::try_from(r % n as u64).unwrap_or(0);
+    if let Some(cpu) = (0..n).map(|i| (start + i) % n).find(|&i| !used[i]) {
+        f(cpu);
+    }
+}
+
+/// Runs `f` on every free CPU id, with the id table locked, so that no
+/// thread claims or moves to one meanwhile.
+#[cfg(feature = "hostile")]
+pub(super) fn for_free_cpus(mut f: impl FnMut(usize)) {
+    let used = lock_in_use();
+    for (cpu, _) in used.iter().enumerate().filter(|(_, u)| !**u) {
+        f(cpu);
     }
 }

@@ -495,6 +495,41 @@ pub(crate) fn offline_cpu(cpu: usize) {
     callback::set_offline(cpu, true);
 }
 
+/// The host kernel's context switch (a preemption at one of its points):
+/// a quiescent state for this CPU, without lockdep's held-lock check (a
+/// task holding a sleeping lock may be switched out).
+#[cfg(all(feature = "hostile", not(ksync_loom)))]
+#[track_caller]
+pub(crate) fn kernel_quiescent_state() {
+    let cpu = this_cpu();
+    check_not_reading(&cpu, "a context switch (the host kernel's preemption)");
+    engine().report(cpu.cpu());
+}
+
+/// The host kernel moves the calling task off `cpu` (its CPU): the CPU
+/// runs nothing from now on, so it goes offline to RCU, as when a host
+/// thread exits. Returns whether RCU watched it (the task's next CPU then
+/// comes online).
+#[cfg(all(feature = "hostile", not(ksync_loom)))]
+pub(crate) fn kernel_cpu_leave(cpu: usize) -> bool {
+    // Relaxed: only this CPU writes its state, and the task runs on it.
+    let watched = engine().cpus.cpu(cpu).watched.load(Ordering::Relaxed);
+    offline_cpu(cpu);
+    watched
+}
+
+/// The host kernel: `cpu` runs no task (its idle loop) and passes a
+/// quiescent state. The caller keeps any task from moving onto it
+/// meanwhile.
+#[cfg(all(feature = "hostile", not(ksync_loom)))]
+pub(crate) fn kernel_idle_cpu_report(cpu: usize) {
+    let state = engine().cpus.cpu(cpu);
+    if state.reading() {
+        debug::in_read_section(cpu, "an idle CPU's quiescent state");
+    }
+    eqs_enter_cpu(cpu);
+}
+
 /// This CPU enters its idle loop: an extended quiescent state, so an idle
 /// CPU never holds up a grace period.
 ///

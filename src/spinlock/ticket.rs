@@ -505,12 +505,22 @@ pub(crate) struct LockGuard<'a, I = ()> {
 /// `spin_unlock_irqrestore`).
 #[inline]
 #[cfg_attr(feature = "lockdep", track_caller)]
-pub(crate) fn lock_irqsave(lock: &RawTicketLock) -> LockGuard<'_, IrqState> {
+pub(crate) fn lock_irqsave(
+    lock: &RawTicketLock,
+) -> LockGuard<'_, (IrqState, crate::kernel::PreemptGuard)> {
     // Interrupts off before spinning: a handler on this CPU must not find
-    // the lock held by the code it interrupted.
+    // the lock held by the code it interrupted. Preemption off once more
+    // around the lock's own count, so that the release restores the
+    // interrupts (the tuple's first field) before the count returns to
+    // zero (its second): the preemption point there is not lost with
+    // interrupts masked (`spin_unlock_irqrestore`'s order).
     let irq = IrqState::save();
+    let preempt = crate::kernel::preempt_disable();
     lock.lock();
-    LockGuard { lock, _irq: irq }
+    LockGuard {
+        lock,
+        _irq: (irq, preempt),
+    }
 }
 
 /// Takes `lock` if nobody holds or waits for it, without touching the

@@ -166,6 +166,11 @@ pub const HOST_CHECKS: &[Check] = &[
         run: check_loom,
     },
     Check {
+        name: "hostile",
+        about: "the torture suites under the hostile host kernel (preemption, migration and interrupts at every atomic step), release and debug, fixed seeds",
+        run: check_hostile,
+    },
+    Check {
         name: "miri",
         about: "Miri on the seqlock tests",
         run: check_miri,
@@ -591,6 +596,51 @@ fn check_loom(t: &mut Tally) {
             .env("CARGO_TARGET_DIR", root().join("target/loom"));
         let name = format!("{name} (preemption bound {bound})");
         let (ok, text) = run_logged(&name, &mut loom);
+        tally_tests(t, &name, ok, &text);
+    }
+}
+
+/// The suites that run under the hostile host kernel (`--features
+/// hostile`): each must hold whatever the kernel does at every atomic step.
+/// Left out: suites that pin a thread to one CPU on purpose (the
+/// callbacks' per-CPU batches, the hand-placed preemption points of
+/// `tests/rcu_preempt.rs` run there too, they do not pin), the lockdep
+/// suites (debug tables, their own tests of contexts) and the loom models.
+pub const HOSTILE_SUITES: &[&str] = &[
+    "hostile",
+    "rcu",
+    "rcu_preempt",
+    "srcu",
+    "rculist",
+    "lockref",
+    "spinlock",
+    "spinlock_guard",
+    "percpu_rwlock",
+    "seqlock",
+];
+
+/// The seeds CI runs (a failure names its seed; `KSYNC_HOSTILE_SEED=N`
+/// replays it): two in release, one in debug (assertions on).
+const HOSTILE_RUNS: &[(&str, &str)] = &[("release", "1"), ("release", "2"), ("debug", "3")];
+
+/// The torture suites under the hostile host kernel.
+fn check_hostile(t: &mut Tally) {
+    for (profile, seed) in HOSTILE_RUNS {
+        let mut args = vec!["test", "--features", "hostile"];
+        if *profile == "release" {
+            args.push("--release");
+        }
+        for suite in HOSTILE_SUITES {
+            args.extend(["--test", suite]);
+        }
+        let mut cmd = cargo(&args);
+        // 32 CPUs: room for every suite's threads, the idle loops' thread
+        // and free CPUs to migrate to.
+        cmd.env("KSYNC_HOSTILE_SEED", seed)
+            .env("KSYNC_MAX_CPUS", "32")
+            .env("CARGO_TARGET_DIR", root().join("target/hostile"));
+        let name = format!("hostile kernel ({profile}, seed {seed})");
+        let (ok, text) = run_logged(&name, &mut cmd);
         tally_tests(t, &name, ok, &text);
     }
 }
