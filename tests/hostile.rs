@@ -55,6 +55,16 @@ fn tick() {
     rcu::process_callbacks();
 }
 
+/// Sets its flag when dropped: a torture's writer that panics still stops
+/// its readers, so the test fails instead of waiting for them.
+struct StopOnDrop<'a>(&'a AtomicBool);
+
+impl Drop for StopOnDrop<'_> {
+    fn drop(&mut self) {
+        self.0.store(true, SeqCst);
+    }
+}
+
 /// Runs `body` on a thread of its own and fails if it has not returned
 /// within [`HANG`], naming the seed (the stuck threads are left behind).
 fn bounded(what: &'static str, body: impl FnOnce() + Send + 'static) {
@@ -255,7 +265,14 @@ fn rcu_torture() {
             let readers: Vec<_> = (0..4)
                 .map(|i| sc.spawn(move || reader(s, i % 2 == 0, i >= 2)))
                 .collect();
-            let updaters: Vec<_> = (0..2).map(|i| sc.spawn(move || updater(s, i))).collect();
+            let updaters: Vec<_> = (0..2)
+                .map(|i| {
+                    sc.spawn(move || {
+                        let _stop = StopOnDrop(&s.stop);
+                        updater(s, i)
+                    })
+                })
+                .collect();
             for u in updaters {
                 u.join().unwrap();
             }
@@ -455,6 +472,7 @@ fn srcu_torture() {
                 });
             }
             sc.spawn(|| {
+                let _stop = StopOnDrop(&stop);
                 let start = Instant::now();
                 let mut round = 0u64;
                 while start.elapsed() < RUN || round < 20 {
