@@ -113,6 +113,11 @@
 #[cfg(any(test, ksync_loom, feature = "test-hooks"))]
 extern crate std;
 
+#[cfg(all(ksync_loom, not(feature = "loom")))]
+compile_error!(
+    "`--cfg ksync_loom` needs ksync's `loom` feature (the loom dependency): add `--features loom` (ksync's own tests get it from their dev-dependency)"
+);
+
 #[cfg(all(ksync_loom, feature = "lockdep"))]
 compile_error!(
     "the `lockdep` feature is not modelled under loom: build the loom models without it"
