@@ -1,4 +1,4 @@
-//! One switch: ksync's loom build (`cfg(ksync_loom)`, see `src/sync.rs`)
+//! Two switches. ksync's loom build (`cfg(ksync_loom)`, see `src/sync.rs`)
 //! for a dependent's loom models.
 //!
 //! ksync's own models set `--cfg ksync_loom` directly. A dependent builds
@@ -8,6 +8,10 @@
 //! Both conditions, not the feature alone: a feature enabled in
 //! `[dev-dependencies]` reaches the dependent's ordinary test builds too,
 //! where ksync must stay the normal crate (`const` constructors, `lock_api`).
+//!
+//! And `ksync_docs` in the repository, where `docs/` exists (the package
+//! ships without it): its examples are compiled as doc tests like the
+//! README's (`src/lib.rs`).
 
 fn main() {
     println!("cargo:rerun-if-changed=build.rs");
@@ -16,5 +20,10 @@ fn main() {
     let cfg_loom = std::env::var_os("CARGO_CFG_LOOM").is_some();
     if feature && cfg_loom {
         println!("cargo:rustc-cfg=ksync_loom");
+    }
+    let docs = std::path::Path::new(&std::env::var_os("CARGO_MANIFEST_DIR").unwrap_or_default())
+        .join("docs/design.md");
+    if docs.exists() {
+        println!("cargo:rustc-cfg=ksync_docs");
     }
 }

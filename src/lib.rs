@@ -160,3 +160,9 @@ pub use lockref::{LockRef, LockRefGuard};
 #[cfg(all(doctest, feature = "test-hooks"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The examples of `docs/design.md` (in the repository, not the package:
+/// build.rs sets `ksync_docs` where the file exists), as doc tests.
+#[cfg(all(doctest, feature = "test-hooks", ksync_docs))]
+#[doc = include_str!("../docs/design.md")]
+pub struct DesignDoctests;
