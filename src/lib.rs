@@ -103,7 +103,8 @@
 //!   [`set_kernel!`] defines nothing (the host kernel has the hooks).
 //! * `loom`: with `--cfg loom`, ksync's locks, per-CPU types and RCU run on
 //!   loom's atomics, so a dependent's own loom models can contain them
-//!   (the raw locks' `lock`/`unlock`; constructors are not `const` there).
+//!   (constructors are not `const` there: a spinlock mutex is built with
+//!   `SpinLock::from_raw(RawTicketLock::new(), value)`).
 //!   Enables `test-hooks`. Without it no dependent resolves loom.
 //!
 //! # Zeroed memory
