@@ -1085,10 +1085,10 @@ fn msrv(t: &mut Tally) {
                     name = format!("RUSTC_BOOTSTRAP=1 {name}");
                 }
                 if !has_cas(target) {
-                    cmd.env("RUSTFLAGS", ASSUME_SINGLE_CORE).env(
-                        "CARGO_TARGET_DIR",
-                        root().join(format!("target/toolchain-{msrv}-single-core")),
-                    );
+                    // One target directory for all: with `--target`,
+                    // RUSTFLAGS reach only the target's crates, so the
+                    // host's proc macros (defmt's) are built once.
+                    cmd.env("RUSTFLAGS", ASSUME_SINGLE_CORE);
                     name = format!("RUSTFLAGS=\"{ASSUME_SINGLE_CORE}\" {name}");
                 }
                 let (ok, _) = run_logged(&name, &mut cmd);
