@@ -33,9 +33,10 @@
 //!   (a `PerCpuCounter<MyKernel>` would leak the kernel's name into every
 //!   library that uses one);
 //! * a call is a direct call, which link-time optimisation can inline;
-//! * a kernel that forgets the hooks gets a link error naming the missing
-//!   symbol (`_ksync_set_kernel_v1_cpu_id`: "call `ksync::set_kernel!`"),
-//!   and one that provides them twice gets a duplicate-symbol error.
+//! * a kernel that forgets the hooks gets a link error whose symbol names
+//!   the fix (`undefined symbol:
+//!   ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1`), and one that
+//!   provides them twice gets a duplicate-symbol error on the same names.
 //!
 //! # Interrupts are a hook too
 //!
@@ -422,8 +423,19 @@ pub unsafe trait Kernel {
 
 /// Provides ksync's kernel hooks from a type implementing
 /// [`kernel::Kernel`](crate::kernel::Kernel). Call it once, in the final
-/// binary (the kernel). Missing, the link fails on
-/// `_ksync_set_kernel_v1_*` symbols; called twice, on duplicate symbols.
+/// binary (the kernel).
+///
+/// Missing, the link fails on undefined symbols named
+/// `ksync_hook_<hook>_defined_by_ksync_set_kernel_v1` (e.g.
+/// `ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1`); called twice, on
+/// duplicate symbols of the same names.
+///
+/// With ksync's `test-hooks` feature on (host tests, where the host kernel,
+/// `ksync::host`, already provides every hook, each thread a CPU) the call
+/// only checks that its argument implements `Kernel` and defines nothing.
+/// So a kernel crate whose tests enable `test-hooks` through
+/// `[dev-dependencies]` keeps its `set_kernel!` as it is, and its tests run
+/// on the host kernel, not on the type named here.
 ///
 /// ```ignore
 /// ksync::set_kernel!(MyKernel);
@@ -431,79 +443,116 @@ pub unsafe trait Kernel {
 #[macro_export]
 macro_rules! set_kernel {
     ($kernel:ty) => {
+        $crate::__set_kernel_in_this_build!($kernel);
+    };
+}
+
+/// [`set_kernel!`] without `test-hooks`: the hooks.
+#[cfg(not(feature = "test-hooks"))]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __set_kernel_in_this_build {
+    ($kernel:ty) => {
+        $crate::__set_kernel_hooks!($kernel);
+    };
+}
+
+/// [`set_kernel!`] with `test-hooks`: the host kernel has the hooks, so
+/// only the type is checked.
+#[cfg(feature = "test-hooks")]
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __set_kernel_in_this_build {
+    ($kernel:ty) => {
+        const _: () = {
+            const fn is_kernel<K: $crate::kernel::Kernel>() {}
+            is_kernel::<$kernel>()
+        };
+    };
+}
+
+/// The hook definitions behind [`set_kernel!`]; the host kernel's too.
+#[doc(hidden)]
+#[macro_export]
+macro_rules! __set_kernel_hooks {
+    ($kernel:ty) => {
         const _: () = {
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_cpu_id() -> usize {
+            fn ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1() -> usize {
                 <$kernel as $crate::kernel::Kernel>::cpu_id()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_nr_cpus() -> usize {
+            fn ksync_hook_nr_cpus_defined_by_ksync_set_kernel_v1() -> usize {
                 <$kernel as $crate::kernel::Kernel>::nr_cpus()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_preempt_disable() {
+            fn ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1() {
                 <$kernel as $crate::kernel::Kernel>::preempt_disable()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_preempt_enable() {
+            fn ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1() {
                 <$kernel as $crate::kernel::Kernel>::preempt_enable()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_preempt_disable_cpu_id() -> usize {
+            fn ksync_hook_preempt_disable_cpu_id_defined_by_ksync_set_kernel_v1() -> usize {
                 <$kernel as $crate::kernel::Kernel>::preempt_disable_cpu_id()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_irq_save() -> usize {
+            fn ksync_hook_irq_save_defined_by_ksync_set_kernel_v1() -> usize {
                 <$kernel as $crate::kernel::Kernel>::irq_save()
             }
             #[unsafe(no_mangle)]
-            unsafe fn _ksync_set_kernel_v1_irq_restore(flags: usize) {
+            unsafe fn ksync_hook_irq_restore_defined_by_ksync_set_kernel_v1(flags: usize) {
                 // SAFETY: ksync calls it only with the word of the
                 // matching save, in nesting order.
                 unsafe { <$kernel as $crate::kernel::Kernel>::irq_restore(flags) }
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_rcu_stall(report: &$crate::kernel::StallReport) {
+            fn ksync_hook_rcu_stall_defined_by_ksync_set_kernel_v1(
+                report: &$crate::kernel::StallReport,
+            ) {
                 <$kernel as $crate::kernel::Kernel>::rcu_stall(report)
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_in_interrupt() -> bool {
+            fn ksync_hook_in_interrupt_defined_by_ksync_set_kernel_v1() -> bool {
                 <$kernel as $crate::kernel::Kernel>::in_interrupt()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_irqs_disabled() -> bool {
+            fn ksync_hook_irqs_disabled_defined_by_ksync_set_kernel_v1() -> bool {
                 <$kernel as $crate::kernel::Kernel>::irqs_disabled()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_current_task() -> usize {
+            fn ksync_hook_current_task_defined_by_ksync_set_kernel_v1() -> usize {
                 <$kernel as $crate::kernel::Kernel>::current_task()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_block(deadline_ns: Option<u64>) {
+            fn ksync_hook_block_defined_by_ksync_set_kernel_v1(deadline_ns: Option<u64>) {
                 <$kernel as $crate::kernel::Kernel>::block(deadline_ns)
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_wake(task: usize) {
+            fn ksync_hook_wake_defined_by_ksync_set_kernel_v1(task: usize) {
                 <$kernel as $crate::kernel::Kernel>::wake(task)
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_may_sleep() -> bool {
+            fn ksync_hook_may_sleep_defined_by_ksync_set_kernel_v1() -> bool {
                 <$kernel as $crate::kernel::Kernel>::may_sleep()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_clock_ns() -> u64 {
+            fn ksync_hook_clock_ns_defined_by_ksync_set_kernel_v1() -> u64 {
                 <$kernel as $crate::kernel::Kernel>::clock_ns()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_task_running(task: usize) -> bool {
+            fn ksync_hook_task_running_defined_by_ksync_set_kernel_v1(task: usize) -> bool {
                 <$kernel as $crate::kernel::Kernel>::task_running(task)
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_yield_now() {
+            fn ksync_hook_yield_now_defined_by_ksync_set_kernel_v1() {
                 <$kernel as $crate::kernel::Kernel>::yield_now()
             }
             #[unsafe(no_mangle)]
-            fn _ksync_set_kernel_v1_lockdep_report(report: &$crate::kernel::LockdepReport) {
+            fn ksync_hook_lockdep_report_defined_by_ksync_set_kernel_v1(
+                report: &$crate::kernel::LockdepReport,
+            ) {
                 <$kernel as $crate::kernel::Kernel>::lockdep_report(report)
             }
         };
@@ -515,30 +564,32 @@ unsafe extern "Rust" {
     // intended definition, and it defines them with exactly these
     // signatures, forwarding to a `Kernel` impl whose contract makes them
     // safe to call.
-    safe fn _ksync_set_kernel_v1_cpu_id() -> usize;
-    safe fn _ksync_set_kernel_v1_nr_cpus() -> usize;
-    safe fn _ksync_set_kernel_v1_preempt_disable();
-    safe fn _ksync_set_kernel_v1_preempt_enable();
-    safe fn _ksync_set_kernel_v1_preempt_disable_cpu_id() -> usize;
-    safe fn _ksync_set_kernel_v1_irq_save() -> usize;
-    unsafe fn _ksync_set_kernel_v1_irq_restore(flags: usize);
-    safe fn _ksync_set_kernel_v1_rcu_stall(report: &StallReport);
-    safe fn _ksync_set_kernel_v1_in_interrupt() -> bool;
-    safe fn _ksync_set_kernel_v1_irqs_disabled() -> bool;
-    safe fn _ksync_set_kernel_v1_lockdep_report(report: &LockdepReport);
-    safe fn _ksync_set_kernel_v1_current_task() -> usize;
-    safe fn _ksync_set_kernel_v1_block(deadline_ns: Option<u64>);
-    safe fn _ksync_set_kernel_v1_wake(task: usize);
-    safe fn _ksync_set_kernel_v1_may_sleep() -> bool;
-    safe fn _ksync_set_kernel_v1_clock_ns() -> u64;
-    safe fn _ksync_set_kernel_v1_task_running(task: usize) -> bool;
-    safe fn _ksync_set_kernel_v1_yield_now();
+    safe fn ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1() -> usize;
+    safe fn ksync_hook_nr_cpus_defined_by_ksync_set_kernel_v1() -> usize;
+    safe fn ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
+    safe fn ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
+    safe fn ksync_hook_preempt_disable_cpu_id_defined_by_ksync_set_kernel_v1() -> usize;
+    safe fn ksync_hook_irq_save_defined_by_ksync_set_kernel_v1() -> usize;
+    unsafe fn ksync_hook_irq_restore_defined_by_ksync_set_kernel_v1(flags: usize);
+    safe fn ksync_hook_rcu_stall_defined_by_ksync_set_kernel_v1(report: &StallReport);
+    safe fn ksync_hook_in_interrupt_defined_by_ksync_set_kernel_v1() -> bool;
+    #[cfg_attr(not(feature = "lockdep"), allow(dead_code))] // lockdep's hook
+    safe fn ksync_hook_irqs_disabled_defined_by_ksync_set_kernel_v1() -> bool;
+    #[cfg_attr(not(feature = "lockdep"), allow(dead_code))] // lockdep's hook
+    safe fn ksync_hook_lockdep_report_defined_by_ksync_set_kernel_v1(report: &LockdepReport);
+    safe fn ksync_hook_current_task_defined_by_ksync_set_kernel_v1() -> usize;
+    safe fn ksync_hook_block_defined_by_ksync_set_kernel_v1(deadline_ns: Option<u64>);
+    safe fn ksync_hook_wake_defined_by_ksync_set_kernel_v1(task: usize);
+    safe fn ksync_hook_may_sleep_defined_by_ksync_set_kernel_v1() -> bool;
+    safe fn ksync_hook_clock_ns_defined_by_ksync_set_kernel_v1() -> u64;
+    safe fn ksync_hook_task_running_defined_by_ksync_set_kernel_v1(task: usize) -> bool;
+    safe fn ksync_hook_yield_now_defined_by_ksync_set_kernel_v1();
 }
 
 /// The kernel's [`Kernel::current_task`] (checked nonzero).
 #[inline]
 pub(crate) fn current_task() -> usize {
-    let task = _ksync_set_kernel_v1_current_task();
+    let task = ksync_hook_current_task_defined_by_ksync_set_kernel_v1();
     assert!(
         task != 0,
         "ksync: Kernel::current_task returned 0 (tokens are nonzero)"
@@ -549,44 +600,44 @@ pub(crate) fn current_task() -> usize {
 /// The kernel's [`Kernel::block`].
 #[inline]
 pub(crate) fn block(deadline_ns: Option<u64>) {
-    _ksync_set_kernel_v1_block(deadline_ns)
+    ksync_hook_block_defined_by_ksync_set_kernel_v1(deadline_ns)
 }
 
 /// The kernel's [`Kernel::wake`].
 #[inline]
 pub(crate) fn wake(task: usize) {
-    _ksync_set_kernel_v1_wake(task)
+    ksync_hook_wake_defined_by_ksync_set_kernel_v1(task)
 }
 
 /// The kernel's [`Kernel::may_sleep`].
 #[inline]
 pub(crate) fn may_sleep() -> bool {
-    _ksync_set_kernel_v1_may_sleep()
+    ksync_hook_may_sleep_defined_by_ksync_set_kernel_v1()
 }
 
 /// The kernel's [`Kernel::clock_ns`].
 #[inline]
 pub(crate) fn clock_ns() -> u64 {
-    _ksync_set_kernel_v1_clock_ns()
+    ksync_hook_clock_ns_defined_by_ksync_set_kernel_v1()
 }
 
 /// The kernel's [`Kernel::task_running`].
 #[inline]
 pub(crate) fn task_running(task: usize) -> bool {
-    _ksync_set_kernel_v1_task_running(task)
+    ksync_hook_task_running_defined_by_ksync_set_kernel_v1(task)
 }
 
 /// The kernel's [`Kernel::yield_now`].
 #[inline]
 pub(crate) fn yield_now() {
-    _ksync_set_kernel_v1_yield_now()
+    ksync_hook_yield_now_defined_by_ksync_set_kernel_v1()
 }
 
 /// The kernel's [`Kernel::irq_save`] (with `lockdep`: also counted, so
 /// lockdep knows this CPU has interrupts masked).
 #[inline]
 pub(crate) fn irq_save_hook() -> usize {
-    let flags = _ksync_set_kernel_v1_irq_save();
+    let flags = ksync_hook_irq_save_defined_by_ksync_set_kernel_v1();
     #[cfg(feature = "lockdep")]
     irq::count_masked();
     flags
@@ -601,14 +652,14 @@ pub(crate) unsafe fn irq_restore_hook(flags: usize) {
     #[cfg(feature = "lockdep")]
     irq::count_unmasking();
     // SAFETY: forwarded caller contract.
-    unsafe { _ksync_set_kernel_v1_irq_restore(flags) }
+    unsafe { ksync_hook_irq_restore_defined_by_ksync_set_kernel_v1(flags) }
 }
 
 /// The kernel's [`Kernel::irq_save`], uncounted: lockdep's own masking.
 #[cfg(feature = "lockdep")]
 #[inline]
 pub(crate) fn irq_save_raw() -> usize {
-    _ksync_set_kernel_v1_irq_save()
+    ksync_hook_irq_save_defined_by_ksync_set_kernel_v1()
 }
 
 /// The kernel's [`Kernel::irq_restore`], uncounted.
@@ -619,20 +670,20 @@ pub(crate) fn irq_save_raw() -> usize {
 #[inline]
 pub(crate) unsafe fn irq_restore_raw(flags: usize) {
     // SAFETY: forwarded caller contract.
-    unsafe { _ksync_set_kernel_v1_irq_restore(flags) }
+    unsafe { ksync_hook_irq_restore_defined_by_ksync_set_kernel_v1(flags) }
 }
 
 /// The kernel's [`Kernel::in_interrupt`].
 #[inline]
 pub(crate) fn in_interrupt() -> bool {
-    _ksync_set_kernel_v1_in_interrupt()
+    ksync_hook_in_interrupt_defined_by_ksync_set_kernel_v1()
 }
 
 /// The kernel's [`Kernel::irqs_disabled`].
 #[cfg(feature = "lockdep")]
 #[inline]
 pub(crate) fn irqs_disabled() -> bool {
-    _ksync_set_kernel_v1_irqs_disabled()
+    ksync_hook_irqs_disabled_defined_by_ksync_set_kernel_v1()
 }
 
 /// Hands a lockdep report to the kernel's [`Kernel::lockdep_report`].
@@ -640,12 +691,12 @@ pub(crate) fn irqs_disabled() -> bool {
 #[cold]
 #[inline(never)]
 pub(crate) fn lockdep_report(report: &LockdepReport) {
-    _ksync_set_kernel_v1_lockdep_report(report)
+    ksync_hook_lockdep_report_defined_by_ksync_set_kernel_v1(report)
 }
 
 /// Hands a stall report to the kernel's [`Kernel::rcu_stall`].
 pub(crate) fn rcu_stall(report: &StallReport) {
-    _ksync_set_kernel_v1_rcu_stall(report)
+    ksync_hook_rcu_stall_defined_by_ksync_set_kernel_v1(report)
 }
 
 /// The current CPU's id (the kernel's [`Kernel::cpu_id`]). Only stable while
@@ -660,7 +711,7 @@ pub(crate) fn rcu_stall(report: &StallReport) {
 #[inline]
 #[must_use]
 pub fn cpu_id() -> usize {
-    let id = _ksync_set_kernel_v1_cpu_id();
+    let id = ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1();
     check_cpu(id);
     id
 }
@@ -671,7 +722,7 @@ pub fn cpu_id() -> usize {
 #[cfg(debug_assertions)]
 #[inline]
 pub(crate) fn cpu_id_unchecked() -> usize {
-    _ksync_set_kernel_v1_cpu_id()
+    ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1()
 }
 
 /// The number of possible CPUs (the kernel's [`Kernel::nr_cpus`], capped
@@ -683,7 +734,7 @@ pub(crate) fn cpu_id_unchecked() -> usize {
 #[inline]
 #[must_use]
 pub fn nr_cpus() -> usize {
-    let n = _ksync_set_kernel_v1_nr_cpus();
+    let n = ksync_hook_nr_cpus_defined_by_ksync_set_kernel_v1();
     if n == 0 || n > MAX_CPUS {
         nr_cpus_out_of_range(n);
     }
@@ -723,7 +774,7 @@ fn nr_cpus_out_of_range(n: usize) -> ! {
 /// this CPU. `!Send`.
 #[inline]
 pub fn preempt_disable() -> PreemptGuard {
-    _ksync_set_kernel_v1_preempt_disable();
+    ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
     PreemptGuard {
         not_send: core::marker::PhantomData,
     }
@@ -738,7 +789,7 @@ pub fn preempt_disable() -> PreemptGuard {
 /// again first).
 #[inline]
 pub(crate) fn preempt_disable_cpu() -> (PreemptGuard, usize) {
-    let id = _ksync_set_kernel_v1_preempt_disable_cpu_id();
+    let id = ksync_hook_preempt_disable_cpu_id_defined_by_ksync_set_kernel_v1();
     let guard = PreemptGuard {
         not_send: core::marker::PhantomData,
     };
@@ -750,13 +801,13 @@ pub(crate) fn preempt_disable_cpu() -> (PreemptGuard, usize) {
 /// whose guard policy pairs it with [`preempt_enable_hook`] itself.
 #[inline]
 pub(crate) fn preempt_disable_hook() {
-    _ksync_set_kernel_v1_preempt_disable();
+    ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
 }
 
 /// The kernel's [`Kernel::preempt_enable`] (see [`preempt_disable_hook`]).
 #[inline]
 pub(crate) fn preempt_enable_hook() {
-    _ksync_set_kernel_v1_preempt_enable();
+    ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
 }
 
 /// Preemption disabled (see [`preempt_disable`]); enabled again on drop.
@@ -778,7 +829,7 @@ impl PreemptGuard {
 impl Drop for PreemptGuard {
     #[inline]
     fn drop(&mut self) {
-        _ksync_set_kernel_v1_preempt_enable();
+        ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
     }
 }
 

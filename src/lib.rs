@@ -26,7 +26,42 @@
 //!   orders that could deadlock the first time they are seen.
 //!
 //! Everything is usable from `static`s (`const fn new`) and needs no
-//! allocator. Names follow Linux; the C names are doc aliases, so searching
+//! allocator. A kernel provides the hooks once ([`set_kernel!`]); host
+//! tests take the host kernel of the `test-hooks` feature instead, in
+//! which every thread is a CPU, as here:
+//!
+//! ```
+//! # #[cfg(feature = "test-hooks")] {
+//! use ksync::LockRef;
+//! use ksync::percpu_counter::PerCpuCounter;
+//! use ksync::spinlock::TicketMutex;
+//!
+//! static RUNQUEUE: TicketMutex<Vec<u32>> = TicketMutex::new(Vec::new());
+//! static FORKS: PerCpuCounter = PerCpuCounter::new();
+//! static INODE: LockRef = LockRef::new(1);
+//!
+//! let cpus: Vec<_> = (0..2u32)
+//!     .map(|task| {
+//!         std::thread::spawn(move || {
+//!             INODE.get(); // lockless
+//!             RUNQUEUE.lock().push(task); // preemption off while held
+//!             FORKS.add(1); // this CPU's slot
+//!             assert!(INODE.put_return().is_some());
+//!         })
+//!     })
+//!     .collect();
+//! for cpu in cpus {
+//!     cpu.join().unwrap();
+//! }
+//! assert_eq!(RUNQUEUE.lock().len(), 2);
+//! assert_eq!(FORKS.sum(), 2);
+//! assert_eq!(INODE.count(), 1);
+//! # }
+//! ```
+//!
+//! The README is the user guide (install, the first example, targets,
+//! embedding, troubleshooting); the repository's `docs/` holds the design,
+//! testing and benchmarks. Names follow Linux; the C names are doc aliases, so searching
 //! the docs for `lockref_get_not_dead` finds [`LockRef::get_not_dead`].
 //!
 //! # Interrupts and `critical-section`
@@ -64,7 +99,13 @@
 //!   debug aid, off by default (off, the locks are unchanged).
 //! * `bytemuck`: `bytemuck::Zeroable` for the types of the table below.
 //! * `test-hooks`: kernel hooks for host tests in which threads play CPUs
-//!   (`host`); pulls in `std`, never for kernels.
+//!   (`host`); pulls in `std`, never for kernels. With it on,
+//!   [`set_kernel!`] defines nothing (the host kernel has the hooks).
+//! * `loom`: with `--cfg loom`, ksync's locks, per-CPU types and RCU run on
+//!   loom's atomics, so a dependent's own loom models can contain them
+//!   (constructors are not `const` there: a spinlock mutex is built with
+//!   `SpinLock::from_raw(RawTicketLock::new(), value)`).
+//!   Enables `test-hooks`. Without it no dependent resolves loom.
 //!
 //! # Zeroed memory
 //!
@@ -113,6 +154,11 @@
 #[cfg(any(test, ksync_loom, feature = "test-hooks"))]
 extern crate std;
 
+#[cfg(all(ksync_loom, not(feature = "loom")))]
+compile_error!(
+    "`--cfg ksync_loom` needs ksync's `loom` feature (the loom dependency): add `--features loom` (ksync's own tests get it from their dev-dependency)"
+);
+
 #[cfg(all(ksync_loom, feature = "lockdep"))]
 compile_error!(
     "the `lockdep` feature is not modelled under loom: build the loom models without it"
@@ -155,3 +201,9 @@ pub use lockref::{LockRef, LockRefGuard};
 #[cfg(all(doctest, feature = "test-hooks"))]
 #[doc = include_str!("../README.md")]
 pub struct ReadmeDoctests;
+
+/// The examples of `docs/design.md` (in the repository, not the package:
+/// build.rs sets `ksync_docs` where the file exists), as doc tests.
+#[cfg(all(doctest, feature = "test-hooks", ksync_docs))]
+#[doc = include_str!("../docs/design.md")]
+pub struct DesignDoctests;

@@ -222,17 +222,6 @@ pub type PerCpuRwLock<T> = lock_api::RwLock<RawPerCpuRwLock<Fenced>, T>;
 /// flavour.
 pub type GatedPerCpuRwLock<T> = lock_api::RwLock<RawPerCpuRwLock<Gated>, T>;
 
-/// The old spelling of [`PerCpuRwLock`] (one spelling now, as `PerCpu` and
-/// `PerCpuCounter`).
-#[deprecated(since = "0.1.0", note = "renamed `PerCpuRwLock`")]
-pub type PercpuRwLock<T> = PerCpuRwLock<T>;
-/// The old spelling of [`GatedPerCpuRwLock`].
-#[deprecated(since = "0.1.0", note = "renamed `GatedPerCpuRwLock`")]
-pub type GatedPercpuRwLock<T> = GatedPerCpuRwLock<T>;
-/// The old spelling of [`RawPerCpuRwLock`].
-#[deprecated(since = "0.1.0", note = "renamed `RawPerCpuRwLock`")]
-pub type RawPercpuRwLock<F = Fenced, R = Spin> = RawPerCpuRwLock<F, R>;
-
 /// The raw scalable reader-writer lock (see the [module docs](self)).
 ///
 /// # Zeroed memory

@@ -211,4 +211,4 @@ unsafe impl Kernel for HostKernel {
     }
 }
 
-crate::set_kernel!(HostKernel);
+crate::__set_kernel_hooks!(HostKernel);

@@ -547,7 +547,6 @@ pub trait HolderCheck {
     fn assert_held(&self);
 }
 
-#[cfg(not(ksync_loom))] // lock_api's `RawMutex` is not implemented under loom
 impl<A: ArchSpinlock + Sync, G: SpinGuardian, T: ?Sized> HolderCheck
     for lock_api::Mutex<RawSpinlock<A, G>, T>
 where
@@ -640,7 +639,6 @@ macro_rules! tracked_constructors {
 }
 pub(crate) use tracked_constructors;
 
-#[cfg(not(ksync_loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 // SAFETY: exclusion and Acquire/Release are `A`'s (the `ArchSpinlock`
 // contract); forgetting a guard leaves the lock held, which is safe; a
 // lock cannot unwind.
@@ -650,8 +648,15 @@ where
 {
     // No call site to name a class after: with lockdep, each mutex built
     // from `INIT` (`Mutex::new`) is a class of its own.
+    #[cfg(not(ksync_loom))]
     #[allow(clippy::declare_interior_mutable_const)]
     const INIT: Self = Self::with_map(A::UNLOCKED, Map::per_instance());
+    // loom's atomics cannot be constants: under loom a mutex is built
+    // with `Mutex::from_raw(RawTicketLock::new(), value)`.
+    #[cfg(ksync_loom)]
+    const INIT: Self = panic!(
+        "ksync under loom: lock_api's `Mutex::new` needs a constant lock; build it with `from_raw(RawTicketLock::new(), value)` (or the lock of your choice)"
+    );
     type GuardMarker = G::GuardMarker;
 
     #[inline]
@@ -679,7 +684,6 @@ where
     }
 }
 
-#[cfg(not(ksync_loom))] // lock_api's `INIT` is a constant; loom's atomics cannot be one
 // SAFETY: `A`'s plain unlock is its fair one (the `FairArchSpinlock`
 // contract).
 unsafe impl<A: FairArchSpinlock + Sync, G: SpinGuardian> lock_api::RawMutexFair

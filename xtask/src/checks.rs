@@ -293,8 +293,17 @@ fn check_lints(t: &mut Tally) {
         let (ok, _) = run_logged(&name, &mut cmd);
         t.check(&name, ok);
     }
-    // The loom build of the library (its constructors and atomics differ).
-    let mut loom_clippy = cargo(&["clippy", "--lib", "--", "-D", "warnings"]);
+    // The loom build of the library (its constructors and atomics differ);
+    // the loom dependency comes with the `loom` feature.
+    let mut loom_clippy = cargo(&[
+        "clippy",
+        "--lib",
+        "--features",
+        "loom",
+        "--",
+        "-D",
+        "warnings",
+    ]);
     loom_clippy
         .env("RUSTFLAGS", "--cfg ksync_loom")
         .env("KSYNC_MAX_CPUS", "4")
@@ -783,7 +792,7 @@ pub const PUBLISH_CHECKS: &[Check] = &[
     },
     Check {
         name: "msrv",
-        about: "cargo check at the rust-version of Cargo.toml (host and x86_64-unknown-none) and on nightly",
+        about: "the library built at the rust-version of Cargo.toml for x86_64, aarch64, riscv64 bare metal and thumbv6m; cargo check on nightly",
         run: msrv,
     },
     Check {
@@ -793,7 +802,7 @@ pub const PUBLISH_CHECKS: &[Check] = &[
     },
     Check {
         name: "loom-dependent",
-        about: "a dependent crate that loom-tests its own code (`--cfg loom`) builds ksync and passes its tests",
+        about: "a dependent crate: set_kernel! with test-hooks in its tests, its loom models with and without ksync's loom feature; a fresh dependent resolves no loom",
         run: loom_dependent,
     },
     Check {
@@ -884,6 +893,7 @@ fn package_file_allowed(file: &str) -> bool {
             | "Cargo.lock"
             | ".cargo_vcs_info.json"
             | "README.md"
+            | "build.rs"
             | "LICENSE-MIT"
             | "LICENSE-APACHE"
     ) || ((file.starts_with("src/") || file.starts_with("arch/")) && file.ends_with(".rs"))
@@ -916,7 +926,7 @@ fn package(t: &mut Tally) {
     .iter()
     .all(|f| files.contains(f));
     t.check(
-        "package: ships src/, arch/, Cargo.toml, README and licences only",
+        "package: ships src/, arch/, Cargo.toml, build.rs, README and licences only",
         ok && stray.is_empty() && complete,
     );
 
@@ -982,6 +992,26 @@ fn package(t: &mut Tally) {
         let (ok, _) = run_logged(&name, &mut cmd);
         t.check(&name, ok);
     }
+    // A newcomer's first run: the README's first example pasted into a
+    // fresh binary depending on the unpacked crate (no feature), run as
+    // printed, and its Cargo.lock free of loom.
+    let name = "package: the README's first example runs in a fresh binary";
+    let example = readme_first_example();
+    let fresh = example
+        .as_deref()
+        .and_then(|main| fresh_dependent("first-example", &unpacked.to_string_lossy(), main));
+    let ran = fresh.as_ref().is_some_and(|dir| {
+        let mut run = cargo(&["run", "--quiet"]);
+        run.current_dir(dir)
+            .env("CARGO_TARGET_DIR", root().join("target/first-example"));
+        run_logged(name, &mut run).0
+    });
+    t.check(name, ran);
+    let lock = fresh.and_then(|dir| fs::read_to_string(dir.join("Cargo.lock")).ok());
+    t.check(
+        "package: the fresh binary's Cargo.lock has no loom",
+        lock.is_some_and(|lock| !lock.lines().any(|l| l == "name = \"loom\"")),
+    );
     // As a reviewer runs it: without the host kernel (the path-only self
     // dev-dependency that turns `test-hooks` on in the repository is not in
     // the package), the unit tests are compiled out and the examples are
@@ -998,35 +1028,23 @@ fn package(t: &mut Tally) {
     tally_tests(t, name, ok, &text);
 }
 
-/// `cargo +TOOLCHAIN check --lib`, installing the toolchain (minimal
+/// The first ```` ```rust ```` block of README.md: a whole program.
+fn readme_first_example() -> Option<String> {
+    let readme = fs::read_to_string(root().join("README.md")).ok()?;
+    let start = readme.find("\n```rust\n")? + "\n```rust\n".len();
+    let len = readme[start..].find("\n```\n")? + 1;
+    Some(readme[start..start + len].to_string())
+}
+
+/// `cargo +TOOLCHAIN check --lib` (host and `targets`) with no optional
+/// feature and with all of a kernel's, installing the toolchain (minimal
 /// profile) and its targets when missing.
 fn check_with(t: &mut Tally, toolchain: &str, targets: &[&str]) {
-    let setup = rustup_toolchain(toolchain, targets);
-    if let Err(e) = &setup {
-        println!("    {e}");
-    }
-    t.check(&format!("rustup toolchain {toolchain}"), setup.is_ok());
-    if setup.is_err() {
+    if !toolchain_ready(t, toolchain, targets) {
         return;
     }
-    let toolchain_cargo = |args: &[&str]| {
-        let mut cmd = Command::new("rustup");
-        cmd.args(["run", toolchain, "cargo"])
-            .args(args)
-            .current_dir(root())
-            .env_remove("RUSTUP_TOOLCHAIN")
-            .env_remove("RUSTC")
-            .env_remove("CARGO")
-            .env_remove("RUSTFLAGS")
-            .env_remove("CARGO_ENCODED_RUSTFLAGS")
-            .env(
-                "CARGO_TARGET_DIR",
-                root().join(format!("target/toolchain-{toolchain}")),
-            );
-        cmd
-    };
     for target in [None].into_iter().chain(targets.iter().copied().map(Some)) {
-        for features in [None, Some("defmt,alloc,lockdep,bytemuck")] {
+        for features in [None, Some(KERNEL_FEATURES)] {
             let mut args = vec!["check", "--lib", "-p", "ksync"];
             if let Some(target) = target {
                 args.extend(["--target", target]);
@@ -1035,35 +1053,175 @@ fn check_with(t: &mut Tally, toolchain: &str, targets: &[&str]) {
                 args.extend(["--features", features]);
             }
             let name = format!("cargo +{toolchain} {}", args.join(" "));
-            let (ok, _) = run_logged(&name, &mut toolchain_cargo(&args));
+            let (ok, _) = run_logged(&name, &mut toolchain_cargo(toolchain, &args));
             t.check(&name, ok);
         }
     }
 }
 
-/// The MSRV (`rust-version` in Cargo.toml, read from there) and nightly.
+/// The optional features a kernel may enable (not `test-hooks` or `loom`,
+/// which are for host tests).
+const KERNEL_FEATURES: &str = "defmt,alloc,lockdep,bytemuck";
+
+/// Installs `toolchain` and its `targets` if missing, tallied.
+fn toolchain_ready(t: &mut Tally, toolchain: &str, targets: &[&str]) -> bool {
+    let setup = rustup_toolchain(toolchain, targets);
+    if let Err(e) = &setup {
+        println!("    {e}");
+    }
+    t.check(&format!("rustup toolchain {toolchain}"), setup.is_ok());
+    setup.is_ok()
+}
+
+/// `cargo` of rustup's `toolchain` in the repository, with a target
+/// directory of its own and none of the calling cargo's settings.
+fn toolchain_cargo(toolchain: &str, args: &[&str]) -> Command {
+    let mut cmd = Command::new("rustup");
+    cmd.args(["run", toolchain, "cargo"])
+        .args(args)
+        .current_dir(root())
+        .env_remove("RUSTUP_TOOLCHAIN")
+        .env_remove("RUSTC")
+        .env_remove("CARGO")
+        .env_remove("RUSTFLAGS")
+        .env_remove("CARGO_ENCODED_RUSTFLAGS")
+        .env(
+            "CARGO_TARGET_DIR",
+            root().join(format!("target/toolchain-{toolchain}")),
+        );
+    cmd
+}
+
+/// The MSRV (`rust-version` in Cargo.toml, read from there): the library
+/// built, as a kernel pinned to that toolchain builds it, for the four
+/// bare-metal targets ksync names, with no optional feature and with a
+/// kernel's; then `cargo check` on nightly. rustup ships the MSRV's
+/// standard library for x86_64-unknown-none and thumbv6m; for aarch64 and
+/// riscv64 bare metal the MSRV compiler builds `core` and `alloc` from its
+/// `rust-src` (`-Zbuild-std`, allowed on a stable compiler by
+/// `RUSTC_BOOTSTRAP=1`). thumbv6m takes the portable-atomic choice the
+/// README prescribes for a single core.
 fn msrv(t: &mut Tally) {
     let Some(msrv) = manifest_value("rust-version") else {
         t.check("msrv: rust-version in Cargo.toml", false);
         return;
     };
-    check_with(t, &msrv, &["x86_64-unknown-none"]);
+    let prebuilt = ["x86_64-unknown-none", "thumbv6m-none-eabi"];
+    let from_source = ["aarch64-unknown-none", "riscv64gc-unknown-none-elf"];
+    if toolchain_ready(t, &msrv, &prebuilt) {
+        let rust_src = Command::new("rustup")
+            .args(["component", "add", "rust-src", "--toolchain", &msrv])
+            .env_remove("RUSTUP_TOOLCHAIN")
+            .status()
+            .is_ok_and(|s| s.success());
+        t.check(&format!("rustup component add rust-src ({msrv})"), rust_src);
+        for target in prebuilt.into_iter().chain(from_source) {
+            let build_std = from_source.contains(&target);
+            if build_std && !rust_src {
+                continue;
+            }
+            for features in [None, Some(KERNEL_FEATURES)] {
+                let mut args = vec!["build", "--lib", "-p", "ksync", "--target", target];
+                if build_std {
+                    args.push("-Zbuild-std=core,alloc");
+                }
+                if let Some(features) = features {
+                    args.extend(["--features", features]);
+                }
+                let mut name = format!("cargo +{msrv} {}", args.join(" "));
+                let mut cmd = toolchain_cargo(&msrv, &args);
+                if build_std {
+                    cmd.env("RUSTC_BOOTSTRAP", "1");
+                    name = format!("RUSTC_BOOTSTRAP=1 {name}");
+                }
+                if !has_cas(target) {
+                    // One target directory for all: with `--target`,
+                    // RUSTFLAGS reach only the target's crates, so the
+                    // host's proc macros (defmt's) are built once.
+                    cmd.env("RUSTFLAGS", ASSUME_SINGLE_CORE);
+                    name = format!("RUSTFLAGS=\"{ASSUME_SINGLE_CORE}\" {name}");
+                }
+                let (ok, _) = run_logged(&name, &mut cmd);
+                t.check(&name, ok);
+            }
+        }
+    }
     check_with(t, "nightly", &["x86_64-unknown-none"]);
 }
 
-/// A dependent's loom build (xtask/fixtures/loom-dependent): with
-/// `RUSTFLAGS="--cfg loom"`, as loom's docs tell users, ksync must build as
-/// usual (its own models use `ksync_loom`), its `const` constructors and
-/// `lock_api` impls intact, and the dependent's own model must run.
+/// A dependent crate as users write one (xtask/fixtures/loom-dependent):
+///
+/// * `cargo test`: it calls `set_kernel!`, and its tests turn on
+///   `test-hooks` through `[dev-dependencies]` (the host kernel's hooks
+///   win; these were duplicate symbols once);
+/// * `--cfg loom`, as loom's docs tell users: without ksync's `loom`
+///   feature ksync builds as usual (`const` constructors, `lock_api`)
+///   and the dependent's own model runs;
+/// * `--cfg loom` with ksync's `loom` feature: a ksync spinlock inside the
+///   dependent's model is visible to loom (the model completes; its
+///   control, without the lock, is reported as a data race);
+/// * and a fresh dependent without the feature resolves no loom at all.
 fn loom_dependent(t: &mut Tally) {
     let dir = root().join("xtask/fixtures/loom-dependent");
-    let mut cmd = cargo(&["test", "--release"]);
-    cmd.current_dir(&dir)
-        .env("RUSTFLAGS", "--cfg loom")
-        .env("LOOM_MAX_PREEMPTIONS", "2")
-        .env("CARGO_TARGET_DIR", root().join("target/loom-dependent"));
-    let (ok, text) = run_logged("dependent crate built with --cfg loom", &mut cmd);
-    tally_tests(t, "loom-dependent: tests", ok, &text);
+    let runs: [(&str, Option<&str>, &[&str]); 3] = [
+        (
+            "loom-dependent: set_kernel! with test-hooks in its tests",
+            None,
+            &["test"],
+        ),
+        (
+            "loom-dependent: --cfg loom, ksync without its loom feature",
+            Some("--cfg loom"),
+            &["test", "--release"],
+        ),
+        (
+            "loom-dependent: --cfg loom with ksync's loom feature (a ksync lock in its model)",
+            Some("--cfg loom"),
+            &["test", "--release", "--features", "ksync-loom"],
+        ),
+    ];
+    for (name, rustflags, args) in runs {
+        let mut cmd = cargo(args);
+        cmd.current_dir(&dir)
+            .env("LOOM_MAX_PREEMPTIONS", "2")
+            .env("CARGO_TARGET_DIR", root().join("target/loom-dependent"));
+        if let Some(flags) = rustflags {
+            cmd.env("RUSTFLAGS", flags);
+        }
+        let (ok, text) = run_logged(name, &mut cmd);
+        tally_tests(t, name, ok, &text);
+    }
+    let name = "loom-dependent: a fresh dependent's Cargo.lock has no loom";
+    let lock =
+        fresh_dependent("no-loom", &root().to_string_lossy(), "fn main() {}\n").and_then(|dir| {
+            let (ok, _) = run_logged(
+                "cargo generate-lockfile (fresh dependent)",
+                cargo(&["generate-lockfile"]).current_dir(&dir),
+            );
+            ok.then(|| fs::read_to_string(dir.join("Cargo.lock")).ok())
+                .flatten()
+        });
+    let clean = lock
+        .as_deref()
+        .is_some_and(|lock| !lock.lines().any(|l| l == "name = \"loom\""));
+    t.check(name, clean);
+}
+
+/// A new binary crate `name` under the system's temporary directory, as
+/// `cargo new` makes one, depending on ksync at `ksync` (a path), with
+/// `main` as its src/main.rs. Its own workspace, so no enclosing one
+/// claims it.
+fn fresh_dependent(name: &str, ksync: &str, main: &str) -> Option<std::path::PathBuf> {
+    let dir = std::env::temp_dir().join(format!("ksync-fresh-{name}"));
+    let _ = fs::remove_dir_all(&dir);
+    let manifest = format!(
+        "[package]\nname = \"{name}\"\nversion = \"0.1.0\"\nedition = \"2024\"\n\n\
+         [dependencies]\nksync = {{ path = {ksync:?} }}\n\n[workspace]\n"
+    );
+    fs::create_dir_all(dir.join("src")).ok()?;
+    fs::write(dir.join("Cargo.toml"), manifest).ok()?;
+    fs::write(dir.join("src/main.rs"), main).ok()?;
+    Some(dir)
 }
 
 /// The public API list (see `api.rs`).
