@@ -423,3 +423,51 @@ fn waits_inside_a_callback_panic() {
         rcu::cpu_offline();
     });
 }
+
+/// What the callback of `preempted_callback_leaves_no_mark` saw, and what
+/// the task that the "scheduler" ran at the callback's preemption point
+/// got from a wait outside any callback.
+static PREEMPTED: Mutex<(Option<u32>, Option<Result<(), String>>)> = Mutex::new((None, None));
+
+/// Arms a preemption and passes a preemption point (a timer tick), as a
+/// preemptible callback would meet one. The "other task" that the
+/// scheduler runs there, on this CPU, waits outside any callback.
+unsafe fn tick_in_callback(_head: *mut RcuHead) {
+    PREEMPTED.lock().unwrap().0 = Some(ksync::host::preempt_count());
+    ksync::host::preempt_at_next_point(|| {
+        // The cookie is complete: only the context check can object.
+        let result = std::panic::catch_unwind(|| rcu::cond_synchronize(rcu::Cookie::COMPLETED))
+            .map_err(|e| e.downcast_ref::<String>().cloned().unwrap_or_default());
+        PREEMPTED.lock().unwrap().1 = Some(result);
+    });
+    ksync::host::preemption_point();
+}
+
+/// Issue 42, defect 4: callbacks run with preemption disabled (as Linux's
+/// run in softirq context), so the "inside a callback" mark, which belongs
+/// to the CPU, cannot be left on a CPU whose task was switched out inside
+/// a callback: another task there that waits outside any callback must
+/// not be taken for a callback.
+#[test]
+fn preempted_callback_leaves_no_mark() {
+    let _serial = serial();
+    within_20s("the preempted callback test", || {
+        rcu::cpu_online();
+        let head = Box::leak(Box::new(RcuHead::new())) as *mut RcuHead;
+        // SAFETY: a leaked head, queued once.
+        unsafe { rcu::call_rcu(head, tick_in_callback) };
+        rcu::synchronize();
+        while rcu::process_callbacks() == 0 {
+            rcu::synchronize();
+        }
+        // The armed preemption ran by now: at the callback's tick if
+        // callbacks were preemptible, else when preemption came back on.
+        ksync::host::preemption_point();
+        let (count, other) = std::mem::take(&mut *PREEMPTED.lock().unwrap());
+        other
+            .expect("the armed preemption never ran")
+            .expect("a task switched in where a callback was preempted is taken for a callback");
+        assert!(count.unwrap() > 0, "a callback ran with preemption enabled");
+        rcu::cpu_offline();
+    });
+}

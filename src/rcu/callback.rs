@@ -48,7 +48,9 @@ use crate::sync::{AtomicUsize, Ordering, UnsafeCell, fence, model_static, spin_l
 ///
 /// It runs in whatever context calls [`process_callbacks`] or [`barrier`]
 /// (usually the queuing CPU's softirq or tick; an offline CPU's callbacks run
-/// on another CPU). It must not block.
+/// on another CPU), always with preemption disabled, as Linux runs its
+/// callbacks in softirq context: it must not block or sleep, and it stays
+/// on one CPU (the debug builds' "inside a callback" mark is that CPU's).
 pub type Callback = unsafe fn(*mut RcuHead);
 
 /// The intrusive link for [`call_rcu`] (Linux's `struct rcu_head`): embed
@@ -503,6 +505,7 @@ fn already_queued() -> ! {
 /// there is nothing to do. Call it again while it returns
 /// [`CALLBACK_BATCH`] or more to drain a backlog.
 ///
+/// The callbacks run with preemption disabled (see [`Callback`]).
 /// Callable in any context, including a read section or an interrupt
 /// that interrupted one: a callback that is ready belongs to an object
 /// unpublished before its grace period started, which a read section still
@@ -554,7 +557,8 @@ fn process_cpu(cpu: &Cpu, limit: usize, orphans_only: bool) -> usize {
     }
     // W1: the readers' accesses happen-before the callbacks.
     fence(Ordering::SeqCst);
-    // Debug builds: a callback that waits for a grace period panics.
+    // Preemption off while the callbacks run (see `Callback`); debug
+    // builds: a callback that waits for a grace period panics.
     let _in_callback = InCallback::enter();
     while !cur.is_null() {
         let h = cur;
