@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::thread;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use ksync::impl_linked;
 use ksync::rcu::{self, Hlist, Link, RcuHashTable, RcuHead, RcuList};
@@ -568,6 +568,19 @@ fn with_timeout<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send
     }
 }
 
+/// How much a torture run does (see [`torture`]).
+#[derive(Clone, Copy)]
+struct Work {
+    /// Reader passes over the list and a hash chain.
+    reads: u64,
+    /// Runs of each writer operation.
+    ops: u64,
+}
+
+/// Watchdog of the torture runs: only a hang takes this long. Each run
+/// took 0.3-10 s at host load 12-18 on a 2-core machine.
+const HANG: Duration = Duration::from_secs(120);
+
 struct Outcome {
     errors: usize,
     reads: u64,
@@ -578,8 +591,14 @@ struct Outcome {
 /// Two readers and two writers (4 threads on this 2-core machine). With
 /// `grace`, removed nodes are freed through `call_rcu` and reused; without,
 /// they are freed at once and the run goes on until a reader notices (or
-/// `run` has passed).
-fn torture(grace: bool, run: Duration) -> Outcome {
+/// `work` is done).
+///
+/// The run is bounded by work, not by time: it ends once the readers have
+/// made `work.reads` passes and every writer operation has run
+/// `work.ops` times, so a loaded machine takes longer but tests the same
+/// thing, and only a hang (the callers' watchdog, far above any loaded
+/// run) is a failure of time.
+fn torture(grace: bool, work: Work) -> Outcome {
     let world: &'static World = leak(World {
         list: RcuList::new(),
         table: RcuHashTable::new(),
@@ -591,7 +610,6 @@ fn torture(grace: bool, run: Duration) -> Outcome {
         frees: AtomicU64::new(0),
         stop: AtomicBool::new(false),
     });
-    let start = Instant::now();
     thread::scope(|s| {
         for t in 0..4u64 {
             s.spawn(move || {
@@ -605,7 +623,11 @@ fn torture(grace: bool, run: Duration) -> Outcome {
                 rcu::cpu_offline();
             });
         }
-        while start.elapsed() < run && (grace || world.errors.load(SeqCst) == 0) {
+        let done = || {
+            world.reads.load(SeqCst) >= work.reads
+                && world.ops.iter().all(|o| o.load(SeqCst) >= work.ops)
+        };
+        while !done() && (grace || world.errors.load(SeqCst) == 0) {
             thread::sleep(Duration::from_millis(5));
         }
         world.stop.store(true, SeqCst);
@@ -629,8 +651,14 @@ fn torture(grace: bool, run: Duration) -> Outcome {
 
 #[test]
 fn torture_readers_never_see_freed_nodes() {
-    let out = with_timeout(Duration::from_secs(10), || {
-        torture(true, Duration::from_millis(1500))
+    let out = with_timeout(HANG, || {
+        torture(
+            true,
+            Work {
+                reads: 10_000,
+                ops: 1_000,
+            },
+        )
     });
     eprintln!(
         "torture: {} reads, ops (front, back, after, replace, remove) {:?}, {} freed",
@@ -648,11 +676,19 @@ fn torture_readers_never_see_freed_nodes() {
     assert_eq!(out.frees, out.ops[..4].iter().sum::<u64>());
 }
 
-/// The control: freeing without a grace period must be caught.
+/// The control: freeing without a grace period must be caught. It stops at
+/// the first bad read (after 20,000 to 45,000 reads here, idle or at host
+/// load 15); a run of 50 times that many reads without one fails.
 #[test]
 fn torture_catches_freeing_without_a_grace_period() {
-    let out = with_timeout(Duration::from_secs(10), || {
-        torture(false, Duration::from_secs(6))
+    let out = with_timeout(HANG, || {
+        torture(
+            false,
+            Work {
+                reads: 2_000_000,
+                ops: 0,
+            },
+        )
     });
     eprintln!(
         "control: {} bad reads after {} reads, ops {:?}",
