@@ -471,3 +471,66 @@ fn preempted_callback_leaves_no_mark() {
         rcu::cpu_offline();
     });
 }
+
+/// Set by the switch of `barrier_waits_preemptibly` when it ran inside the
+/// barrier's wait; the sender releases the CPU that holds the grace
+/// period up.
+static IN_BARRIER_WAIT: Mutex<Option<mpsc::Sender<()>>> = Mutex::new(None);
+
+/// Re-arms itself until the barrier has queued its head behind the other
+/// CPU's callback (two callbacks pending): then the task is inside the
+/// barrier's wait, and a preemption there releases the other CPU.
+/// Does nothing once the test took the sender back.
+fn switch_in_barrier_wait() {
+    let mut slot = IN_BARRIER_WAIT.lock().unwrap();
+    if slot.is_none() {
+        return;
+    }
+    if rcu::pending_callbacks() < 2 {
+        ksync::host::preempt_at_next_point(switch_in_barrier_wait);
+        return;
+    }
+    let _ = slot.take().unwrap().send(());
+}
+
+/// `rcu::barrier` waits preemptibly (issue 37): it holds no
+/// preempt-disabling lock across the wait for a grace period and the
+/// callbacks, as Linux's `rcu_barrier` sleeps on its mutex and a
+/// completion. Another CPU holds the grace period up until a preemption
+/// lands inside the barrier's wait; with preemption disabled there, none
+/// can, and the other CPU gives up after 10 s.
+#[test]
+fn barrier_waits_preemptibly() {
+    let _serial = serial();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (queued_tx, queued_rx) = mpsc::channel::<()>();
+    let counter: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    let obj: &'static Obj = Box::leak(Box::new(Obj::new(counter)));
+    let holder = thread::spawn(move || {
+        rcu::cpu_online();
+        queue(obj);
+        queued_tx.send(()).unwrap();
+        // No quiescent state until released: the callback waits.
+        let released = release_rx.recv_timeout(Duration::from_secs(10)).is_ok();
+        rcu::cpu_offline();
+        released
+    });
+    queued_rx.recv().unwrap();
+    assert_eq!(rcu::pending_callbacks(), 1);
+    *IN_BARRIER_WAIT.lock().unwrap() = Some(release_tx);
+    within_20s("the preemptible barrier test", || {
+        // Outside the barrier the switch only re-arms; inside its wait it
+        // releases the holder.
+        ksync::host::preempt_at_next_point(switch_in_barrier_wait);
+        rcu::barrier();
+        // Disarm: the switch finds no sender and does not re-arm.
+        IN_BARRIER_WAIT.lock().unwrap().take();
+        ksync::host::preemption_point();
+    });
+    let released = holder.join().unwrap();
+    assert_eq!(counter.load(SeqCst), 1);
+    assert!(
+        released,
+        "no preemption point with preemption enabled inside rcu::barrier's wait"
+    );
+}

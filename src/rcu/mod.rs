@@ -453,8 +453,8 @@ pub(crate) fn check_may_sleep() {
 }
 
 /// [`quiescent_state`] for RCU's own waits, named `what`, which checked for
-/// held locks on entry (and `barrier` holds its own try-lock while it
-/// waits).
+/// held locks on entry and hold none while they wait (preemption enabled
+/// between these calls).
 #[track_caller]
 pub(super) fn waiting_quiescent_state(what: &'static str) {
     let cpu = this_cpu();
