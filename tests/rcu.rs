@@ -167,8 +167,7 @@ fn pipeline(wait: fn(), rounds: u64, until_error: bool) -> Pipe {
             for round in 0..rounds {
                 if until_error
                     && (errors.load(SeqCst) > 0
-                        || histogram.iter().map(|h| h.load(SeqCst)).sum::<u64>()
-                            >= CONTROL_READS)
+                        || histogram.iter().map(|h| h.load(SeqCst)).sum::<u64>() >= CONTROL_READS)
                 {
                     break;
                 }

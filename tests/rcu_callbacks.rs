@@ -427,7 +427,10 @@ fn waits_inside_a_callback_panic() {
 /// What the callback of `preempted_callback_leaves_no_mark` saw, and what
 /// the task that the "scheduler" ran at the callback's preemption point
 /// got from a wait outside any callback.
-static PREEMPTED: Mutex<(Option<u32>, Option<Result<(), String>>)> = Mutex::new((None, None));
+static PREEMPTED: Mutex<(Option<u32>, Option<WaitResult>)> = Mutex::new((None, None));
+
+/// A wait's outcome: its panic message if it panicked.
+type WaitResult = Result<(), String>;
 
 /// Arms a preemption and passes a preemption point (a timer tick), as a
 /// preemptible callback would meet one. The "other task" that the

@@ -106,7 +106,10 @@ fn handler_idling_the_cpu_during_read_lock_leaves_no_grace_period_waiting() {
                     // Watched throughout: this CPU's quiescent state ends
                     // the grace period the section started.
                     rcu::quiescent_state();
-                    assert!(rcu::poll(cookie), "round {rounds}: grace period still running");
+                    assert!(
+                        rcu::poll(cookie),
+                        "round {rounds}: grace period still running"
+                    );
                 }
             }
         }
@@ -126,5 +129,8 @@ fn handler_idling_the_cpu_during_read_lock_leaves_no_grace_period_waiting() {
          (the handler un-watched it between read_lock's load of `watched` and its store of \
          `reading`; the section ended as if watched and never reported)"
     );
-    assert!(idled > 0, "the handler never idled the CPU: the test saw nothing");
+    assert!(
+        idled > 0,
+        "the handler never idled the CPU: the test saw nothing"
+    );
 }

@@ -84,6 +84,9 @@ pub(crate) fn check_may_wait(what: &'static str) {
 /// there that waits outside any callback would be taken for a callback),
 /// and a callback that migrated would escape the check.
 pub(crate) struct InCallback {
+    /// This CPU's slot: preemption disabled until it drops (release builds
+    /// hold it only for that).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
     cpu: PerCpuRef<'static, CpuState>,
 }
 

@@ -91,14 +91,35 @@ impl Drop for ReadSection {
     fn drop(&mut self) {
         if self.outer {
             if self.watched {
-                // The section's accesses before the clear, for this CPU's
-                // own interrupt handlers: a handler that finds the flag
-                // clear may un-watch the CPU and report a quiescent state
-                // (`idle_enter`), so a read the compiler sank below the
-                // store could run after a grace period that ended in the
-                // handler. A compiler fence, no instruction (see `enter`).
-                // Other CPUs never read the flag of a watched CPU, and
-                // this CPU's own quiescent states come after its fence Q1.
+                // Why a Relaxed store is enough, and why it needs a
+                // compiler fence before it (issue 37):
+                //
+                // * Other CPUs: no grace period ends on this CPU's account
+                //   because of this store. A scan reads the flag only of
+                //   an unwatched CPU, and this one stays watched until a
+                //   later `idle_enter`/`cpu_offline`, whose fence Q1 runs
+                //   before it un-watches; a report (`quiescent_state`, the
+                //   waits') issues Q1 before it clears the pending bit.
+                //   Q1 is a full fence in this CPU's program order after
+                //   the section, so it orders the section's accesses
+                //   before the end of the grace period, in hardware too.
+                // * This CPU: what keeps the section's accesses before
+                //   those fences is program order, which the compiler may
+                //   break for Relaxed and plain accesses around this
+                //   store. The next quiescent state is not always behind
+                //   `preempt_enable`: an interrupt handler landing right
+                //   after the store finds the flag clear and may call
+                //   `idle_enter`, which reports (and a grace period may
+                //   end) before the interrupted code resumes; and
+                //   `preempt_enable` is the kernel's link-time hook, which
+                //   cross-crate LTO may inline into a plain decrement
+                //   that is no compiler barrier (the `Kernel` contract
+                //   does not ask for one). A load the compiler sank below
+                //   the store would then read after the grace period
+                //   ended. The compiler fence forbids that and costs no
+                //   instruction (`Release`: earlier accesses stay before
+                //   the later store; a CPU sees its own accesses in
+                //   program order, so no hardware fence is needed).
                 compiler_fence(Ordering::Release);
                 // Relaxed, one store: as in `enter`.
                 self.cpu.reading.store(false, Ordering::Relaxed);
