@@ -250,9 +250,9 @@ mod host {
                     })
                 })
                 .collect();
-            // Both updaters waited (one for the reader, one for the
-            // reader or the other updater) before the reader leaves.
-            while waits.load(SeqCst) < 10 {
+            // The updaters waited (for the reader, or for each other)
+            // before the reader leaves; one that panicked ends the wait.
+            while waits.load(SeqCst) < 10 && !updaters.iter().any(|u| u.is_finished()) {
                 thread::yield_now();
             }
             release.store(true, SeqCst);

@@ -103,8 +103,11 @@
 //!   either the grace period sees the CPU watching and waits for it, or the
 //!   CPU's readers see everything the updater did before the grace period
 //!   started.
-//! * A read section on a CPU in an extended quiescent state sets the
-//!   CPU's reading flag and issues a full fence (**E2**) before it reads;
+//! * A read section sets the CPU's reading flag before it reads
+//!   `watched` (so an interrupt handler cannot un-watch the CPU between
+//!   the two: after the flag, `idle_enter` panics). A read section on a
+//!   CPU in an extended quiescent state then issues a full fence (**E2**)
+//!   before it reads;
 //!   it pairs with G1 as E1 does (the scan reads the flag: set means
 //!   wait). The outermost section's end issues Q1, clears the flag, and
 //!   after another full fence reports the CPU's quiescent state, for a
@@ -517,7 +520,9 @@ pub(crate) fn offline_cpu(cpu: usize) {
 /// it ends, as Linux's `rcu_irq_enter` does for interrupt handlers in
 /// idle. An interrupt handler therefore needs neither `idle_exit` nor
 /// `idle_enter`; one that calls them on a CPU that was not idle panics if
-/// it interrupted a read section (the check below) and otherwise leaves
+/// it interrupted a read section, or a [`read_lock`] that has already set
+/// its flag (the check below; a `read_lock` interrupted before that reads
+/// `watched` afterwards and watches the CPU itself), and otherwise leaves
 /// the CPU idle to RCU until its next [`idle_exit`] or [`cpu_online`],
 /// which is sound (its readers watch themselves) but lets grace periods
 /// skip it.
