@@ -7,7 +7,7 @@ use std::sync::Mutex;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering::SeqCst};
 use std::sync::mpsc;
 use std::thread;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use ksync::impl_linked;
 use ksync::rcu::{self, Hlist, Link, RcuHashTable, RcuHead, RcuList};
@@ -571,6 +571,8 @@ fn with_timeout<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send
 /// How much a torture run does (see [`torture`]).
 #[derive(Clone, Copy)]
 struct Work {
+    /// Running time at least.
+    time: Duration,
     /// Reader passes over the list and a hash chain.
     reads: u64,
     /// Runs of each writer operation.
@@ -578,7 +580,8 @@ struct Work {
 }
 
 /// Watchdog of the torture runs: only a hang takes this long. Each run
-/// took 0.3-10 s at host load 12-18 on a 2-core machine.
+/// took 0.2-10 s at host load 12-18 on a 2-core machine (with lockdep
+/// too).
 const HANG: Duration = Duration::from_secs(120);
 
 struct Outcome {
@@ -593,11 +596,11 @@ struct Outcome {
 /// they are freed at once and the run goes on until a reader notices (or
 /// `work` is done).
 ///
-/// The run is bounded by work, not by time: it ends once the readers have
-/// made `work.reads` passes and every writer operation has run
-/// `work.ops` times, so a loaded machine takes longer but tests the same
-/// thing, and only a hang (the callers' watchdog, far above any loaded
-/// run) is a failure of time.
+/// The run ends once `work.time` has passed, the readers have made
+/// `work.reads` passes and every writer operation has run `work.ops`
+/// times: a loaded machine takes longer but tests at least as much, and
+/// only a hang (the callers' watchdog, far above any loaded run) is a
+/// failure of time.
 fn torture(grace: bool, work: Work) -> Outcome {
     let world: &'static World = leak(World {
         list: RcuList::new(),
@@ -610,6 +613,7 @@ fn torture(grace: bool, work: Work) -> Outcome {
         frees: AtomicU64::new(0),
         stop: AtomicBool::new(false),
     });
+    let start = Instant::now();
     thread::scope(|s| {
         for t in 0..4u64 {
             s.spawn(move || {
@@ -624,7 +628,8 @@ fn torture(grace: bool, work: Work) -> Outcome {
             });
         }
         let done = || {
-            world.reads.load(SeqCst) >= work.reads
+            start.elapsed() >= work.time
+                && world.reads.load(SeqCst) >= work.reads
                 && world.ops.iter().all(|o| o.load(SeqCst) >= work.ops)
         };
         while !done() && (grace || world.errors.load(SeqCst) == 0) {
@@ -655,8 +660,9 @@ fn torture_readers_never_see_freed_nodes() {
         torture(
             true,
             Work {
-                reads: 10_000,
-                ops: 1_000,
+                time: Duration::from_millis(1500),
+                reads: 1_000,
+                ops: 100,
             },
         )
     });
@@ -677,14 +683,15 @@ fn torture_readers_never_see_freed_nodes() {
 }
 
 /// The control: freeing without a grace period must be caught. It stops at
-/// the first bad read (after 20,000 to 45,000 reads here, idle or at host
-/// load 15); a run of 50 times that many reads without one fails.
+/// the first bad read (after 20,000 to 45,000 reads here at host load 15,
+/// about 1,000 with lockdep); a run of 2,000,000 reads without one fails.
 #[test]
 fn torture_catches_freeing_without_a_grace_period() {
     let out = with_timeout(HANG, || {
         torture(
             false,
             Work {
+                time: Duration::ZERO,
                 reads: 2_000_000,
                 ops: 0,
             },
