@@ -657,8 +657,7 @@ pub fn barrier() {
     }
 }
 
-/// [`Callbacks::barrier_running`] held; released when it drops (also when
-/// a callback run by the barrier panics).
+/// [`Callbacks::barrier_running`] held; released when it drops.
 struct BarrierRunning<'a>(&'a AtomicBool);
 
 impl Drop for BarrierRunning<'_> {

@@ -98,8 +98,9 @@
 //!   publishing `gp_seq` (Release) and issuing a full fence (**G1**); then,
 //!   still under the engine's lock (so that no later grace period can
 //!   start in between), it clears the bits of CPUs in an extended
-//!   quiescent state, read after G1. A CPU leaving that state increments its `watching` counter and
-//!   issues a full fence (**E1**) before its first reader. G1 pairs with E1:
+//!   quiescent state, read after G1. A CPU leaving that state increments
+//!   its `watching` counter and issues a full fence (**E1**) before its
+//!   first reader. G1 pairs with E1:
 //!   either the grace period sees the CPU watching and waits for it, or the
 //!   CPU's readers see everything the updater did before the grace period
 //!   started.
