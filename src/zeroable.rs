@@ -226,7 +226,7 @@ unsafe impl Zeroable for RcuHead {}
 // `AtomicUsize` cookie 0 and a `RawTicketLock`: `RcuSync::new()`.
 unsafe impl Zeroable for RcuSync {}
 
-// SAFETY: two `AtomicUsize` (index 0, sequence 0), a `RawTicketLock` and
+// SAFETY: two `AtomicUsize` (index 0, sequence 0), an `AtomicBool` (free) and
 // a `PerCpu` of zero counts: `Srcu::new()`.
 unsafe impl Zeroable for Srcu {}
 

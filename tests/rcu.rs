@@ -76,9 +76,11 @@ impl Pipe {
 /// freed (reused) at `PIPE_LEN`. Readers record the age of what they see
 /// inside their read sections: with a correct RCU it is never past 1.
 ///
-/// With `until_error`, the writer keeps going (up to 10 s) until a reader
-/// sees an error: that is how the broken control is run, so that a loaded
-/// machine that schedules the readers late cannot hide it.
+/// With `until_error`, the writer keeps going until a reader sees an error,
+/// or until the readers have made `CONTROL_READS` reads without one: that
+/// is how the broken control is run. The bound is the readers' work, not
+/// time, so that a loaded machine that schedules the readers late takes
+/// longer but can neither hide the error nor fail for being slow.
 fn pipeline(wait: fn(), rounds: u64, until_error: bool) -> Pipe {
     let pool: &'static Pool = Box::leak(Box::new(Pool {
         free: Mutex::new((0..ELEMS).collect()),
@@ -162,11 +164,10 @@ fn pipeline(wait: fn(), rounds: u64, until_error: bool) -> Pipe {
                     std::hint::spin_loop();
                 }
             };
-            let start = std::time::Instant::now();
             for round in 0..rounds {
                 if until_error
                     && (errors.load(SeqCst) > 0
-                        || start.elapsed() > std::time::Duration::from_secs(10))
+                        || histogram.iter().map(|h| h.load(SeqCst)).sum::<u64>() >= CONTROL_READS)
                 {
                     break;
                 }
@@ -266,11 +267,20 @@ fn cond_synchronize_waits_for_readers() {
     check_pipe(&pipeline(wait, ROUNDS, false));
 }
 
+/// Reads after which the broken control gives up (its first error came
+/// within 1,200-1,400 reads here at host load 17).
+const CONTROL_READS: u64 = 1_000_000;
+
 /// The control: a `synchronize` that does not wait must be caught.
 #[test]
 fn broken_synchronize_is_caught() {
     fn no_wait() {}
     let pipe = pipeline(no_wait, u64::MAX, true);
+    eprintln!(
+        "control: {} errors after {} reads",
+        pipe.errors(),
+        pipe.histogram.iter().sum::<u64>()
+    );
     assert!(
         pipe.errors() > 0,
         "the pipeline test cannot tell a no-op synchronize: reader pipe {:?}",

@@ -423,3 +423,117 @@ fn waits_inside_a_callback_panic() {
         rcu::cpu_offline();
     });
 }
+
+/// What the callback of `preempted_callback_leaves_no_mark` saw, and what
+/// the task that the "scheduler" ran at the callback's preemption point
+/// got from a wait outside any callback.
+static PREEMPTED: Mutex<(Option<u32>, Option<WaitResult>)> = Mutex::new((None, None));
+
+/// A wait's outcome: its panic message if it panicked.
+type WaitResult = Result<(), String>;
+
+/// Arms a preemption and passes a preemption point (a timer tick), as a
+/// preemptible callback would meet one. The "other task" that the
+/// scheduler runs there, on this CPU, waits outside any callback.
+unsafe fn tick_in_callback(_head: *mut RcuHead) {
+    PREEMPTED.lock().unwrap().0 = Some(ksync::host::preempt_count());
+    ksync::host::preempt_at_next_point(|| {
+        // The cookie is complete: only the context check can object.
+        let result = std::panic::catch_unwind(|| rcu::cond_synchronize(rcu::Cookie::COMPLETED))
+            .map_err(|e| e.downcast_ref::<String>().cloned().unwrap_or_default());
+        PREEMPTED.lock().unwrap().1 = Some(result);
+    });
+    ksync::host::preemption_point();
+}
+
+/// Issue 42, defect 4: callbacks run with preemption disabled (as Linux's
+/// run in softirq context), so the "inside a callback" mark, which belongs
+/// to the CPU, cannot be left on a CPU whose task was switched out inside
+/// a callback: another task there that waits outside any callback must
+/// not be taken for a callback.
+#[test]
+fn preempted_callback_leaves_no_mark() {
+    let _serial = serial();
+    within_20s("the preempted callback test", || {
+        rcu::cpu_online();
+        let head = Box::leak(Box::new(RcuHead::new())) as *mut RcuHead;
+        // SAFETY: a leaked head, queued once.
+        unsafe { rcu::call_rcu(head, tick_in_callback) };
+        rcu::synchronize();
+        while rcu::process_callbacks() == 0 {
+            rcu::synchronize();
+        }
+        // The armed preemption ran by now: at the callback's tick if
+        // callbacks were preemptible, else when preemption came back on.
+        ksync::host::preemption_point();
+        let (count, other) = std::mem::take(&mut *PREEMPTED.lock().unwrap());
+        other
+            .expect("the armed preemption never ran")
+            .expect("a task switched in where a callback was preempted is taken for a callback");
+        assert!(count.unwrap() > 0, "a callback ran with preemption enabled");
+        rcu::cpu_offline();
+    });
+}
+
+/// Set by the switch of `barrier_waits_preemptibly` when it ran inside the
+/// barrier's wait; the sender releases the CPU that holds the grace
+/// period up.
+static IN_BARRIER_WAIT: Mutex<Option<mpsc::Sender<()>>> = Mutex::new(None);
+
+/// Re-arms itself until the barrier has queued its head behind the other
+/// CPU's callback (two callbacks pending): then the task is inside the
+/// barrier's wait, and a preemption there releases the other CPU.
+/// Does nothing once the test took the sender back.
+fn switch_in_barrier_wait() {
+    let mut slot = IN_BARRIER_WAIT.lock().unwrap();
+    if slot.is_none() {
+        return;
+    }
+    if rcu::pending_callbacks() < 2 {
+        ksync::host::preempt_at_next_point(switch_in_barrier_wait);
+        return;
+    }
+    let _ = slot.take().unwrap().send(());
+}
+
+/// `rcu::barrier` waits preemptibly (issue 37): it holds no
+/// preempt-disabling lock across the wait for a grace period and the
+/// callbacks, as Linux's `rcu_barrier` sleeps on its mutex and a
+/// completion. Another CPU holds the grace period up until a preemption
+/// lands inside the barrier's wait; with preemption disabled there, none
+/// can, and the other CPU gives up after 10 s.
+#[test]
+fn barrier_waits_preemptibly() {
+    let _serial = serial();
+    let (release_tx, release_rx) = mpsc::channel::<()>();
+    let (queued_tx, queued_rx) = mpsc::channel::<()>();
+    let counter: &'static AtomicUsize = Box::leak(Box::new(AtomicUsize::new(0)));
+    let obj: &'static Obj = Box::leak(Box::new(Obj::new(counter)));
+    let holder = thread::spawn(move || {
+        rcu::cpu_online();
+        queue(obj);
+        queued_tx.send(()).unwrap();
+        // No quiescent state until released: the callback waits.
+        let released = release_rx.recv_timeout(Duration::from_secs(10)).is_ok();
+        rcu::cpu_offline();
+        released
+    });
+    queued_rx.recv().unwrap();
+    assert_eq!(rcu::pending_callbacks(), 1);
+    *IN_BARRIER_WAIT.lock().unwrap() = Some(release_tx);
+    within_20s("the preemptible barrier test", || {
+        // Outside the barrier the switch only re-arms; inside its wait it
+        // releases the holder.
+        ksync::host::preempt_at_next_point(switch_in_barrier_wait);
+        rcu::barrier();
+        // Disarm: the switch finds no sender and does not re-arm.
+        IN_BARRIER_WAIT.lock().unwrap().take();
+        ksync::host::preemption_point();
+    });
+    let released = holder.join().unwrap();
+    assert_eq!(counter.load(SeqCst), 1);
+    assert!(
+        released,
+        "no preemption point with preemption enabled inside rcu::barrier's wait"
+    );
+}

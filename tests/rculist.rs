@@ -568,6 +568,22 @@ fn with_timeout<R: Send + 'static>(limit: Duration, f: impl FnOnce() -> R + Send
     }
 }
 
+/// How much a torture run does (see [`torture`]).
+#[derive(Clone, Copy)]
+struct Work {
+    /// Running time at least.
+    time: Duration,
+    /// Reader passes over the list and a hash chain.
+    reads: u64,
+    /// Runs of each writer operation.
+    ops: u64,
+}
+
+/// Watchdog of the torture runs: only a hang takes this long. Each run
+/// took 0.2-10 s at host load 12-18 on a 2-core machine (with lockdep
+/// too).
+const HANG: Duration = Duration::from_secs(120);
+
 struct Outcome {
     errors: usize,
     reads: u64,
@@ -578,8 +594,14 @@ struct Outcome {
 /// Two readers and two writers (4 threads on this 2-core machine). With
 /// `grace`, removed nodes are freed through `call_rcu` and reused; without,
 /// they are freed at once and the run goes on until a reader notices (or
-/// `run` has passed).
-fn torture(grace: bool, run: Duration) -> Outcome {
+/// `work` is done).
+///
+/// The run ends once `work.time` has passed, the readers have made
+/// `work.reads` passes and every writer operation has run `work.ops`
+/// times: a loaded machine takes longer but tests at least as much, and
+/// only a hang (the callers' watchdog, far above any loaded run) is a
+/// failure of time.
+fn torture(grace: bool, work: Work) -> Outcome {
     let world: &'static World = leak(World {
         list: RcuList::new(),
         table: RcuHashTable::new(),
@@ -605,7 +627,12 @@ fn torture(grace: bool, run: Duration) -> Outcome {
                 rcu::cpu_offline();
             });
         }
-        while start.elapsed() < run && (grace || world.errors.load(SeqCst) == 0) {
+        let done = || {
+            start.elapsed() >= work.time
+                && world.reads.load(SeqCst) >= work.reads
+                && world.ops.iter().all(|o| o.load(SeqCst) >= work.ops)
+        };
+        while !done() && (grace || world.errors.load(SeqCst) == 0) {
             thread::sleep(Duration::from_millis(5));
         }
         world.stop.store(true, SeqCst);
@@ -629,8 +656,15 @@ fn torture(grace: bool, run: Duration) -> Outcome {
 
 #[test]
 fn torture_readers_never_see_freed_nodes() {
-    let out = with_timeout(Duration::from_secs(10), || {
-        torture(true, Duration::from_millis(1500))
+    let out = with_timeout(HANG, || {
+        torture(
+            true,
+            Work {
+                time: Duration::from_millis(1500),
+                reads: 1_000,
+                ops: 100,
+            },
+        )
     });
     eprintln!(
         "torture: {} reads, ops (front, back, after, replace, remove) {:?}, {} freed",
@@ -648,11 +682,20 @@ fn torture_readers_never_see_freed_nodes() {
     assert_eq!(out.frees, out.ops[..4].iter().sum::<u64>());
 }
 
-/// The control: freeing without a grace period must be caught.
+/// The control: freeing without a grace period must be caught. It stops at
+/// the first bad read (after 20,000 to 45,000 reads here at host load 15,
+/// about 1,000 with lockdep); a run of 2,000,000 reads without one fails.
 #[test]
 fn torture_catches_freeing_without_a_grace_period() {
-    let out = with_timeout(Duration::from_secs(10), || {
-        torture(false, Duration::from_secs(6))
+    let out = with_timeout(HANG, || {
+        torture(
+            false,
+            Work {
+                time: Duration::ZERO,
+                reads: 2_000_000,
+                ops: 0,
+            },
+        )
     });
     eprintln!(
         "control: {} bad reads after {} reads, ops {:?}",

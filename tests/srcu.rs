@@ -205,6 +205,63 @@ mod host {
         assert!((1..=3).contains(&gps), "{gps} grace periods");
     }
 
+    /// Updaters wait with preemption enabled (issue 37, defect 5): the
+    /// caller's `wait` may sleep or yield (Linux's updaters sleep on
+    /// `srcu_gp_mutex` and completions), both while another updater runs
+    /// a grace period and while readers are inside.
+    #[test]
+    fn updaters_wait_with_preemption_enabled() {
+        fn preemptible() {
+            assert_eq!(
+                ksync::host::preempt_count(),
+                0,
+                "an SRCU updater's wait ran with preemption disabled"
+            );
+            thread::yield_now();
+        }
+        let domain = Srcu::new();
+        let reader_in = AtomicBool::new(false);
+        let release = AtomicBool::new(false);
+        let waits = AtomicUsize::new(0);
+        thread::scope(|s| {
+            s.spawn(|| {
+                let _g = domain.read_lock();
+                reader_in.store(true, SeqCst);
+                while !release.load(SeqCst) {
+                    thread::yield_now();
+                }
+            });
+            while !reader_in.load(SeqCst) {
+                thread::yield_now();
+            }
+            let updaters: Vec<_> = (0..2)
+                .map(|i| {
+                    let (domain, waits) = (&domain, &waits);
+                    s.spawn(move || {
+                        let wait = || {
+                            waits.fetch_add(1, SeqCst);
+                            preemptible();
+                        };
+                        if i == 0 {
+                            domain.synchronize_with(wait);
+                        } else {
+                            domain.cond_synchronize_with(domain.get_state(), wait);
+                        }
+                    })
+                })
+                .collect();
+            // The updaters waited (for the reader, or for each other)
+            // before the reader leaves; one that panicked ends the wait.
+            while waits.load(SeqCst) < 10 && !updaters.iter().any(|u| u.is_finished()) {
+                thread::yield_now();
+            }
+            release.store(true, SeqCst);
+            for u in updaters {
+                u.join().unwrap();
+            }
+        });
+    }
+
     #[test]
     fn synchronize_waits_for_a_guard_dropped_elsewhere() {
         static DOMAIN: Srcu = Srcu::new();

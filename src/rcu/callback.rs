@@ -41,14 +41,16 @@ use core::ptr;
 use super::{InCallback, engine, get_state, seq_ge, waiting_quiescent_state};
 use crate::kernel;
 use crate::percpu::PerCpu;
-use crate::spinlock::{RawTicketLock, lock_irqsave, try_lock};
-use crate::sync::{AtomicUsize, Ordering, UnsafeCell, fence, model_static, spin_loop};
+use crate::spinlock::{RawTicketLock, lock_irqsave};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell, fence, model_static, spin_loop};
 
 /// A callback for [`call_rcu`]: receives the head it was queued with.
 ///
 /// It runs in whatever context calls [`process_callbacks`] or [`barrier`]
 /// (usually the queuing CPU's softirq or tick; an offline CPU's callbacks run
-/// on another CPU). It must not block.
+/// on another CPU), always with preemption disabled, as Linux runs its
+/// callbacks in softirq context: it must not block or sleep, and it stays
+/// on one CPU (the debug builds' "inside a callback" mark is that CPU's).
 pub type Callback = unsafe fn(*mut RcuHead);
 
 /// The intrusive link for [`call_rcu`] (Linux's `struct rcu_head`): embed
@@ -386,8 +388,14 @@ struct Callbacks {
     cpus: PerCpu<Cpu>,
     /// Offline CPUs with callbacks.
     orphans: AtomicUsize,
-    /// Serialises [`barrier`] calls (they share the per-CPU barrier heads).
-    barrier_lock: RawTicketLock,
+    /// Serialises [`barrier`] calls (they share the per-CPU barrier heads):
+    /// set while one runs. Taken only by a compare-exchange and held with
+    /// preemption *enabled* (a barrier waits for a grace period and for
+    /// callbacks; Linux's `rcu_barrier` sleeps on `barrier_mutex` and a
+    /// completion): a barrier that finds it set reports this CPU's
+    /// quiescent states and tries again, so a preempted holder delays it
+    /// but cannot deadlock it.
+    barrier_running: AtomicBool,
     /// Barrier callbacks not yet run, plus one while they are being queued.
     barrier_left: AtomicUsize,
 }
@@ -396,7 +404,7 @@ model_static! {
     static CALLBACKS: Callbacks = Callbacks {
         cpus: PerCpu::new(),
         orphans: AtomicUsize::new(0),
-        barrier_lock: RawTicketLock::new(),
+        barrier_running: AtomicBool::new(false),
         barrier_left: AtomicUsize::new(0),
     };
 }
@@ -503,6 +511,7 @@ fn already_queued() -> ! {
 /// there is nothing to do. Call it again while it returns
 /// [`CALLBACK_BATCH`] or more to drain a backlog.
 ///
+/// The callbacks run with preemption disabled (see [`Callback`]).
 /// Callable in any context, including a read section or an interrupt
 /// that interrupted one: a callback that is ready belongs to an object
 /// unpublished before its grace period started, which a read section still
@@ -554,7 +563,8 @@ fn process_cpu(cpu: &Cpu, limit: usize, orphans_only: bool) -> usize {
     }
     // W1: the readers' accesses happen-before the callbacks.
     fence(Ordering::SeqCst);
-    // Debug builds: a callback that waits for a grace period panics.
+    // Preemption off while the callbacks run (see `Callback`); debug
+    // builds: a callback that waits for a grace period panics.
     let _in_callback = InCallback::enter();
     while !cur.is_null() {
         let h = cur;
@@ -587,7 +597,9 @@ fn process_cpu(cpu: &Cpu, limit: usize, orphans_only: bool) -> usize {
 ///
 /// Reports this CPU's quiescent states while it waits, so it must not be
 /// called inside a read section, nor from a callback (it would wait for
-/// itself).
+/// itself). Waits with preemption enabled (it holds no ksync lock across
+/// the wait; concurrent barriers take turns), so the calling task may be
+/// preempted or migrate meanwhile.
 ///
 /// # Panics
 /// Inside a read-side critical section (every build), or from a callback
@@ -598,14 +610,18 @@ pub fn barrier() {
     super::check_may_wait("rcu::barrier()");
     let cbs = callbacks();
     // Another barrier may be waiting for a grace period that needs this
-    // CPU's quiescent state: report them while waiting for the lock.
-    let _locked = loop {
-        if let Some(locked) = try_lock(&cbs.barrier_lock) {
-            break locked;
-        }
+    // CPU's quiescent state: report them while waiting for our turn.
+    // Acquire pairs with the Release in `BarrierRunning::drop`: the previous
+    // barrier's heads ran before we reuse them.
+    while cbs
+        .barrier_running
+        .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        .is_err()
+    {
         waiting_quiescent_state("rcu::barrier()");
         spin_loop();
-    };
+    }
+    let _running = BarrierRunning(&cbs.barrier_running);
     // One for the queuing itself, so that early callbacks cannot reach 0.
     cbs.barrier_left.store(1, Ordering::Relaxed);
     for cpu in cbs.cpus.iter() {
@@ -614,7 +630,7 @@ pub fn barrier() {
             if list.len != 0 {
                 // Relaxed: ordered before the Release decrement below.
                 cbs.barrier_left.fetch_add(1, Ordering::Relaxed);
-                // SAFETY: the barrier head is ours (under `barrier_lock`)
+                // SAFETY: the barrier head is ours (`barrier_running`)
                 // and idle: the previous barrier waited for it to run.
                 unsafe {
                     (*head)
@@ -638,6 +654,16 @@ pub fn barrier() {
             waiting_quiescent_state("rcu::barrier()");
             spin_loop();
         }
+    }
+}
+
+/// [`Callbacks::barrier_running`] held; released when it drops.
+struct BarrierRunning<'a>(&'a AtomicBool);
+
+impl Drop for BarrierRunning<'_> {
+    fn drop(&mut self) {
+        // Release pairs with the Acquire in `barrier`.
+        self.0.store(false, Ordering::Release);
     }
 }
 

@@ -23,10 +23,6 @@ pub(super) fn lockdep_read() -> &'static Map {
 }
 
 use super::CpuState;
-#[cfg(debug_assertions)]
-use super::engine;
-#[cfg(debug_assertions)]
-use crate::kernel;
 use crate::percpu::PerCpuRef;
 #[cfg(debug_assertions)]
 use crate::sync::Ordering;
@@ -77,29 +73,32 @@ pub(crate) fn check_may_wait(what: &'static str) {
     crate::lockdep::assert_no_locks_held(what);
 }
 
-/// Marks this CPU as running `call_rcu` callbacks until it drops (debug
-/// builds; nothing in release builds).
+/// Callbacks run on this CPU until it drops: preemption disabled (every
+/// build), and this CPU marked as running `call_rcu` callbacks (debug
+/// builds).
+///
+/// Callbacks run with preemption disabled, as Linux runs them in softirq
+/// context: they must not sleep or block, and the mark, which belongs to
+/// the CPU, then belongs to the task too. Were callbacks preemptible, a
+/// task switched out inside one would leave its CPU marked (the next task
+/// there that waits outside any callback would be taken for a callback),
+/// and a callback that migrated would escape the check.
 pub(crate) struct InCallback {
-    #[cfg(debug_assertions)]
-    cpu: usize,
+    /// This CPU's slot: preemption disabled until it drops (release builds
+    /// hold it only for that).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    cpu: PerCpuRef<'static, CpuState>,
 }
 
 impl InCallback {
     #[inline]
     pub(crate) fn enter() -> Self {
+        let cpu = super::this_cpu();
+        // Relaxed (here and in `drop`): only this CPU touches it, with
+        // preemption disabled.
         #[cfg(debug_assertions)]
-        {
-            let cpu = kernel::cpu_id();
-            // Relaxed (here and in `drop`): only this CPU touches it.
-            engine()
-                .cpus
-                .cpu(cpu)
-                .in_callback
-                .fetch_add(1, Ordering::Relaxed);
-            InCallback { cpu }
-        }
-        #[cfg(not(debug_assertions))]
-        InCallback {}
+        cpu.in_callback.fetch_add(1, Ordering::Relaxed);
+        InCallback { cpu }
     }
 }
 
@@ -107,10 +106,7 @@ impl Drop for InCallback {
     #[inline]
     fn drop(&mut self) {
         #[cfg(debug_assertions)]
-        engine()
-            .cpus
-            .cpu(self.cpu)
-            .in_callback
-            .fetch_sub(1, Ordering::Relaxed);
+        self.cpu.in_callback.fetch_sub(1, Ordering::Relaxed);
+        // `cpu` drops next: preemption enabled again.
     }
 }

@@ -95,15 +95,20 @@
 //! # Barriers
 //!
 //! * A grace period starts by setting every CPU's bit in the pending mask,
-//!   publishing `gp_seq` (Release) and issuing a full fence (**G1**); then
-//!   it clears the bits of CPUs in an extended quiescent state, read after
-//!   G1. A CPU leaving that state increments its `watching` counter and
-//!   issues a full fence (**E1**) before its first reader. G1 pairs with E1:
+//!   publishing `gp_seq` (Release) and issuing a full fence (**G1**); then,
+//!   still under the engine's lock (so that no later grace period can
+//!   start in between), it clears the bits of CPUs in an extended
+//!   quiescent state, read after G1. A CPU leaving that state increments
+//!   its `watching` counter and issues a full fence (**E1**) before its
+//!   first reader. G1 pairs with E1:
 //!   either the grace period sees the CPU watching and waits for it, or the
 //!   CPU's readers see everything the updater did before the grace period
 //!   started.
-//! * A read section on a CPU in an extended quiescent state sets the
-//!   CPU's reading flag and issues a full fence (**E2**) before it reads;
+//! * A read section sets the CPU's reading flag before it reads
+//!   `watched` (so an interrupt handler cannot un-watch the CPU between
+//!   the two: after the flag, `idle_enter` panics). A read section on a
+//!   CPU in an extended quiescent state then issues a full fence (**E2**)
+//!   before it reads;
 //!   it pairs with G1 as E1 does (the scan reads the flag: set means
 //!   wait). The outermost section's end issues Q1, clears the flag, and
 //!   after another full fence reports the CPU's quiescent state, for a
@@ -234,7 +239,8 @@ struct Engine {
     pending: [AtomicUsize; WORDS],
     /// Number of bits set in `pending`.
     pending_count: AtomicUsize,
-    /// Serialises starting and ending grace periods.
+    /// Serialises starting and ending grace periods and the idle scans
+    /// (a scan clears bits only in the grace period whose start ran it).
     lock: RawTicketLock,
     cpus: PerCpu<CpuState>,
 }
@@ -290,9 +296,19 @@ impl Engine {
         true
     }
 
-    /// After a start: clears the bits of CPUs in an extended quiescent
-    /// state. Runs without `lock` (ending the grace period takes it).
-    fn scan_idle(&self) {
+    /// After a start, with `lock` held: clears the bits of CPUs in an
+    /// extended quiescent state, and returns whether it cleared the last
+    /// one (the caller then ends the grace period, still under `lock`).
+    ///
+    /// Under `lock`, as Linux scans a node's idle CPUs under its lock
+    /// (`rcu_report_qs_rnp` drops a report whose `gp_seq` is stale): what
+    /// the scan read and the bits it clears belong to one grace period,
+    /// because only a holder of `lock` ends a grace period or starts the
+    /// next. Without the lock, a task preempted between its reads and its
+    /// `fetch_and` would clear, in a later grace period's mask, the bit of
+    /// a CPU that was idle when it looked and is reading now: that grace
+    /// period would end under the reader.
+    fn scan_idle_locked(&self) -> bool {
         // G1 pairs with E1 (module docs).
         fence(Ordering::SeqCst);
         // One atomic update per mask word and one of the count, however
@@ -318,8 +334,15 @@ impl Engine {
                 mask = 0;
             }
         }
-        if cleared != 0 && self.pending_count.fetch_sub(cleared, Ordering::AcqRel) == cleared {
-            self.end();
+        cleared != 0 && self.pending_count.fetch_sub(cleared, Ordering::AcqRel) == cleared
+    }
+
+    /// With `lock` held: starts the requested grace periods and scans
+    /// each, ending those whose scan cleared the last bit (every CPU
+    /// idle), until one is left running or none is requested.
+    fn advance_locked(&self) {
+        while self.start_locked() && self.scan_idle_locked() {
+            self.end_locked();
         }
     }
 
@@ -335,22 +358,22 @@ impl Engine {
 
     /// Ends the current grace period and starts the next if requested.
     fn end(&self) {
-        let started = {
-            let _locked = lock_irqsave(&self.lock);
-            let seq = self.gp_seq.load(Ordering::Relaxed);
-            debug_assert_eq!(
-                seq & STATE_MASK,
-                1,
-                "rcu: ending a grace period that is not running"
-            );
-            // Release: the quiescent states (Q1, AcqRel on the counter)
-            // happen-before a waiter that sees the new value.
-            self.gp_seq.store((seq | STATE_MASK) + 1, Ordering::Release);
-            self.start_locked()
-        };
-        if started {
-            self.scan_idle();
-        }
+        let _locked = lock_irqsave(&self.lock);
+        self.end_locked();
+        self.advance_locked();
+    }
+
+    /// Ends the current grace period; `lock` is held.
+    fn end_locked(&self) {
+        let seq = self.gp_seq.load(Ordering::Relaxed);
+        debug_assert_eq!(
+            seq & STATE_MASK,
+            1,
+            "rcu: ending a grace period that is not running"
+        );
+        // Release: the quiescent states (Q1, AcqRel on the counter)
+        // happen-before a waiter that sees the new value.
+        self.gp_seq.store((seq | STATE_MASK) + 1, Ordering::Release);
     }
 
     /// Asks for a grace period that completes `cookie`, starting one now if
@@ -361,19 +384,14 @@ impl Engine {
         {
             return;
         }
-        let started = {
-            let _locked = lock_irqsave(&self.lock);
-            // Relaxed: `requested` and the state of `gp_seq` only change
-            // under `lock` (the fast path above only skips work that is
-            // already due).
-            if !seq_ge(self.requested.load(Ordering::Relaxed), cookie) {
-                self.requested.store(cookie, Ordering::Relaxed);
-            }
-            self.start_locked()
-        };
-        if started {
-            self.scan_idle();
+        let _locked = lock_irqsave(&self.lock);
+        // Relaxed: `requested` and the state of `gp_seq` only change
+        // under `lock` (the fast path above only skips work that is
+        // already due).
+        if !seq_ge(self.requested.load(Ordering::Relaxed), cookie) {
+            self.requested.store(cookie, Ordering::Relaxed);
         }
+        self.advance_locked();
     }
 
     /// This CPU passed a quiescent state.
@@ -439,8 +457,8 @@ pub(crate) fn check_may_sleep() {
 }
 
 /// [`quiescent_state`] for RCU's own waits, named `what`, which checked for
-/// held locks on entry (and `barrier` holds its own try-lock while it
-/// waits).
+/// held locks on entry and hold none while they wait (preemption enabled
+/// between these calls).
 #[track_caller]
 pub(super) fn waiting_quiescent_state(what: &'static str) {
     let cpu = this_cpu();
@@ -538,7 +556,9 @@ pub(crate) fn kernel_idle_cpu_report(cpu: usize) {
 /// it ends, as Linux's `rcu_irq_enter` does for interrupt handlers in
 /// idle. An interrupt handler therefore needs neither `idle_exit` nor
 /// `idle_enter`; one that calls them on a CPU that was not idle panics if
-/// it interrupted a read section (the check below) and otherwise leaves
+/// it interrupted a read section, or a [`read_lock`] that has already set
+/// its flag (the check below; a `read_lock` interrupted before that reads
+/// `watched` afterwards and watches the CPU itself), and otherwise leaves
 /// the CPU idle to RCU until its next [`idle_exit`] or [`cpu_online`],
 /// which is sound (its readers watch themselves) but lets grace periods
 /// skip it.

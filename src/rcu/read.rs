@@ -6,7 +6,7 @@ use core::fmt;
 use super::debug::lockdep_read;
 use super::{CpuState, engine, this_cpu};
 use crate::kernel;
-use crate::sync::{Ordering, fence};
+use crate::sync::{Ordering, compiler_fence, fence};
 
 /// A read section without lockdep's tracking: preemption disabled and this
 /// CPU's "reading" flag set until it drops (the gated rw lock's readers
@@ -41,17 +41,38 @@ impl ReadSection {
         // Relaxed, all three: on a watched CPU no other CPU reads the flag
         // (grace periods wait for the CPU's quiescent state, which is
         // refused while it is set); the unwatched path's fence E2 orders
-        // the store. `watched` only changes in this CPU's online, offline
-        // and idle transitions, never inside a section (they panic there).
-        let watched = cpu.watched.load(Ordering::Relaxed);
-        // The flag, not a count: the store's value is a constant and the
-        // load only decides a branch, so back-to-back sections form no
-        // chain of read-modify-writes through memory. An interrupt handler
-        // whose whole section runs between the load and the store finds
-        // the flag clear, sets and clears it, and this store sets it again:
-        // each section clears only what it set.
+        // the store. The flag, not a count: the store's value is a
+        // constant and the load only decides a branch, so back-to-back
+        // sections form no chain of read-modify-writes through memory. An
+        // interrupt handler whose whole section runs between the load and
+        // the store finds the flag clear, sets and clears it, and this
+        // store sets it again: each section clears only what it set.
         let outer = !cpu.reading.load(Ordering::Relaxed);
         cpu.reading.store(true, Ordering::Relaxed);
+        // The flag first, then `watched` (issue 37, defect 2). `watched`
+        // changes only in this CPU's online, offline and idle transitions,
+        // which an interrupt handler may run; the ones that un-watch the
+        // CPU refuse to run inside a section (they panic on the flag). So
+        // a handler after the store above cannot un-watch the CPU, and one
+        // before it has un-watched it before the load below, which then
+        // takes the unwatched path (E2, and a report at the end). In the
+        // other order, a handler between the load and the store passed the
+        // check and un-watched the CPU, and the section ran as watched on
+        // an unwatched CPU: no E2, so a grace period's scan could miss the
+        // flag (store buffering) and end under the section (early end);
+        // and a grace period whose scan saw the flag waited for a report
+        // that the watched exit never makes (a hang while the CPU idles).
+        // A handler that watches the CPU in between is harmless either way
+        // (E1 in it pairs with G1 as for any section).
+        //
+        // A compiler fence, no instruction: only this CPU's own interrupt
+        // handlers must see the store before the load and before the
+        // section's accesses, and a CPU sees its own accesses in program
+        // order; the compiler must keep them in it (the kernel's
+        // `preempt_disable` before may be inlined and need not be a
+        // compiler barrier).
+        compiler_fence(Ordering::SeqCst);
+        let watched = cpu.watched.load(Ordering::Relaxed);
         if !watched {
             unwatched_enter();
         }
@@ -70,6 +91,36 @@ impl Drop for ReadSection {
     fn drop(&mut self) {
         if self.outer {
             if self.watched {
+                // Why a Relaxed store is enough, and why it needs a
+                // compiler fence before it (issue 37):
+                //
+                // * Other CPUs: no grace period ends on this CPU's account
+                //   because of this store. A scan reads the flag only of
+                //   an unwatched CPU, and this one stays watched until a
+                //   later `idle_enter`/`cpu_offline`, whose fence Q1 runs
+                //   before it un-watches; a report (`quiescent_state`, the
+                //   waits') issues Q1 before it clears the pending bit.
+                //   Q1 is a full fence in this CPU's program order after
+                //   the section, so it orders the section's accesses
+                //   before the end of the grace period, in hardware too.
+                // * This CPU: what keeps the section's accesses before
+                //   those fences is program order, which the compiler may
+                //   break for Relaxed and plain accesses around this
+                //   store. The next quiescent state is not always behind
+                //   `preempt_enable`: an interrupt handler landing right
+                //   after the store finds the flag clear and may call
+                //   `idle_enter`, which reports (and a grace period may
+                //   end) before the interrupted code resumes; and
+                //   `preempt_enable` is the kernel's link-time hook, which
+                //   cross-crate LTO may inline into a plain decrement
+                //   that is no compiler barrier (the `Kernel` contract
+                //   does not ask for one). A load the compiler sank below
+                //   the store would then read after the grace period
+                //   ended. The compiler fence forbids that and costs no
+                //   instruction (`Release`: earlier accesses stay before
+                //   the later store; a CPU sees its own accesses in
+                //   program order, so no hardware fence is needed).
+                compiler_fence(Ordering::Release);
                 // Relaxed, one store: as in `enter`.
                 self.cpu.reading.store(false, Ordering::Relaxed);
             } else {

@@ -193,8 +193,7 @@ use core::fmt;
 
 use super::seq_ge;
 use crate::percpu::PerCpu;
-use crate::spinlock::{RawTicketLock, try_lock};
-use crate::sync::{AtomicI32, AtomicUsize, Ordering, const_fn, fence, spin_loop};
+use crate::sync::{AtomicBool, AtomicI32, AtomicUsize, Ordering, const_fn, fence, spin_loop};
 
 /// One CPU's reader counts.
 struct Counts {
@@ -235,14 +234,32 @@ crate::sync::const_init! {
 /// started, every CPU's counts 0.
 #[doc(alias("srcu_struct", "DEFINE_SRCU", "DEFINE_STATIC_SRCU"))]
 pub struct Srcu {
-    /// Bit 0: the index new readers use. `+1` per flip, under `lock`.
+    /// Bit 0: the index new readers use. `+1` per flip, under the
+    /// updaters' lock.
     idx: AtomicUsize,
     /// Grace periods: odd while one runs; `+1` at start and end, under
-    /// `lock`.
+    /// the updaters' lock.
     gp_seq: AtomicUsize,
-    /// Serialises grace periods (taken with `try_lock` only).
-    lock: RawTicketLock,
+    /// The updaters' lock: set while an updater runs grace periods. Taken
+    /// only by a compare-exchange, never spun on, and held with preemption
+    /// *enabled*: the holder calls the caller's `wait`, which may sleep or
+    /// yield (Linux's updaters sleep on `srcu_gp_mutex`), and an updater
+    /// that finds it set calls its own `wait` and tries again, so a
+    /// preempted holder delays the others but cannot deadlock them.
+    updating: AtomicBool,
     cpus: PerCpu<Counts>,
+}
+
+/// [`Srcu::updating`] held; released when it drops (also when `wait`
+/// panics).
+struct Updating<'a>(&'a AtomicBool);
+
+impl Drop for Updating<'_> {
+    fn drop(&mut self) {
+        // Release pairs with the Acquire that takes it next: this
+        // updater's grace periods happen-before the next one's.
+        self.0.store(false, Ordering::Release);
+    }
 }
 
 /// A grace-period cookie of one [`Srcu`] domain, from
@@ -271,7 +288,7 @@ impl Srcu {
             Self {
                 idx: AtomicUsize::new(0),
                 gp_seq: AtomicUsize::new(0),
-                lock: RawTicketLock::new(),
+                updating: AtomicBool::new(false),
                 cpus: PerCpu::new(),
             }
         }
@@ -326,7 +343,9 @@ impl Srcu {
 
     /// [`synchronize`](Self::synchronize), calling `wait` on each round of
     /// waiting (for the updaters' lock or for readers): pass the kernel's
-    /// yield or `schedule` so that sleeping readers get to run.
+    /// yield or `schedule` so that sleeping readers get to run. `wait`
+    /// runs with preemption enabled (no ksync lock is held across it), as
+    /// the whole wait does: the updater may be preempted or migrate.
     ///
     #[cfg_attr(feature = "test-hooks", doc = " ```")]
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
@@ -437,7 +456,7 @@ impl Srcu {
             if self.poll(cookie) {
                 return;
             }
-            if let Some(locked) = try_lock(&self.lock) {
+            if let Some(locked) = self.try_lock_updating() {
                 break locked;
             }
             wait();
@@ -456,7 +475,21 @@ impl Srcu {
         self.gp_seq.load(Ordering::Relaxed)
     }
 
-    /// One grace period; `self.lock` is held.
+    /// Takes the updaters' lock if it is free (preemption stays enabled).
+    fn try_lock_updating(&self) -> Option<Updating<'_>> {
+        // Acquire pairs with the Release in `Updating::drop`.
+        // Built only on success: an `Updating` built on failure would
+        // release the holder's lock when it drops.
+        match self
+            .updating
+            .compare_exchange(false, true, Ordering::Acquire, Ordering::Relaxed)
+        {
+            Ok(_) => Some(Updating(&self.updating)),
+            Err(_) => None,
+        }
+    }
+
+    /// One grace period; the updaters' lock is held.
     fn grace_period_locked(&self, wait: &mut impl FnMut()) {
         // Read-modify-writes, not load-then-store, although only the lock
         // holder writes these: one each per grace period, and under loom a
