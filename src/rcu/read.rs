@@ -90,6 +90,17 @@ impl Drop for ReadSection {
     #[inline]
     fn drop(&mut self) {
         if self.outer {
+            // The section chose its exit when it began: a CPU watched then
+            // must still be watched (idle transitions never happen inside
+            // a section; `idle_enter` and `cpu_offline` panic there). One
+            // un-watched meanwhile would skip the report its grace period
+            // waits for (issue 37 defect 2: an interrupt that idled the
+            // CPU between the section's two accesses). Relaxed: this
+            // CPU's own state.
+            debug_assert!(
+                !self.watched || self.cpu.watched.load(Ordering::Relaxed),
+                "rcu: the CPU stopped being watched inside a read section that began watched"
+            );
             if self.watched {
                 // Why a Relaxed store is enough, and why it needs a
                 // compiler fence before it (issue 37):
