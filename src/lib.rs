@@ -134,6 +134,7 @@ pub mod kernel;
 pub mod lockdep;
 pub mod lockref;
 pub mod mutex;
+pub mod once;
 pub mod percpu;
 pub mod percpu_counter;
 pub mod percpu_rwlock;
@@ -149,6 +150,7 @@ mod zeroable;
 
 pub use lock_api;
 pub use lockref::{LockRef, LockRefGuard};
+pub use once::{Lazy, Once};
 
 /// The README's examples, compiled and run as doc tests (with the host
 /// kernel of `test-hooks`, which they need).

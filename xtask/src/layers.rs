@@ -18,6 +18,7 @@ pub const LAYERS: &[&str] = &[
     "sync",
     "arch",
     "kernel",
+    "once",
     "percpu",
     "lockdep",
     "spinlock",
