@@ -140,6 +140,7 @@ pub mod percpu_counter;
 pub mod percpu_rwlock;
 pub mod percpu_rwsem;
 pub mod rcu;
+pub mod refcount;
 pub mod rwsem;
 pub mod semaphore;
 pub mod seqlock;
@@ -151,6 +152,7 @@ mod zeroable;
 pub use lock_api;
 pub use lockref::{LockRef, LockRefGuard};
 pub use once::{Lazy, Once};
+pub use refcount::{Kref, KrefRef, RefCount};
 
 /// The README's examples, compiled and run as doc tests (with the host
 /// kernel of `test-hooks`, which they need).

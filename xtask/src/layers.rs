@@ -19,6 +19,7 @@ pub const LAYERS: &[&str] = &[
     "arch",
     "kernel",
     "once",
+    "refcount",
     "percpu",
     "lockdep",
     "spinlock",
