@@ -153,6 +153,7 @@ pub use lock_api;
 pub use lockref::{LockRef, LockRefGuard};
 pub use once::{Lazy, Once};
 pub use refcount::{Kref, KrefRef, RefCount};
+pub use spinlock::RwSpinLock;
 
 /// The README's examples, compiled and run as doc tests (with the host
 /// kernel of `test-hooks`, which they need).
