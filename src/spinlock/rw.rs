@@ -59,7 +59,7 @@ use super::guardian::NoGuard;
 use super::guardian::{IrqDisabled, PreemptDisabled, SpinGuardian};
 use super::ticket::TicketLock;
 use crate::kernel::{Waiter, kick_waiters, vcpu_preemptible};
-use crate::lockdep::Map;
+use crate::lockdep::{LockClassKey, Map};
 use crate::sync::{AtomicU32, Ordering, const_fn};
 
 /// A writer holds the lock.
@@ -121,6 +121,37 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
                 guardian: PhantomData,
             }
         }
+    }
+
+    const_fn! {
+        /// An unlocked lock in `key`'s [lockdep](crate::lockdep) class.
+        ///
+        /// ```
+        /// use ksync::spinlock::{RawRwSpinLock, RwSpinLock};
+        /// static ROUTES: RwSpinLock<u32> =
+        ///     RwSpinLock::from_raw(RawRwSpinLock::with_class(ksync::lock_class!("routes")), 0);
+        /// assert_eq!(*ROUTES.read(), 0);
+        /// ```
+        #[must_use]
+        pub fn with_class(key: &'static LockClassKey) -> Self {
+            Self {
+                cnts: AtomicU32::new(0),
+                wait_lock: TicketLock::new(),
+                dep_map: Map::with_key(key),
+                guardian: PhantomData,
+            }
+        }
+    }
+
+    /// Puts the lock in `key`'s [lockdep](crate::lockdep) class (Linux's
+    /// `lockdep_set_class`). Nothing without `lockdep`.
+    ///
+    /// ```
+    /// let mut lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
+    /// lock.set_lock_class(ksync::lock_class!("files"));
+    /// ```
+    pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
+        self.dep_map.set_class(key);
     }
 
     /// Whether anyone holds the lock (a snapshot, not for synchronization).
@@ -842,6 +873,24 @@ impl<T, G: SpinGuardian> RwSpinLock<T, G> {
         pub fn new(value: T) -> Self {
             Self {
                 raw: RawRwSpinLock::new(),
+                data: UnsafeCell::new(value),
+            }
+        }
+    }
+
+    const_fn! {
+        /// A lock around `value` over `raw` (for a lockdep class:
+        /// [`RawRwSpinLock::with_class`]).
+        ///
+        /// ```
+        /// use ksync::spinlock::{NoGuard, RawRwSpinLock, RwSpinLock};
+        /// let lock = RwSpinLock::<u8, NoGuard>::from_raw(RawRwSpinLock::new(), 1);
+        /// assert_eq!(*lock.read(), 1);
+        /// ```
+        #[must_use]
+        pub fn from_raw(raw: RawRwSpinLock<G>, value: T) -> Self {
+            Self {
+                raw,
                 data: UnsafeCell::new(value),
             }
         }
