@@ -240,14 +240,18 @@ fn main() {
         println!("| {name} | {:.2} | {vs} |", med[i]);
     }
     println!("\n## (b) threads\n");
-    println!("| case | lock | Mops/s | vs spin | longest write wait (us) |");
+    println!(
+        "| case | lock | Mops/s | vs spin | longest write wait (us, median of each rep's longest) |"
+    );
     println!("|---|---|---|---|---|");
     for (c, &(_, every, label)) in CASES.iter().enumerate() {
         let mut per: Vec<f64> = Vec::new();
         let mut worst: Vec<f64> = Vec::new();
         for r in mixed_res[c].iter() {
             per.push(median(&mut r.iter().map(|m| m.per_us).collect::<Vec<_>>()));
-            worst.push(r.iter().map(|m| m.worst_write_us).fold(0.0, f64::max));
+            worst.push(median(
+                &mut r.iter().map(|m| m.worst_write_us).collect::<Vec<_>>(),
+            ));
         }
         for (i, name) in RW.iter().enumerate() {
             let w = if every == 0 {

@@ -165,6 +165,18 @@ pub fn set_saturation_hook(hook: fn(Saturation)) {
     HOOK.store(hook as *mut (), Ordering::Release);
 }
 
+/// `add`'s rare case: `old` was zero, negative (saturated) or overflows
+/// with `n` (or `n` was not positive).
+#[cold]
+#[inline(never)]
+fn add_misuse(count: &AtomicI32, old: i32, n: i32) {
+    if old == 0 {
+        warn_saturate(count, Saturation::AddUseAfterFree);
+    } else if old < 0 || old.wrapping_add(n) < 0 {
+        warn_saturate(count, Saturation::AddOverflow);
+    }
+}
+
 /// Sets the count to [`REFCOUNT_SATURATED`] and reports `kind` (Linux's
 /// `refcount_warn_saturate`).
 #[cold]
@@ -312,10 +324,10 @@ impl RefCount {
         // Relaxed: a new reference comes from one the caller holds, which
         // already orders its accesses to the object.
         let old = self.refs.fetch_add(n, Ordering::Relaxed);
-        if old == 0 {
-            warn_saturate(&self.refs, Saturation::AddUseAfterFree);
-        } else if old < 0 || old.wrapping_add(n) < 0 {
-            warn_saturate(&self.refs, Saturation::AddOverflow);
+        // The common case in one compare: `0 < old <= REFCOUNT_MAX - n`
+        // (`n > 0`), i.e. `old - 1` below `REFCOUNT_MAX - n` unsigned.
+        if (old.wrapping_sub(1) as u32) >= (REFCOUNT_MAX.wrapping_sub(n) as u32) {
+            add_misuse(&self.refs, old, n);
         }
     }
 
@@ -419,14 +431,17 @@ impl RefCount {
         // Release pairs with the Acquire fence of the decrement that
         // reaches zero: every holder's accesses happen-before the free.
         let old = self.refs.fetch_sub(n, Ordering::Release);
+        // The common case in one compare: references remain.
+        if old > n {
+            return false;
+        }
         if old == n && old > 0 {
             // Acquire: pairs with every other holder's Release decrement.
             fence(Ordering::Acquire);
             return true;
         }
-        if old <= 0 || old.wrapping_sub(n) < 0 {
-            warn_saturate(&self.refs, Saturation::SubUseAfterFree);
-        }
+        // Below zero, or saturated (negative): never free.
+        warn_saturate(&self.refs, Saturation::SubUseAfterFree);
         false
     }
 
