@@ -523,7 +523,6 @@ impl<T> Drop for Once<T> {
     }
 }
 
-#[cfg(not(ksync_loom))]
 impl<T> Default for Once<T> {
     fn default() -> Self {
         Self::new()
@@ -656,7 +655,6 @@ impl<T, F: FnOnce() -> T> Deref for Lazy<T, F> {
     }
 }
 
-#[cfg(not(ksync_loom))]
 impl<T: Default> Default for Lazy<T> {
     fn default() -> Self {
         Self::new(T::default)

@@ -692,7 +692,6 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     }
 }
 
-#[cfg(not(ksync_loom))]
 impl<G: SpinGuardian> Default for RawRwSpinLock<G> {
     fn default() -> Self {
         Self::new()
@@ -1098,7 +1097,6 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
     }
 }
 
-#[cfg(not(ksync_loom))]
 impl<T: Default, G: SpinGuardian> Default for RwSpinLock<T, G> {
     fn default() -> Self {
         Self::new(T::default())

@@ -573,6 +573,7 @@ fn check_loom(t: &mut Tally) {
                 "loom_rcu",
                 "loom_call_rcu",
                 "loom_rculist",
+                "loom_spin",
                 "srcu",
             ],
             "2",
