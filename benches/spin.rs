@@ -166,8 +166,11 @@ fn mixed(imp: usize, threads: usize, write_every: u64, dur: Duration, cores: &[C
                         black_box(*lock.read());
                     }
                 }
-                (n, worst)
+                let writes = if write_every == 0 { 0 } else { n / write_every };
+                (n, worst, writes)
             });
+            let writes: u64 = per.iter().map(|p| p.2).sum();
+            assert_eq!(*lock.read(), writes, "{}: lost writes", RW[imp]);
             let ops: u64 = per.iter().map(|p| p.0).sum();
             let worst = per.iter().map(|p| p.1).max().unwrap_or_default();
             Mixed {

@@ -546,7 +546,7 @@ fn check_benches(t: &mut Tally) {
     // example that every callback ran); their timings are not judged here.
     let mut benches = cargo(&[
         "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench", "locks",
-        "--bench", "lockdep", "--bench", "sleeping", "--", "--quick",
+        "--bench", "lockdep", "--bench", "sleeping", "--bench", "spin", "--", "--quick",
     ]);
     let (ok, _) = run_logged("benches (--quick smoke run)", &mut benches);
     t.check("benches run (--quick)", ok);
