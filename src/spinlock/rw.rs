@@ -2,52 +2,7 @@
 //! guard policies of [`SpinLock`](super::SpinLock) (its items are
 //! re-exported by `spinlock`).
 //!
-//! # The lock word
-//!
-//! One 32-bit word, as Linux's `qrwlock.cnts`, and a ticket lock
-//! (`wait_lock`) that queues everyone who cannot take the word at once:
-//!
-//! | bits | name | meaning |
-//! |---|---|---|
-//! | 0..8 | `QW_LOCKED` (`0xff`) | a writer holds the lock |
-//! | 8 | `QW_WAITING` | a writer (the head of the queue) waits for the readers to drain |
-//! | 9..32 | readers | one [`QR_BIAS`] per reader that holds the lock, or tries to |
-//!
-//! * **Read.** Add `QR_BIAS` (Acquire); if no writer bit is set, done.
-//!   Otherwise take the bias back, queue on `wait_lock`, add it again and
-//!   wait for the writer to leave, then pass `wait_lock` on. Readers in
-//!   interrupt context ([`Kernel::in_interrupt`](crate::kernel::Kernel::in_interrupt))
-//!   keep their bias and wait only while a writer *holds* the lock, never
-//!   behind a waiting one: a handler that read-locks on a CPU whose task
-//!   waits to write (in the queue, or as `QW_WAITING`) would otherwise
-//!   wait for itself (Linux's `queued_read_lock_slowpath`).
-//! * **Write.** Compare-exchange `0 -> QW_LOCKED` (Acquire); otherwise
-//!   queue on `wait_lock`, set `QW_WAITING` (new readers now queue behind
-//!   it: writers are not starved), wait for the readers to drain, and
-//!   turn `QW_WAITING` into `QW_LOCKED`.
-//! * **Upgradeable read** (as `spin::RwLock`'s and `lock_api`'s): a
-//!   reader that also holds `wait_lock`, so no writer and no other
-//!   upgradeable reader gets past it, while plain readers still come and
-//!   go. `upgrade` turns its bias into `QW_WAITING` and waits for the
-//!   other readers as a queued writer does.
-//!
-//! Waiting spins with ksync's wait strategy (the relax hint, and, when
-//! CPUs may be descheduled, the kernel's [`SpinWait`](crate::kernel::SpinWait)
-//! policy every [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds); the
-//! queue is a [`TicketLock`], which hands over by test-and-set with
-//! backoff when CPUs are oversubscribed. Every store that can let a
-//! waiter in is followed by the kick of halted waiters.
-//!
-//! # Lock-order checking
-//!
-//! With `lockdep`, a write is recorded as a spinlock's acquisition, and a
-//! read too outside interrupt context: with a fair lock, a reader queued
-//! behind a waiting writer waits for the readers ahead, so reads take part
-//! in order cycles (two CPUs reading A then B and B then A deadlock once
-//! writers wait on both) and a second read of a lock a CPU already reads
-//! is reported. In interrupt context a read is recorded as a try-lock: it
-//! never waits for a waiting writer, so it adds no order (Linux: rwlock
-//! reads are recursive in interrupt context).
+//! The algorithm, and how lockdep sees it: [`RawRwSpinLock`](super::RawRwSpinLock#algorithm).
 
 use core::cell::UnsafeCell;
 use core::fmt;
@@ -72,7 +27,7 @@ const QW_WMASK: u32 = QW_LOCKED | QW_WAITING;
 pub const QR_BIAS: u32 = 1 << 9;
 
 /// The raw queued reader-writer spinlock (Linux's `rwlock_t` on
-/// `qrwlock`): see the [module docs](self) for the algorithm. `G` is what
+/// `qrwlock`): see [Algorithm](#algorithm) below. `G` is what
 /// it disables while held ([`SpinGuardian`]); through `lock_api` (policies
 /// that save nothing: [`PreemptDisabled`], [`NoGuard`]) or
 /// [`RwSpinLock`], whose guards carry what any policy saves.
@@ -90,6 +45,59 @@ pub const QR_BIAS: u32 = 1 << 9;
 /// // SAFETY: held exclusive.
 /// unsafe { lock.unlock_exclusive() };
 /// ```
+///
+/// # Algorithm
+///
+/// One 32-bit word, as Linux's `qrwlock.cnts`, and a ticket lock
+/// (`wait_lock`) that queues everyone who cannot take the word at once:
+///
+/// | bits | name | meaning |
+/// |---|---|---|
+/// | 0..8 | `QW_LOCKED` (`0xff`) | a writer holds the lock |
+/// | 8 | `QW_WAITING` | a writer (the head of the queue) waits for the readers to drain |
+/// | 9..32 | readers | one [`QR_BIAS`] per reader that holds the lock, or tries to |
+///
+/// * **Read.** Add `QR_BIAS` (Acquire); if no writer bit is set, done.
+///   Otherwise take the bias back, queue on `wait_lock`, add it again and
+///   wait for the writer to leave, then pass `wait_lock` on. Readers in
+///   interrupt context ([`Kernel::in_interrupt`](crate::kernel::Kernel::in_interrupt))
+///   keep their bias and wait only while a writer *holds* the lock, never
+///   behind a waiting one: a handler that read-locks on a CPU whose task
+///   waits to write (in the queue, or as `QW_WAITING`) would otherwise
+///   wait for itself (Linux's `queued_read_lock_slowpath`).
+/// * **Write.** Compare-exchange `0 -> QW_LOCKED` (Acquire); otherwise
+///   queue on `wait_lock`, set `QW_WAITING` (new readers now queue behind
+///   it: writers are not starved), wait for the readers to drain, and
+///   turn `QW_WAITING` into `QW_LOCKED`.
+/// * **Upgradeable read** (as `spin::RwLock`'s and `lock_api`'s): a
+///   reader that also holds `wait_lock`, so no writer and no other
+///   upgradeable reader gets past it, while plain readers still come and
+///   go. `upgrade` turns its bias into `QW_WAITING` and waits for the
+///   other readers as a queued writer does. (A reader that had to queue,
+///   because a writer held the lock as it arrived, waits in the queue
+///   behind the upgradeable holder: hold upgradeable reads briefly.)
+///
+/// At most 2^23 - 1 contexts hold or try the lock shared at once (the
+/// reader count's bits), far above the 4 contexts of each of
+/// [`MAX_CPUS_LIMIT`](crate::kernel::MAX_CPUS_LIMIT) CPUs.
+///
+/// Waiting spins with ksync's wait strategy (the relax hint, and, when
+/// CPUs may be descheduled, the kernel's [`SpinWait`](crate::kernel::SpinWait)
+/// policy every [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds); the
+/// queue is a [`TicketLock`], which hands over by test-and-set with
+/// backoff when CPUs are oversubscribed. Every store that can let a
+/// waiter in is followed by the kick of halted waiters.
+///
+/// # Lock-order checking
+///
+/// With `lockdep`, a write is recorded as a spinlock's acquisition, and a
+/// read too outside interrupt context: with a fair lock, a reader queued
+/// behind a waiting writer waits for the readers ahead, so reads take part
+/// in order cycles (two CPUs reading A then B and B then A deadlock once
+/// writers wait on both) and a second read of a lock a CPU already reads
+/// is reported. In interrupt context a read is recorded as a try-lock: it
+/// never waits for a waiting writer, so it adds no order (Linux: rwlock
+/// reads are recursive in interrupt context).
 ///
 /// # Zeroed memory
 ///
@@ -816,7 +824,7 @@ unsafe impl<G: SpinGuardian<Saved = ()>> lock_api::RawRwLockDowngrade for RawRwS
 }
 
 /// A reader-writer spinlock around a `T` (Linux's `rwlock_t`, `spin::RwLock`):
-/// [Linux's queued rwlock](self), fair between readers and writers (a
+/// [Linux's queued rwlock](RawRwSpinLock#algorithm), fair between readers and writers (a
 /// waiting writer holds new readers back), readers in interrupt context
 /// admitted whenever no writer holds it. `G` is what it disables while
 /// held, as [`SpinLock`](super::SpinLock): [`PreemptDisabled`] (the
