@@ -72,3 +72,26 @@ fn a_recursive_read_in_interrupt_context_is_allowed() {
     });
     no_report();
 }
+
+static UP: RwSpinLock<u32> =
+    RwSpinLock::from_raw(RawRwSpinLock::with_class(lock_class!("rw-up")), 0);
+
+#[test]
+fn a_read_inside_an_upgradeable_read_is_allowed_the_other_order_is_not() {
+    let _s = start();
+    // No writer gets past an upgradeable holder: its own reads never wait.
+    on_cpu(|| {
+        let up = UP.upgradeable_read();
+        let _r = UP.read();
+        drop(up);
+    });
+    no_report();
+    // A read held while taking the upgradeable read can wait behind a
+    // writer queued ahead, which waits for that read: reported.
+    on_cpu(|| {
+        let _r = UP.read();
+        let _up = UP.upgradeable_read();
+    });
+    let report = one_report();
+    assert!(report.contains("\"rw-up\""), "{report}");
+}

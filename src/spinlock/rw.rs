@@ -108,6 +108,11 @@ pub struct RawRwSpinLock<G: SpinGuardian = PreemptDisabled> {
     cnts: AtomicU32,
     wait_lock: TicketLock,
     dep_map: Map,
+    /// With `lockdep`: the CPU (+ 1) that holds the lock upgradeable, 0
+    /// if none; a read by that CPU cannot wait (no writer gets past the
+    /// upgradeable holder), so lockdep records it as a try-lock.
+    #[cfg(feature = "lockdep")]
+    upgrader: AtomicU32,
     guardian: PhantomData<fn() -> G>,
 }
 
@@ -126,6 +131,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
                 cnts: AtomicU32::new(0),
                 wait_lock: TicketLock::new(),
                 dep_map: Map::new(),
+                #[cfg(feature = "lockdep")]
+                upgrader: AtomicU32::new(0),
                 guardian: PhantomData,
             }
         }
@@ -146,6 +153,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
                 cnts: AtomicU32::new(0),
                 wait_lock: TicketLock::new(),
                 dep_map: Map::with_key(key),
+                #[cfg(feature = "lockdep")]
+                upgrader: AtomicU32::new(0),
                 guardian: PhantomData,
             }
         }
@@ -348,6 +357,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// # Safety
     /// The caller holds the lock upgradeable.
     unsafe fn upgrade_inner(&self) {
+        self.dep_upgrader(false);
         // Our bias becomes the waiting-writer bit in one step, so no
         // reader count ever shows us as both.
         self.cnts
@@ -368,6 +378,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         {
             return false;
         }
+        self.dep_upgrader(false);
         // SAFETY: held since the upgradeable acquire (caller contract).
         unsafe { self.wait_lock.unlock() };
         true
@@ -376,6 +387,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// # Safety
     /// The caller holds the lock upgradeable.
     unsafe fn downgrade_upgradeable_inner(&self) {
+        self.dep_upgrader(false);
         // SAFETY: held since the upgradeable acquire (caller contract);
         // the bias stays: a plain reader now.
         unsafe { self.wait_lock.unlock() };
@@ -406,9 +418,29 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     fn dep_read(&self, try_lock: bool) {
         // In interrupt context a read never waits for a waiting writer:
         // recorded as a try-lock, it adds no lock order.
+        // Nor does a read by the CPU that holds the lock upgradeable.
         #[cfg(feature = "lockdep")]
-        let try_lock = try_lock || crate::kernel::in_interrupt();
+        let try_lock = try_lock
+            || crate::kernel::in_interrupt()
+            // Relaxed: only this CPU stores its own id here.
+            || self.upgrader.load(Ordering::Relaxed) == crate::kernel::cpu_id() as u32 + 1;
         self.dep_map.acquire(0, try_lock, false);
+    }
+
+    /// With `lockdep`: records (`true`) or forgets this CPU as the
+    /// upgradeable holder.
+    #[inline(always)]
+    fn dep_upgrader(&self, holds: bool) {
+        let _ = holds;
+        #[cfg(feature = "lockdep")]
+        self.upgrader.store(
+            if holds {
+                crate::kernel::cpu_id() as u32 + 1
+            } else {
+                0
+            },
+            Ordering::Relaxed,
+        );
     }
 
     #[inline(always)]
@@ -573,6 +605,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         let saved = G::enter();
         self.dep_write(false);
         self.upgradeable_acquire();
+        self.dep_upgrader(true);
         saved
     }
 
@@ -590,6 +623,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         let saved = G::enter();
         if self.try_upgradeable_acquire() {
             self.dep_write(true);
+            self.dep_upgrader(true);
             Some(saved)
         } else {
             // SAFETY: the matching `enter`, just above.
@@ -612,6 +646,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn upgradeable_unlock(&self, saved: G::Saved) {
+        self.dep_upgrader(false);
         self.dep_release();
         // SAFETY: caller contract.
         unsafe { self.upgradeable_release() };
@@ -919,9 +954,17 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
     ///
     /// ```
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
-    /// let (a, b) = (lock.read(), lock.read());
-    /// assert_eq!(*a + *b, 2);
+    /// std::thread::scope(|s| {
+    ///     let other = s.spawn(|| *lock.read()); // another CPU
+    ///     let mine = lock.read();
+    ///     assert_eq!(*mine + other.join().unwrap(), 2);
+    /// });
     /// ```
+    ///
+    /// A second read of a lock this CPU already reads can wait behind a
+    /// writer queued between the two (which waits for the first): lockdep
+    /// reports it outside interrupt context, as Linux's does for its
+    /// queued rwlock.
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn read(&self) -> RwSpinLockReadGuard<'_, T, G> {
