@@ -362,3 +362,38 @@ fn policies_disable_what_they_say() {
         assert_eq!(ksync::host::preempt_count(), base);
     }
 }
+
+/// Debug builds: a CPU that would wait for its own write hold panics
+/// instead of spinning for ever (lockdep, when on, reports it first).
+#[cfg(debug_assertions)]
+#[test]
+fn waiting_for_my_own_write_hold_panics() {
+    fn watched(f: impl FnOnce() + Send + 'static) -> String {
+        let (tx, rx) = channel();
+        thread::spawn(move || {
+            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+            let msg = r.err().map(|e| {
+                e.downcast_ref::<String>()
+                    .cloned()
+                    .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                    .unwrap_or_default()
+            });
+            let _ = tx.send(msg);
+        });
+        rx.recv_timeout(Duration::from_secs(60))
+            .expect("hung: waiting for its own write hold was not reported")
+            .expect("no panic")
+    }
+    static W: RwSpinLock<u8> = RwSpinLock::new(0);
+    let read = watched(|| {
+        let _w = W.write();
+        let _r = W.read();
+    });
+    assert!(read.contains("recursi"), "{read}");
+    static W2: RwSpinLock<u8> = RwSpinLock::new(0);
+    let write = watched(|| {
+        let _w = W2.write();
+        let _w2 = W2.write();
+    });
+    assert!(write.contains("recursi"), "{write}");
+}

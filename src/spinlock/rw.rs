@@ -113,6 +113,11 @@ pub struct RawRwSpinLock<G: SpinGuardian = PreemptDisabled> {
     /// upgradeable holder), so lockdep records it as a try-lock.
     #[cfg(feature = "lockdep")]
     upgrader: AtomicU32,
+    /// Debug builds: the writer's CPU + 1, 0 when no writer holds it (only
+    /// for policies that record it, [`SpinGuardian::RECORDS_OWNER`]): a
+    /// CPU that would wait for its own write hold panics instead.
+    #[cfg(debug_assertions)]
+    writer: core::sync::atomic::AtomicU32,
     guardian: PhantomData<fn() -> G>,
 }
 
@@ -133,6 +138,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
                 dep_map: Map::new(),
                 #[cfg(feature = "lockdep")]
                 upgrader: AtomicU32::new(0),
+                #[cfg(debug_assertions)]
+                writer: core::sync::atomic::AtomicU32::new(0),
                 guardian: PhantomData,
             }
         }
@@ -155,6 +162,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
                 dep_map: Map::with_key(key),
                 #[cfg(feature = "lockdep")]
                 upgrader: AtomicU32::new(0),
+                #[cfg(debug_assertions)]
+                writer: core::sync::atomic::AtomicU32::new(0),
                 guardian: PhantomData,
             }
         }
@@ -221,7 +230,9 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     #[cold]
     #[inline(never)]
+    #[cfg_attr(debug_assertions, track_caller)]
     fn read_slow(&self) {
+        self.check_not_my_write();
         if crate::kernel::in_interrupt() {
             // Keep the bias: wait only while a writer holds the lock (a
             // waiting writer waits for us). Acquire: as in `read_acquire`.
@@ -282,7 +293,9 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     #[cold]
     #[inline(never)]
+    #[cfg_attr(debug_assertions, track_caller)]
     fn write_slow(&self) {
+        self.check_not_my_write();
         self.wait_lock.lock();
         // Announce ourselves: new readers queue behind us from now on.
         // Relaxed: the Acquire compare-exchange below orders what matters.
@@ -326,7 +339,9 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         kick_waiters();
     }
 
+    #[cfg_attr(debug_assertions, track_caller)]
     fn upgradeable_acquire(&self) {
+        self.check_not_my_write();
         self.wait_lock.lock();
         self.cnts.fetch_add(QR_BIAS, Ordering::Relaxed);
         // A writer may hold the lock, having passed the queue before us.
@@ -408,6 +423,42 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         let preemptible = vcpu_preemptible();
         while blocked(self.cnts.load(Ordering::Acquire)) {
             waiter.wait::<spin::relax::Spin>(preemptible);
+        }
+    }
+
+    // ---- debug builds: the writer's CPU ------------------------------------
+
+    /// Debug builds (policies that record an owner): panics if this CPU
+    /// holds the lock for writing, since waiting here would wait for
+    /// itself. Called only on the paths that wait.
+    #[inline]
+    #[cfg_attr(debug_assertions, track_caller)]
+    fn check_not_my_write(&self) {
+        #[cfg(debug_assertions)]
+        if G::RECORDS_OWNER {
+            let me = crate::kernel::cpu_id() as u32 + 1;
+            // Relaxed: only this CPU stores its own tag; another CPU's
+            // tag, stale or not, is never ours.
+            if self.writer.load(core::sync::atomic::Ordering::Relaxed) == me {
+                rw_recursion(me - 1);
+            }
+        }
+    }
+
+    /// Debug builds: records (`true`) or forgets this CPU as the writer.
+    #[inline(always)]
+    fn set_writer(&self, holds: bool) {
+        let _ = holds;
+        #[cfg(debug_assertions)]
+        if G::RECORDS_OWNER {
+            let tag = if holds {
+                crate::kernel::cpu_id() as u32 + 1
+            } else {
+                0
+            };
+            // Relaxed: see `check_not_my_write`.
+            self.writer
+                .store(tag, core::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -536,6 +587,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         let saved = G::enter();
         self.dep_write(false);
         self.write_acquire();
+        self.set_writer(true);
         saved
     }
 
@@ -554,6 +606,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         let saved = G::enter();
         if self.try_write_acquire() {
             self.dep_write(true);
+            self.set_writer(true);
             Some(saved)
         } else {
             // SAFETY: the matching `enter`, just above.
@@ -577,6 +630,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn write_unlock(&self, saved: G::Saved) {
+        self.set_writer(false);
         self.dep_release();
         self.write_release();
         // SAFETY: caller contract.
@@ -673,6 +727,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     pub unsafe fn upgrade(&self, saved: G::Saved) -> G::Saved {
         // SAFETY: caller contract.
         unsafe { self.upgrade_inner() };
+        self.set_writer(true);
         saved
     }
 
@@ -694,7 +749,11 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[must_use]
     pub unsafe fn try_upgrade(&self) -> bool {
         // SAFETY: caller contract.
-        unsafe { self.try_upgrade_inner() }
+        let upgraded = unsafe { self.try_upgrade_inner() };
+        if upgraded {
+            self.set_writer(true);
+        }
+        upgraded
     }
 
     /// Turns an exclusive hold into a shared one, letting waiting readers
@@ -713,6 +772,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// ```
     #[inline]
     pub unsafe fn downgrade(&self) {
+        self.set_writer(false);
         self.downgrade_inner();
     }
 
@@ -839,13 +899,13 @@ unsafe impl<G: SpinGuardian<Saved = ()>> lock_api::RawRwLockUpgrade for RawRwSpi
     #[inline]
     unsafe fn upgrade(&self) {
         // SAFETY: forwarded caller contract.
-        unsafe { self.upgrade_inner() }
+        unsafe { RawRwSpinLock::upgrade(self, ()) }
     }
 
     #[inline]
     unsafe fn try_upgrade(&self) -> bool {
         // SAFETY: forwarded caller contract.
-        unsafe { self.try_upgrade_inner() }
+        unsafe { RawRwSpinLock::try_upgrade(self) }
     }
 }
 
@@ -854,7 +914,8 @@ unsafe impl<G: SpinGuardian<Saved = ()>> lock_api::RawRwLockUpgrade for RawRwSpi
 unsafe impl<G: SpinGuardian<Saved = ()>> lock_api::RawRwLockDowngrade for RawRwSpinLock<G> {
     #[inline]
     unsafe fn downgrade(&self) {
-        self.downgrade_inner();
+        // SAFETY: forwarded caller contract.
+        unsafe { RawRwSpinLock::downgrade(self) }
     }
 }
 
@@ -1386,4 +1447,14 @@ impl<T: ?Sized + fmt::Debug, G: SpinGuardian> fmt::Debug for RwSpinLockUpgradabl
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         fmt::Debug::fmt(&**self, f)
     }
+}
+
+#[cfg(debug_assertions)]
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn rw_recursion(cpu: u32) -> ! {
+    panic!(
+        "ksync: rwlock recursion: CPU {cpu} waits for an RwSpinLock it holds for writing (it would spin for ever; an interrupt handler that takes a lock its CPU holds needs the IRQ-saving form outside handlers)"
+    )
 }
