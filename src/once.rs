@@ -95,6 +95,11 @@ fn running(task: usize) -> usize {
 ///
 /// See the [module docs](self) for how misuse (recursion, an interrupt on
 /// the initialising CPU, a panicking initialiser) is reported.
+///
+/// # Zeroed memory
+///
+/// All-zero bytes are an uninitialised `Once` (`bytemuck::Zeroable` with
+/// the `bytemuck` feature), for any `T`.
 #[doc(alias = "DO_ONCE")]
 pub struct Once<T = ()> {
     /// The state word: see the [module docs](self#the-state-word).

@@ -102,7 +102,9 @@ pub const QR_BIAS: u32 = 1 << 9;
 /// # Zeroed memory
 ///
 /// All-zero bytes are an unlocked lock (with `lockdep`, one of its own
-/// class).
+/// class), and an [`RwSpinLock<T>`](RwSpinLock) around a zeroed `T` when
+/// that is a valid `T` (`bytemuck::Zeroable` with the `bytemuck`
+/// feature).
 #[doc(alias("rwlock_t", "qrwlock"))]
 pub struct RawRwSpinLock<G: SpinGuardian = PreemptDisabled> {
     cnts: AtomicU32,
