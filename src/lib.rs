@@ -180,11 +180,13 @@ pub mod kernel;
 pub mod lockdep;
 pub mod lockref;
 pub mod mutex;
+pub mod once;
 pub mod percpu;
 pub mod percpu_counter;
 pub mod percpu_rwlock;
 pub mod percpu_rwsem;
 pub mod rcu;
+pub mod refcount;
 pub mod rwsem;
 pub mod semaphore;
 pub mod seqlock;
@@ -195,6 +197,9 @@ mod zeroable;
 
 pub use lock_api;
 pub use lockref::{LockRef, LockRefGuard};
+pub use once::{Lazy, Once};
+pub use refcount::{Kref, KrefRef, RefCount};
+pub use spinlock::RwSpinLock;
 
 /// The README's examples, compiled and run as doc tests (with the host
 /// kernel of `test-hooks`, which they need).

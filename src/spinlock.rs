@@ -238,6 +238,7 @@ pub use spin::relax::{Loop, RelaxStrategy, Spin};
 mod guardian;
 mod irq;
 mod queued;
+mod rw;
 mod ticket;
 mod tracked;
 mod ttas;
@@ -245,6 +246,10 @@ mod up;
 pub use guardian::{IrqDisabled, NoGuard, PreemptDisabled, SpinGuardian};
 pub use irq::{ArchIrq, IrqControl, IrqState, KernelIrq, RawIrqSave};
 pub use queued::{IrqQueuedMutex, QueuedLock, QueuedMutex, RawQueuedLock};
+pub use rw::{
+    IrqRwSpinLock, QR_BIAS, RawRwSpinLock, RwSpinLock, RwSpinLockReadGuard,
+    RwSpinLockUpgradableGuard, RwSpinLockWriteGuard,
+};
 #[cfg(ksync_loom)]
 #[doc(hidden)]
 pub use ticket::TICKETS;

@@ -257,3 +257,22 @@ unsafe impl Zeroable for RawRwSemaphore {}
 // `block` clear, the gate idle, a `Map`) and two `WaitQueue`s (above):
 // `RawPerCpuRwSemaphore::new()`, unlocked.
 unsafe impl Zeroable for RawPerCpuRwSemaphore {}
+
+// ---- the types that replace spin's ---------------------------------------------
+
+// SAFETY: one `AtomicI32`; zero is `RefCount::new(0)` (a dead count).
+unsafe impl Zeroable for crate::refcount::RefCount {}
+
+// SAFETY: the lock word (`AtomicU32`, zero: no writer, no reader), a
+// `TicketLock` (zero-valid), a `Map` (zero-valid), with `lockdep` the
+// upgrader's CPU and in debug builds the writer's (`AtomicU32`s whose zero
+// means "none"), and a `PhantomData`: an unlocked lock.
+unsafe impl<G: SpinGuardian> Zeroable for crate::spinlock::RawRwSpinLock<G> {}
+
+// SAFETY: a `RawRwSpinLock` (above) and an `UnsafeCell<T>` (zero-valid
+// when `T` is).
+unsafe impl<T: Zeroable, G: SpinGuardian> Zeroable for crate::spinlock::RwSpinLock<T, G> {}
+
+// SAFETY: the state word (`AtomicUsize`, zero: not initialised, nobody
+// initialising) and an `UnsafeCell<MaybeUninit<T>>`, which any bytes are.
+unsafe impl<T> Zeroable for crate::once::Once<T> {}

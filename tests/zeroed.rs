@@ -590,6 +590,10 @@ fn zeroable_impls_cover_the_documented_types() {
     zeroable::<ksync::mutex::RawMutex>();
     zeroable::<ksync::rwsem::RawRwSemaphore>();
     zeroable::<ksync::percpu_rwsem::RawPerCpuRwSemaphore>();
+    zeroable::<ksync::RefCount>();
+    zeroable::<ksync::spinlock::RawRwSpinLock>();
+    zeroable::<ksync::RwSpinLock<u64>>();
+    zeroable::<ksync::Once<u64>>();
     check_raw_rwlock_contended(
         "Zeroable RawRwSemaphore",
         &ksync::rwsem::RawRwSemaphore::zeroed(),
@@ -623,4 +627,21 @@ fn zeroable_impls_cover_the_documented_types() {
     // SAFETY: the object is ours alone.
     assert!(!unsafe { inode.rcu.is_queued() });
     check_raw_mutex("RawIrqSave", &RawIrqSave::<RawQueuedLock>::zeroed());
+}
+
+#[test]
+fn spin_replacements_from_zero() {
+    // SAFETY: the RefCount docs: zero is `RefCount::new(0)`.
+    let refs: ksync::RefCount = unsafe { zeroed() };
+    assert_eq!(refs.read(), 0);
+    assert!(!refs.inc_not_zero(), "a zeroed count is dead");
+    // SAFETY: the RawRwSpinLock docs: zero is an unlocked lock.
+    let raw: ksync::spinlock::RawRwSpinLock = unsafe { zeroed() };
+    check_raw_rwlock_contended("zeroed RawRwSpinLock", &raw);
+    // SAFETY: the Once docs: zero is an uninitialised Once.
+    let once: ksync::Once<u64> = unsafe { zeroed() };
+    assert!(once.get().is_none());
+    assert_eq!(*once.call_once(|| 3), 3);
+    // SAFETY: one `AtomicI32`, no padding, ours alone.
+    unsafe { assert_new_is_zero("RefCount::new(0)", ksync::RefCount::new(0)) };
 }

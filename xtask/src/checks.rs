@@ -560,7 +560,7 @@ fn check_benches(t: &mut Tally) {
     // example that every callback ran); their timings are not judged here.
     let mut benches = cargo(&[
         "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench", "locks",
-        "--bench", "lockdep", "--bench", "sleeping", "--", "--quick",
+        "--bench", "lockdep", "--bench", "sleeping", "--bench", "spin", "--", "--quick",
     ]);
     let (ok, _) = run_logged("benches (--quick smoke run)", &mut benches);
     t.check("benches run (--quick)", ok);
@@ -587,6 +587,7 @@ fn check_loom(t: &mut Tally) {
                 "loom_rcu",
                 "loom_call_rcu",
                 "loom_rculist",
+                "loom_spin",
                 "srcu",
             ],
             "2",

@@ -18,6 +18,8 @@ pub const LAYERS: &[&str] = &[
     "sync",
     "arch",
     "kernel",
+    "once",
+    "refcount",
     "percpu",
     "lockdep",
     "spinlock",

@@ -330,7 +330,7 @@ fn bench(quick: bool, seeds: bool) -> Result<(), String> {
     }
     let mut cmd = tools::cargo(&[
         "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench", "locks",
-        "--bench", "sleeping", "--",
+        "--bench", "sleeping", "--bench", "spin", "--",
     ]);
     if quick {
         cmd.arg("--quick");

@@ -1,0 +1,97 @@
+//! lockdep and `RwSpinLock` with Linux's rules for queued rwlocks
+//! (`read_lock_is_recursive()`): outside interrupt context a read is a
+//! non-recursive acquisition (a reader queued behind a waiting writer
+//! waits), so reads take part in order cycles and a second read of a lock
+//! the CPU already reads is reported; in interrupt context a read never
+//! waits for a waiting writer, so a recursive read there is allowed. Run
+//! with `cargo test --features test-hooks,lockdep --test lockdep_rwspinlock`.
+
+#![cfg(all(feature = "lockdep", not(ksync_loom)))]
+
+use std::thread;
+
+use ksync::lock_class;
+use ksync::spinlock::{RawRwSpinLock, RwSpinLock};
+
+#[path = "common/lockdep_reports.rs"]
+mod lockdep_reports;
+use lockdep_reports::{no_report, one_report, start};
+
+fn on_cpu(f: impl FnOnce() + Send) {
+    thread::scope(|s| s.spawn(f).join().unwrap());
+}
+
+static A: RwSpinLock<u32> = RwSpinLock::from_raw(RawRwSpinLock::with_class(lock_class!("rw-A")), 0);
+static B: RwSpinLock<u32> = RwSpinLock::from_raw(RawRwSpinLock::with_class(lock_class!("rw-B")), 0);
+static REC: RwSpinLock<u32> =
+    RwSpinLock::from_raw(RawRwSpinLock::with_class(lock_class!("rw-rec")), 0);
+static IRQ: RwSpinLock<u32> =
+    RwSpinLock::from_raw(RawRwSpinLock::with_class(lock_class!("rw-irq")), 0);
+
+#[test]
+fn a_read_write_inversion_across_two_locks_is_reported() {
+    let _s = start();
+    on_cpu(|| {
+        let _a = A.read();
+        *B.write() += 1;
+    });
+    no_report();
+    on_cpu(|| {
+        let _b = B.write();
+        *A.write() += 1;
+    });
+    let report = one_report();
+    assert!(report.contains("circular locking dependency"), "{report}");
+    assert!(
+        report.contains("\"rw-A\"") && report.contains("\"rw-B\""),
+        "{report}"
+    );
+}
+
+#[test]
+fn a_second_read_in_process_context_is_recursion() {
+    let _s = start();
+    on_cpu(|| {
+        let _outer = REC.read();
+        let _inner = REC.read();
+    });
+    let report = one_report();
+    assert!(report.contains("\"rw-rec\""), "{report}");
+}
+
+#[test]
+fn a_recursive_read_in_interrupt_context_is_allowed() {
+    let _s = start();
+    on_cpu(|| {
+        let _outer = IRQ.read();
+        ksync::host::enter_interrupt();
+        {
+            let _inner = IRQ.read();
+        }
+        ksync::host::exit_interrupt();
+    });
+    no_report();
+}
+
+static UP: RwSpinLock<u32> =
+    RwSpinLock::from_raw(RawRwSpinLock::with_class(lock_class!("rw-up")), 0);
+
+#[test]
+fn a_read_inside_an_upgradeable_read_is_allowed_the_other_order_is_not() {
+    let _s = start();
+    // No writer gets past an upgradeable holder: its own reads never wait.
+    on_cpu(|| {
+        let up = UP.upgradeable_read();
+        let _r = UP.read();
+        drop(up);
+    });
+    no_report();
+    // A read held while taking the upgradeable read can wait behind a
+    // writer queued ahead, which waits for that read: reported.
+    on_cpu(|| {
+        let _r = UP.read();
+        let _up = UP.upgradeable_read();
+    });
+    let report = one_report();
+    assert!(report.contains("\"rw-up\""), "{report}");
+}
