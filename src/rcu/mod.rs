@@ -192,6 +192,12 @@ struct CpuState {
     /// `call_rcu` callbacks running on this CPU (debug builds only).
     #[cfg_attr(not(debug_assertions), allow(dead_code))]
     in_callback: AtomicUsize,
+    /// Debug builds: the `gp_seq` an open read section on this unwatched
+    /// CPU read after its fence E2 (`usize::MAX`: none open), so that the
+    /// end of a grace period can check it did not end under a reader that
+    /// began before it.
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    unwatched_since: AtomicUsize,
 }
 
 crate::sync::const_init! {
@@ -199,6 +205,7 @@ crate::sync::const_init! {
         watched: AtomicBool::new(false),
         reading: AtomicBool::new(false),
         in_callback: AtomicUsize::new(0),
+        unwatched_since: AtomicUsize::new(usize::MAX),
     };
 }
 
@@ -374,6 +381,30 @@ impl Engine {
         // Release: the quiescent states (Q1, AcqRel on the counter)
         // happen-before a waiter that sees the new value.
         self.gp_seq.store((seq | STATE_MASK) + 1, Ordering::Release);
+        #[cfg(debug_assertions)]
+        self.check_no_reader_before(seq);
+    }
+
+    /// Debug builds, at the end of the grace period that started at
+    /// `start`: no read section that began on an unwatched CPU before that
+    /// start is still open (it reports when it ends, and the grace period
+    /// waits for that report: the scan saw its flag, E2 against G1). A
+    /// grace period that ends under such a reader ended early: the
+    /// engine's own invariant, checked where a schedule (the hostile host
+    /// kernel's) could break it. Relaxed: a section that ended before
+    /// this point cleared its mark before the report that this end
+    /// happens after (the reports' AcqRel chain on `pending_count`).
+    #[cfg(debug_assertions)]
+    fn check_no_reader_before(&self, start: usize) {
+        for (cpu, state) in self.cpus.iter().enumerate() {
+            let since = state.unwatched_since.load(Ordering::Relaxed);
+            if since != usize::MAX && !seq_ge(since, start) {
+                panic!(
+                    "rcu: the grace period that started at {start} ended while CPU {cpu} is \
+                     inside a read section that began before it (at {since})"
+                );
+            }
+        }
     }
 
     /// Asks for a grace period that completes `cookie`, starting one now if

@@ -74,7 +74,7 @@ impl ReadSection {
         compiler_fence(Ordering::SeqCst);
         let watched = cpu.watched.load(Ordering::Relaxed);
         if !watched {
-            unwatched_enter();
+            unwatched_enter(cpu, outer);
         }
         let section = ReadSection {
             cpu,
@@ -146,11 +146,21 @@ impl Drop for ReadSection {
 /// it watched for the section.
 #[cold]
 #[inline(never)]
-fn unwatched_enter() {
+fn unwatched_enter(cpu: &'static CpuState, outer: bool) {
     // E2 pairs with G1 (store buffering, as E1): either the grace period's
     // scan sees the flag and waits for this section's end, or this section
     // sees everything the updater did before the grace period.
     fence(Ordering::SeqCst);
+    // Debug builds: the grace periods the outermost section holds up are
+    // those started before the sequence read here (after E2); the end of
+    // each checks it (`Engine::check_no_reader_before`). Relaxed: E2 orders it.
+    #[cfg(debug_assertions)]
+    if outer {
+        cpu.unwatched_since
+            .store(engine().gp_seq.load(Ordering::Relaxed), Ordering::Relaxed);
+    }
+    #[cfg(not(debug_assertions))]
+    let _ = (cpu, outer);
 }
 
 /// The outermost read section that began on an unwatched CPU ends (`cpu`
@@ -158,6 +168,10 @@ fn unwatched_enter() {
 #[cold]
 #[inline(never)]
 fn unwatched_exit(cpu: &'static CpuState) {
+    // Debug builds: the section no longer holds grace periods up (cleared
+    // before the report below, which the end of a grace period follows).
+    #[cfg(debug_assertions)]
+    cpu.unwatched_since.store(usize::MAX, Ordering::Relaxed);
     // Q1: the section's accesses happen-before a grace period whose scan
     // reads the cleared flag (Acquire in `quiescent`).
     fence(Ordering::SeqCst);
