@@ -179,6 +179,8 @@ pub struct OnCpu {
     round_max: AtomicU64,
     oncpu_max: AtomicU64,
     stuck: AtomicBool,
+    /// The spin mode the run had (`VcpuMode::Fifo` for the FIFO suite).
+    fifo_run: AtomicBool,
     wakes: Counters,
     blocks: Counters,
 }
@@ -202,6 +204,7 @@ impl OnCpu {
             round_max: AtomicU64::new(0),
             oncpu_max: AtomicU64::new(0),
             stuck: AtomicBool::new(false),
+            fifo_run: AtomicBool::new(false),
             wakes: Counters::new(),
             blocks: Counters::new(),
         }
@@ -319,6 +322,10 @@ impl Suite for OnCpu {
         if self.fifo {
             crate::kernel::spin::set_fifo_for_suite();
         }
+        self.fifo_run.store(
+            ksync::kernel::vcpu_mode() == ksync::kernel::VcpuMode::Fifo,
+            Ordering::Relaxed,
+        );
     }
 
     fn run(&self, ctx: &Ctx) {
@@ -361,7 +368,12 @@ impl Suite for OnCpu {
         let wakes = self.wakes.sum(cpus);
         let blocks = self.blocks.sum(cpus);
         self.info.report(format_args!(
-            "{rounds} rounds of {} tasks, longest round {} ms, longest wait for a task's switch with the queue lock held {} us; {wakes} wake-ups, {blocks} blocks",
+            "{} mode: {rounds} rounds of {} tasks, longest round {} ms, longest wait for a task's switch with the queue lock held {} us; {wakes} wake-ups, {blocks} blocks",
+            if self.fifo_run.load(Ordering::Relaxed) {
+                "fifo"
+            } else {
+                "default"
+            },
             self.spawned.load(Ordering::Relaxed),
             time::ticks_to_ms(self.round_max.load(Ordering::Relaxed)),
             time::ticks_to_ns(self.oncpu_max.load(Ordering::Relaxed)) / 1_000,
@@ -370,6 +382,8 @@ impl Suite for OnCpu {
             .report_per_cpu(cpus, &[("wakes", &self.wakes), ("blocks", &self.blocks)]);
         let failure = if self.stuck.load(Ordering::Relaxed) {
             Some("a round made no progress for 10 s")
+        } else if self.fifo && !self.fifo_run.load(Ordering::Relaxed) {
+            Some("strict FIFO was not in force")
         } else if rounds == 0 {
             Some("no round completed")
         } else {
