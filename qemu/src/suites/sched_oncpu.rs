@@ -54,6 +54,29 @@ use crate::kernel::cpu::{self, Counters};
 use crate::kernel::time;
 use crate::sched::{self, NR_THREADS};
 
+/// The spin-wait policy of these suites: ksync's bare-metal default (keep
+/// spinning), counting the calls (a lock waiter that spun `SPIN_LIMIT`
+/// rounds) by whether interrupts were masked: with a `wait` that halts
+/// with `hlt` each masked one would never return, and with one that opens
+/// interrupts (`sti; hlt`) each is a window in which a handler taking the
+/// same lock deadlocks under FIFO hand-off (`docs/fifo-hang.md`).
+static COUNTING: ksync::kernel::SpinWait = ksync::kernel::SpinWait {
+    wait: counting_wait,
+    kick: None,
+};
+static MASKED_WAITS: AtomicU64 = AtomicU64::new(0);
+static OPEN_WAITS: AtomicU64 = AtomicU64::new(0);
+
+fn counting_wait() {
+    // Relaxed: statistics, read after the runner's barriers.
+    if arch::irq_enabled() {
+        OPEN_WAITS.fetch_add(1, Ordering::Relaxed);
+    } else {
+        MASKED_WAITS.fetch_add(1, Ordering::Relaxed);
+    }
+    core::hint::spin_loop();
+}
+
 /// Tasks main spawns per round (ArceOS's `NUM_TASKS`); fewer when the
 /// worker pool has fewer free slots.
 pub const TASKS: usize = 16;
@@ -319,6 +342,11 @@ impl Suite for OnCpu {
         self.stuck.store(false, Ordering::Relaxed);
         self.wakes.reset();
         self.blocks.reset();
+        MASKED_WAITS.store(0, Ordering::Relaxed);
+        OPEN_WAITS.store(0, Ordering::Relaxed);
+        // Every CPU is quiet here: the policy is in place before any
+        // lock of the run is contended (`set_spin_wait`'s rule).
+        ksync::kernel::set_spin_wait(&COUNTING);
         if self.fifo {
             crate::kernel::spin::set_fifo_for_suite();
         }
@@ -361,6 +389,7 @@ impl Suite for OnCpu {
     fn irq(&self, _ctx: &Ctx) {}
 
     fn finish(&self, cpus: usize) -> Summary {
+        ksync::kernel::set_spin_wait(&crate::kernel::spin::SPINNING);
         if self.fifo {
             crate::kernel::spin::restore();
         }
@@ -380,6 +409,11 @@ impl Suite for OnCpu {
         ));
         self.info
             .report_per_cpu(cpus, &[("wakes", &self.wakes), ("blocks", &self.blocks)]);
+        self.info.report(format_args!(
+            "lock waiters that spun SPIN_LIMIT rounds and called SpinWait::wait: {} with interrupts masked, {} with interrupts on",
+            MASKED_WAITS.load(Ordering::Relaxed),
+            OPEN_WAITS.load(Ordering::Relaxed),
+        ));
         let failure = if self.stuck.load(Ordering::Relaxed) {
             Some("a round made no progress for 10 s")
         } else if self.fifo && !self.fifo_run.load(Ordering::Relaxed) {
