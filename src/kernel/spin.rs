@@ -557,8 +557,22 @@ pub struct SpinWait {
     /// the CPU away too, so that a queue stays live behind a descheduled
     /// CPU); a waiter may call it with interrupts masked (an
     /// [`IrqSave`](crate::spinlock::RawIrqSave) lock), so a `wait` that
-    /// halts must be woken by `kick` whatever the interrupt mask is (or
-    /// unmask around the halt, if the kernel allows handlers there).
+    /// halts must be woken by `kick` whatever the interrupt mask is.
+    ///
+    /// It must never unmask interrupts the waiter masked, not even around
+    /// a halt (`sti; hlt`): the waiter holds its ticket or queue place
+    /// while it waits, and a lock taken with interrupts masked is one that
+    /// handlers take. A handler that lands in the wait and takes that lock
+    /// queues behind its own CPU's place, which is never served while the
+    /// handler spins: a deadlock with the FIFO hand-off (a test-and-set
+    /// waiter holds no place, so the handler only waits for the holder).
+    ///
+    /// On x86_64 this rules out `hlt` with an IPI as the kick while
+    /// interrupts are masked: `hlt` then wakes only on NMI, SMI or INIT,
+    /// and the waiter never returns. Such a `wait` returns at once when
+    /// interrupts are masked (a spurious return: the waiter keeps
+    /// spinning), or waits with `monitor`/`mwait` on a line the kick
+    /// writes (see `docs/fifo-hang.md`).
     pub wait: fn(),
     /// Wakes every CPU that may be in [`wait`](SpinWait::wait), latched and
     /// ordered as the [contract](SpinWait#the-contract) says (e.g. `dsb;

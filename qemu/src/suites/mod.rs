@@ -32,6 +32,7 @@ pub mod rcu_stall;
 pub mod rwlock;
 pub mod rwlock_flood;
 pub mod sched;
+pub mod sched_oncpu;
 pub mod sched_wait;
 pub mod seeds;
 pub mod sleep;
@@ -61,6 +62,7 @@ pub static REGISTRY: Registry = Registry::new(&[
     seeds::SUITES,
     sched::SUITES,
     sched_wait::SUITES,
+    sched_oncpu::SUITES,
     sleep::SUITES,
 ]);
 

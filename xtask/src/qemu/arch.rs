@@ -466,6 +466,7 @@ pub const SCHED_SUITES: &[&str] = &[
     "sched-lock-holder-preemptible",
     "sched-waitqueue",
     "sched-waitqueue-fifo",
+    "sched-wake-oncpu-fifo",
     "sched-waitqueue-checkfirst",
     "sleep-waitqueue",
     "sleep-waitqueue-checkfirst",
