@@ -20,6 +20,13 @@
 //! equal the increments its threads counted.
 //!
 //! Run: `cargo bench --bench locks [-- --quick]`.
+//!
+//! `-- --per-op [N]` instead runs N (default 1,000,000) uncontended
+//! lock+unlock pairs of each documented lock type, one thread, each type
+//! in a loop function of its own (`per_op_*`), and prints ns per pair;
+//! under `valgrind --tool=callgrind --toggle-collect='*per_op_*'` the
+//! instructions of each function divided by N are the instructions per
+//! uncontended lock+unlock (see `per_op` below for the command).
 
 mod common;
 
@@ -31,7 +38,10 @@ use common::{CachePadded, median, timed_threads};
 use core_affinity::CoreId;
 use ksync::LockRef;
 use ksync::kernel::set_vcpu_preemptible;
-use ksync::spinlock::{IrqQueuedMutex, QueuedMutex, TicketMutex, TtasMutex};
+use ksync::spinlock::{
+    ArchIrqTicketMutex, IrqDisabled, IrqQueuedMutex, IrqTicketMutex, IrqTtasMutex, NoGuard,
+    QueuedLock, QueuedMutex, RawIrqSave, RawTicketLock, SpinLock, TicketMutex, TtasMutex,
+};
 
 const THREADS: [usize; 4] = [1, 2, 4, 8];
 
@@ -138,7 +148,64 @@ fn run(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> Sample {
     }
 }
 
+/// The lock types of the README's "which lock" table, each measured by a
+/// loop function of its own: `(name, fn(iterations))`.
+macro_rules! per_op_types {
+    ($($fn:ident: $name:literal => $mutex:expr;)*) => {
+        $(
+            #[inline(never)]
+            fn $fn(n: u64) {
+                let m = CachePadded::new($mutex);
+                for _ in 0..n {
+                    *black_box(&*m).lock() += 1;
+                }
+                assert_eq!(*m.lock(), n);
+            }
+        )*
+        const PER_OP: &[(&str, fn(u64))] = &[$(($name, $fn)),*];
+    };
+}
+
+per_op_types! {
+    per_op_ticket: "TicketMutex" => TicketMutex::new(0u64);
+    per_op_queued: "QueuedMutex" => QueuedMutex::new(0u64);
+    per_op_ttas: "TtasMutex" => TtasMutex::new(0u64);
+    per_op_noguard: "SpinLock<T, NoGuard>" => SpinLock::<u64, NoGuard>::new(0);
+    per_op_irq_ticket: "IrqTicketMutex" => IrqTicketMutex::new(0u64);
+    per_op_irq_queued: "IrqQueuedMutex" => IrqQueuedMutex::new(0u64);
+    per_op_irq_ttas: "IrqTtasMutex" => IrqTtasMutex::new(0u64);
+    per_op_irq_disabled: "SpinLock<T, IrqDisabled>" => SpinLock::<u64, IrqDisabled>::new(0);
+    per_op_irq_disabled_queued: "SpinLock<T, IrqDisabled, QueuedLock>" =>
+        SpinLock::<u64, IrqDisabled, QueuedLock>::new(0);
+    per_op_irq_save_ticket: "RawIrqSave<RawTicketLock>" =>
+        ksync::lock_api::Mutex::<RawIrqSave<RawTicketLock>, u64>::new(0);
+    per_op_arch_irq_ticket: "ArchIrqTicketMutex" => ArchIrqTicketMutex::new(0u64);
+}
+
+/// `--per-op [N]`: one thread, no contention, FIFO mode (the ticket and
+/// queued locks' plain paths). For instruction counts:
+/// `valgrind --tool=callgrind --toggle-collect='*per_op_*'
+/// target/release/deps/locks-* --per-op 100000`, then
+/// `callgrind_annotate` and divide each `per_op_*` total by N.
+fn per_op(n: u64) {
+    set_vcpu_preemptible(false);
+    for (name, f) in PER_OP {
+        let start = Instant::now();
+        f(n);
+        let ns = start.elapsed().as_nanos() as f64 / n as f64;
+        println!("| {name} | {ns:.2} ns |");
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--per-op") {
+        let n = args
+            .get(i + 1)
+            .and_then(|a| a.parse().ok())
+            .unwrap_or(1_000_000);
+        return per_op(n);
+    }
     let (ms, reps) = common::settings();
     let dur = Duration::from_millis(ms);
     let cores = core_affinity::get_core_ids().unwrap_or_default();

@@ -8,7 +8,7 @@ use core::sync::atomic::{Ordering::SeqCst, compiler_fence};
 
 use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
 use super::up::{self, UP};
-use super::{PreemptDisabled, RawIrqSave, RelaxStrategy, Spin};
+use super::{IrqDisabled, PreemptDisabled, RelaxStrategy, Spin};
 use crate::kernel::{
     self, Backoff, MAX_CPUS, StallSite, StallWatch, kick_waiters, vcpu_preemptible,
 };
@@ -20,9 +20,11 @@ use Ordering::{AcqRel, Acquire, Relaxed, Release};
 /// while held).
 #[doc(alias = "qspinlock")]
 pub type QueuedMutex<T> = lock_api::Mutex<RawQueuedLock, T>;
-/// A [`QueuedMutex`] that saves and disables local interrupts while held
-/// (through the kernel's hooks, see [`RawIrqSave`]).
-pub type IrqQueuedMutex<T> = lock_api::Mutex<RawIrqSave<RawQueuedLock>, T>;
+/// A [`QueuedMutex`] that saves and disables local interrupts while held,
+/// then preemption (through the kernel's hooks):
+/// [`SpinLock<T, IrqDisabled, QueuedLock>`](super::SpinLock), as
+/// [`IrqTicketMutex`](super::IrqTicketMutex).
+pub type IrqQueuedMutex<T> = super::SpinLock<T, IrqDisabled, QueuedLock>;
 
 // ---- the word (the layout table is in `QueuedLock`'s docs) -------------------
 
