@@ -78,24 +78,97 @@ pub(crate) fn hypervisor_present() -> bool {
     leaf.ecx & (1 << 31) != 0
 }
 
-/// The TSC's assumed rate, in ticks per millisecond. Its real rate is the
-/// CPU's nominal frequency, which no architectural register states
-/// (CPUID leaf 0x15 is optional and absent under most hypervisors): 1-4
-/// GHz on current parts. Assuming 3 GHz makes a bound of `n` ms last
-/// between 0.75 n ms (a 4 GHz TSC) and 3 n ms (1 GHz): never much
-/// shorter than asked, which is the direction that matters (a stall bound
-/// must not trip on a real CPU's critical section).
-const TSC_TICKS_PER_MS: u64 = 3_000_000;
-
-/// The stall clock: `(TSC now, assumed ticks per ms)`. `rdtsc` works at
-/// every privilege level unless the kernel sets CR4.TSD, which no kernel
-/// this crate targets does. Not serialising, which a stall of
-/// milliseconds does not need.
+/// The stall clock: the TSC now. `rdtsc` works at every privilege level
+/// unless the kernel sets CR4.TSD, which no kernel this crate targets
+/// does. Not serialising, which a stall of milliseconds does not need.
 #[inline]
-pub(crate) fn stall_clock() -> Option<(u64, u64)> {
+pub(crate) fn stall_clock() -> Option<u64> {
     #[allow(unused_unsafe)]
     // SAFETY: `rdtsc` exists on every x86_64 CPU and only reads the
     // counter (the intrinsic is `unsafe` only on older compilers).
-    let now = unsafe { core::arch::x86_64::_rdtsc() };
-    Some((now, TSC_TICKS_PER_MS))
+    Some(unsafe { core::arch::x86_64::_rdtsc() })
+}
+
+/// The TSC's rate in ticks per ms where CPUID states it, else `None` (the
+/// kernel states it, or the stall watch counts spin rounds; no rate is
+/// assumed). In order:
+/// - leaf 0x15 (Intel since Skylake): crystal Hz x numerator / denominator;
+/// - leaf 0x16 (Intel): the base frequency in MHz, which the invariant TSC
+///   runs at, where leaf 0x15 names no crystal;
+/// - with a hypervisor, its leaf 0x40000010 (VMware's, also KVM's and
+///   others' when they expose it): the TSC rate in kHz.
+pub(crate) fn stall_clock_rate() -> Option<u64> {
+    use core::arch::x86_64::__cpuid;
+    #[allow(unused_unsafe)]
+    // SAFETY: leaf 0 exists on every x86_64 CPU; CPUID has no side
+    // effects (the intrinsic is `unsafe` only on older compilers).
+    let max = unsafe { __cpuid(0) }.eax;
+    if max >= 0x15 {
+        #[allow(unused_unsafe)]
+        // SAFETY: leaf 0x15 exists (max leaf above); no side effects.
+        let tsc = unsafe { __cpuid(0x15) };
+        let (den, num, crystal_hz) = (u64::from(tsc.eax), u64::from(tsc.ebx), u64::from(tsc.ecx));
+        if den != 0 && num != 0 && crystal_hz != 0 {
+            return Some(crystal_hz * num / den / 1000);
+        }
+    }
+    if max >= 0x16 {
+        #[allow(unused_unsafe)]
+        // SAFETY: leaf 0x16 exists (max leaf above); no side effects.
+        let mhz = u64::from(unsafe { __cpuid(0x16) }.eax & 0xffff);
+        if mhz != 0 {
+            return Some(mhz * 1000);
+        }
+    }
+    if hypervisor_present() {
+        #[allow(unused_unsafe)]
+        // SAFETY: the hypervisor range exists when the hypervisor bit is
+        // set; leaf 0x40000000 names its highest leaf. No side effects.
+        let top = unsafe { __cpuid(0x4000_0000) }.eax;
+        if top >= 0x4000_0010 {
+            #[allow(unused_unsafe)]
+            // SAFETY: within the range the hypervisor named.
+            let khz = u64::from(unsafe { __cpuid(0x4000_0010) }.eax);
+            if khz != 0 {
+                return Some(khz);
+            }
+        }
+    }
+    None
+}
+
+// ---- the queued lock's unlock ----------------------------------------------
+
+/// Releases a queued lock: clears the low byte of `word` (the locked
+/// byte) with a release store of that byte alone, as Linux's
+/// `queued_spin_unlock` (`smp_store_release(&lock->locked, 0)`).
+///
+/// # Safety
+/// `word` is a queued lock's word whose locked byte is 1 and is this
+/// caller's to clear (it holds the lock), and every other access to the
+/// word is a 32-bit atomic. The byte store is then, as the hardware runs
+/// it, the atomic `fetch_and(!0xff, Release)` that the portable path
+/// spells out: no other context writes the locked byte while it is held
+/// (they set it only from 0), and the word's read-modify-writes are
+/// single-copy atomic with respect to a store to one of its bytes, so a
+/// concurrent one either reads the byte before the store (and writes that
+/// 1 back before it: the store then lands after) or after it; none is
+/// lost or torn. Rust's model has no mixed-size atomics, which is why the
+/// store is in `asm!`, opaque to the compiler (not `nomem`: a compiler
+/// barrier, so the critical section's accesses stay before it).
+///
+/// x86_64: one `mov` of a zero byte (little-endian: the low byte is at
+/// offset 0). Every x86 store has release semantics (TSO), and a locked
+/// RMW on the word by another CPU is atomic as a whole against it.
+#[inline(always)]
+pub(crate) unsafe fn queued_unlock(word: &crate::sync::AtomicU32) {
+    // SAFETY: see `# Safety` (the caller holds the lock); the byte is the
+    // word's first, aligned, and within the `AtomicU32` it points into.
+    unsafe {
+        core::arch::asm!(
+            "mov byte ptr [{word}], 0",
+            word = in(reg) word.as_ptr(),
+            options(nostack, preserves_flags)
+        )
+    };
 }
