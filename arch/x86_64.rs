@@ -136,39 +136,3 @@ pub(crate) fn stall_clock_rate() -> Option<u64> {
     }
     None
 }
-
-// ---- the queued lock's unlock ----------------------------------------------
-
-/// Releases a queued lock: clears the low byte of `word` (the locked
-/// byte) with a release store of that byte alone, as Linux's
-/// `queued_spin_unlock` (`smp_store_release(&lock->locked, 0)`).
-///
-/// # Safety
-/// `word` is a queued lock's word whose locked byte is 1 and is this
-/// caller's to clear (it holds the lock), and every other access to the
-/// word is a 32-bit atomic. The byte store is then, as the hardware runs
-/// it, the atomic `fetch_and(!0xff, Release)` that the portable path
-/// spells out: no other context writes the locked byte while it is held
-/// (they set it only from 0), and the word's read-modify-writes are
-/// single-copy atomic with respect to a store to one of its bytes, so a
-/// concurrent one either reads the byte before the store (and writes that
-/// 1 back before it: the store then lands after) or after it; none is
-/// lost or torn. Rust's model has no mixed-size atomics, which is why the
-/// store is in `asm!`, opaque to the compiler (not `nomem`: a compiler
-/// barrier, so the critical section's accesses stay before it).
-///
-/// x86_64: one `mov` of a zero byte (little-endian: the low byte is at
-/// offset 0). Every x86 store has release semantics (TSO), and a locked
-/// RMW on the word by another CPU is atomic as a whole against it.
-#[inline(always)]
-pub(crate) unsafe fn queued_unlock(word: &crate::sync::AtomicU32) {
-    // SAFETY: see `# Safety` (the caller holds the lock); the byte is the
-    // word's first, aligned, and within the `AtomicU32` it points into.
-    unsafe {
-        core::arch::asm!(
-            "mov byte ptr [{word}], 0",
-            word = in(reg) word.as_ptr(),
-            options(nostack, preserves_flags)
-        )
-    };
-}

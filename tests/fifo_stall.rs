@@ -280,3 +280,40 @@ fn watched_fifo_queued_lock_with_a_queue_switches() {
     assert_eq!(kernel::vcpu_mode(), VcpuMode::Preemptible);
     assert!(HOOK_CALLS.load(Relaxed) <= 1);
 }
+
+/// The queued lock's FIFO waiting loops (pending, queued, head, and the
+/// head's wait for its successor's link) stay live with four times as many
+/// threads as cores, FIFO forced: the CPUs queued behind a descheduled one
+/// give theirs away through the spin-wait policy. A collapse fails with a
+/// message within a generous bound instead of hanging.
+#[test]
+fn forced_fifo_queued_lock_stays_live_oversubscribed() {
+    let _serial = start(VcpuMode::Fifo);
+    let threads = 4 * thread::available_parallelism().map_or(2, |n| n.get());
+    const OPS: u64 = 2_000;
+    const BOUND: Duration = Duration::from_secs(60);
+    let lock = ksync::spinlock::QueuedMutex::new(0u64);
+    let begin = std::time::Instant::now();
+    let gave_up = std::sync::atomic::AtomicBool::new(false);
+    thread::scope(|s| {
+        for _ in 0..threads {
+            s.spawn(|| {
+                for i in 0..OPS {
+                    if i % 64 == 0 && (gave_up.load(Relaxed) || begin.elapsed() > BOUND) {
+                        gave_up.store(true, Relaxed);
+                        return;
+                    }
+                    *lock.lock() += 1;
+                }
+            });
+        }
+    });
+    let done = *lock.lock();
+    assert!(
+        !gave_up.load(Relaxed),
+        "FIFO queued lock, {threads} threads: {done} of {} acquisitions in {BOUND:?}",
+        threads as u64 * OPS
+    );
+    assert_eq!(done, threads as u64 * OPS);
+    assert_eq!(kernel::vcpu_mode(), VcpuMode::Fifo);
+}

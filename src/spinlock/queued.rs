@@ -246,12 +246,15 @@ impl Drop for Nesting {
 /// halfword stores into this word. Rust's memory model has no mixed-size
 /// atomic accesses to one location, so every update in Rust here is a
 /// 32-bit atomic on the whole word: compare-exchange, `fetch_or`,
-/// `fetch_and`, `fetch_add`. The one exception is `unlock`, the
-/// uncontended path's second half: on x86_64, aarch64 and riscv64 (bare
-/// metal) it is Linux's release store of the locked byte alone (`mov`,
-/// `stlrb`, `fence rw,w; sb`), in `asm!` with the hardware's argument for
+/// `fetch_and`, `fetch_add`. The one exception is `unlock` on aarch64 and
+/// riscv64 (bare metal): Linux's release store of the locked byte alone
+/// (`stlrb`, `fence rw,w; sb`), in `asm!` with the hardware's argument for
 /// it, so that an uncontended lock costs one atomic read-modify-write, as
-/// the ticket lock does; elsewhere, and under loom, a Release `fetch_sub`.
+/// the ticket lock does. On x86_64, and elsewhere and under loom, unlock
+/// is a Release `fetch_sub`: on x86_64 the byte store measured slower (the
+/// next `lock cmpxchg` stalls on the narrower store; see `arch`), so the
+/// queued lock's uncontended pair costs two locked instructions there
+/// against the ticket lock's one.
 /// Fourteen CPU bits limit the lock to 16 383 CPUs: using it with a larger
 /// [`MAX_CPUS`] fails the build.
 ///
