@@ -471,10 +471,8 @@ fn irq_saving_mutexes_restore_interrupts_before_preempting() {
     check("IrqQueuedMutex", unsafe { queued.raw() });
     // SAFETY: as above.
     check("IrqTtasMutex", unsafe { ttas.raw() });
-    check(
-        "RawIrqSave<RawTicketLock>",
-        &<ksync::spinlock::RawIrqSave<RawTicketLock> as RawMutex>::INIT,
-    );
+    let adapter = ksync::spinlock::RawIrqSave::new(RawTicketLock::new());
+    check("RawIrqSave<RawTicketLock>", &adapter);
 }
 
 /// Issue 37, defect 4: `lock_preemptible` followed by the lock's `unlock`
