@@ -310,23 +310,73 @@ pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
 
 // ---- the stall clock -----------------------------------------------------
 
-/// The stall clock: `(CNTVCT_EL0 now, CNTFRQ_EL0 / 1000)`; `None` if the
-/// firmware left the frequency at zero.
+/// The stall clock: `CNTVCT_EL0` now. No `isb` before the read: a stall
+/// of milliseconds does not care where in the stream it is read.
 #[inline]
-pub(crate) fn stall_clock() -> Option<(u64, u64)> {
-    let (now, hz): (u64, u64);
-    // SAFETY: reads two generic-timer registers that EL1 (and EL0 under
-    // Linux) may read; no memory, no flags. No `isb` before the count: a
-    // stall of milliseconds does not care where in the stream it is read.
+pub(crate) fn stall_clock() -> Option<u64> {
+    let now: u64;
+    // SAFETY: reads a generic-timer register that EL1 (and EL0 under
+    // Linux) may read; no memory, no flags.
     unsafe {
         core::arch::asm!(
             "mrs {now}, cntvct_el0",
-            "mrs {hz}, cntfrq_el0",
             now = out(reg) now,
+            options(nomem, nostack, preserves_flags)
+        )
+    };
+    Some(now)
+}
+
+/// The counter's rate in ticks per ms, from `CNTFRQ_EL0` (which firmware
+/// sets); `None` if it was left at zero.
+pub(crate) fn stall_clock_rate() -> Option<u64> {
+    let hz: u64;
+    // SAFETY: as in `stall_clock`: a register read, no memory, no flags.
+    unsafe {
+        core::arch::asm!(
+            "mrs {hz}, cntfrq_el0",
             hz = out(reg) hz,
             options(nomem, nostack, preserves_flags)
         )
     };
     let per_ms = hz / 1000;
-    (per_ms != 0).then_some((now, per_ms))
+    (per_ms != 0).then_some(per_ms)
+}
+
+// ---- the queued lock's unlock ----------------------------------------------
+
+/// Releases a queued lock: clears the low byte of `word` (the locked
+/// byte) with a release store of that byte alone, as Linux's
+/// `queued_spin_unlock` (`smp_store_release(&lock->locked, 0)`).
+///
+/// # Safety
+/// `word` is a queued lock's word whose locked byte is 1 and is this
+/// caller's to clear (it holds the lock), and every other access to the
+/// word is a 32-bit atomic. The byte store is then, as the hardware runs
+/// it, the atomic `fetch_and(!0xff, Release)` that the portable path
+/// spells out: no other context writes the locked byte while it is held
+/// (they set it only from 0), and the word's read-modify-writes are
+/// single-copy atomic with respect to a store to one of its bytes, so a
+/// concurrent one either reads the byte before the store (and writes that
+/// 1 back before it: the store then lands after) or after it; none is
+/// lost or torn. Rust's model has no mixed-size atomics, which is why the
+/// store is in `asm!`, opaque to the compiler (not `nomem`: a compiler
+/// barrier, so the critical section's accesses stay before it).
+///
+/// aarch64: `stlrb wzr` (store-release of a zero byte; little-endian, the
+/// low byte is at offset 0). The Arm memory model defines mixed-size
+/// accesses; an exclusive pair (LDXR/STXR) on the word by another CPU
+/// loses its reservation to this store and retries, and LSE atomics are
+/// single-copy atomic against it.
+#[inline(always)]
+pub(crate) unsafe fn queued_unlock(word: &crate::sync::AtomicU32) {
+    // SAFETY: see `# Safety` (the caller holds the lock); the byte is the
+    // word's first, within the `AtomicU32` it points into.
+    unsafe {
+        core::arch::asm!(
+            "stlrb wzr, [{word}]",
+            word = in(reg) word.as_ptr(),
+            options(nostack, preserves_flags)
+        )
+    };
 }

@@ -63,6 +63,22 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
     slot.fetch_add(amount, crate::sync::Ordering::Relaxed);
 }
 
+/// Releases a queued lock: clears the locked byte (the word's low byte,
+/// which holds 1) with a Release `fetch_sub` on the whole word, the
+/// portable form of the native paths' byte store (Rust's model has no
+/// mixed-size atomics; loom checks this one).
+///
+/// # Safety
+/// `word` is a queued lock's word whose locked byte is 1 and is this
+/// caller's to clear (it holds the lock).
+#[inline(always)]
+pub(crate) unsafe fn queued_unlock(word: &crate::sync::AtomicU32) {
+    // Release pairs with the queued lock's Acquire loads and
+    // read-modify-writes of the word. Subtracting clears the locked byte
+    // without touching pending or the tail, which others may be changing.
+    word.fetch_sub(1, crate::sync::Ordering::Release);
+}
+
 /// Saved local interrupt state: whatever the `critical-section`
 /// implementation restores.
 #[cfg(not(ksync_loom))]
@@ -445,6 +461,11 @@ pub(crate) fn hypervisor_present() -> bool {
 /// No counter known: FIFO waiters measure a stall in spin rounds instead
 /// (`kernel::spin`).
 #[inline]
-pub(crate) fn stall_clock() -> Option<(u64, u64)> {
+pub(crate) fn stall_clock() -> Option<u64> {
+    None
+}
+
+/// No counter, no rate.
+pub(crate) fn stall_clock_rate() -> Option<u64> {
     None
 }

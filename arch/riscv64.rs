@@ -15,12 +15,10 @@
 //! The stall clock is the `time` CSR (`rdtime`), which S-mode may read
 //! (OpenSBI delegates it or emulates it; with `sstc` it is direct). Its
 //! rate is the device tree's `timebase-frequency`, which the library
-//! cannot read: it assumes 10 MHz (QEMU `virt`; boards run it at 1-24
-//! MHz: 1 MHz on a SiFive FU740, 4 MHz on a StarFive JH7110, 24 MHz on an
-//! Allwinner D1, so a bound of `n` ms lasts from 0.4 n to 10 n ms).
-//!
-//! Used for `target_os = "none"` only: a kernel running in M-mode (no
-//! supervisor) provides its own [`Kernel::irq_save`](crate::kernel::Kernel::irq_save).
+//! cannot read and does not guess (boards run it at 1-24 MHz, QEMU `virt`
+//! at 10 MHz): the kernel states it with
+//! `kernel::set_stall_clock_rate`; until it does, the stall watch counts
+//! spin rounds.
 
 /// Saved `sstatus`.
 pub(crate) type IrqFlags = usize;
@@ -59,18 +57,59 @@ pub(crate) unsafe fn irq_restore(flags: IrqFlags) {
     }
 }
 
-/// The `time` CSR's assumed rate, in ticks per millisecond (see the
-/// module docs).
-const TIME_TICKS_PER_MS: u64 = 10_000;
-
-/// The stall clock: `(time now, assumed ticks per ms)`.
+/// The stall clock: the `time` CSR now.
 #[inline]
-pub(crate) fn stall_clock() -> Option<(u64, u64)> {
+pub(crate) fn stall_clock() -> Option<u64> {
     let now: u64;
     // SAFETY: reads the `time` CSR, which S-mode may read; no memory, no
     // flags (riscv has none).
     unsafe {
         core::arch::asm!("rdtime {}", out(reg) now, options(nomem, nostack, preserves_flags))
     };
-    Some((now, TIME_TICKS_PER_MS))
+    Some(now)
+}
+
+/// The `time` CSR's rate is the device tree's, unknown here (the kernel
+/// states it: see the module docs).
+pub(crate) fn stall_clock_rate() -> Option<u64> {
+    None
+}
+
+// ---- the queued lock's unlock ----------------------------------------------
+
+/// Releases a queued lock: clears the low byte of `word` (the locked
+/// byte) with a release store of that byte alone, as Linux's
+/// `queued_spin_unlock` (`smp_store_release(&lock->locked, 0)`).
+///
+/// # Safety
+/// `word` is a queued lock's word whose locked byte is 1 and is this
+/// caller's to clear (it holds the lock), and every other access to the
+/// word is a 32-bit atomic. The byte store is then, as the hardware runs
+/// it, the atomic `fetch_and(!0xff, Release)` that the portable path
+/// spells out: no other context writes the locked byte while it is held
+/// (they set it only from 0), and the word's read-modify-writes are
+/// single-copy atomic with respect to a store to one of its bytes, so a
+/// concurrent one either reads the byte before the store (and writes that
+/// 1 back before it: the store then lands after) or after it; none is
+/// lost or torn. Rust's model has no mixed-size atomics, which is why the
+/// store is in `asm!`, opaque to the compiler (not `nomem`: a compiler
+/// barrier, so the critical section's accesses stay before it).
+///
+/// riscv64: `fence rw, w; sb zero` (RVWMO's release store, the mapping
+/// Linux's `smp_store_release` uses; little-endian, the low byte is at
+/// offset 0). RVWMO defines mixed-size accesses; an LR/SC pair on the word
+/// by another hart loses its reservation to this store, and AMOs are
+/// single-copy atomic against it.
+#[inline(always)]
+pub(crate) unsafe fn queued_unlock(word: &crate::sync::AtomicU32) {
+    // SAFETY: see `# Safety` (the caller holds the lock); the byte is the
+    // word's first, within the `AtomicU32` it points into.
+    unsafe {
+        core::arch::asm!(
+            "fence rw, w",
+            "sb zero, 0({word})",
+            word = in(reg) word.as_ptr(),
+            options(nostack, preserves_flags)
+        )
+    };
 }

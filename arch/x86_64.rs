@@ -78,24 +78,61 @@ pub(crate) fn hypervisor_present() -> bool {
     leaf.ecx & (1 << 31) != 0
 }
 
-/// The TSC's assumed rate, in ticks per millisecond. Its real rate is the
-/// CPU's nominal frequency, which no architectural register states
-/// (CPUID leaf 0x15 is optional and absent under most hypervisors): 1-4
-/// GHz on current parts. Assuming 3 GHz makes a bound of `n` ms last
-/// between 0.75 n ms (a 4 GHz TSC) and 3 n ms (1 GHz): never much
-/// shorter than asked, which is the direction that matters (a stall bound
-/// must not trip on a real CPU's critical section).
-const TSC_TICKS_PER_MS: u64 = 3_000_000;
-
-/// The stall clock: `(TSC now, assumed ticks per ms)`. `rdtsc` works at
-/// every privilege level unless the kernel sets CR4.TSD, which no kernel
-/// this crate targets does. Not serialising, which a stall of
-/// milliseconds does not need.
+/// The stall clock: the TSC now. `rdtsc` works at every privilege level
+/// unless the kernel sets CR4.TSD, which no kernel this crate targets
+/// does. Not serialising, which a stall of milliseconds does not need.
 #[inline]
-pub(crate) fn stall_clock() -> Option<(u64, u64)> {
+pub(crate) fn stall_clock() -> Option<u64> {
     #[allow(unused_unsafe)]
     // SAFETY: `rdtsc` exists on every x86_64 CPU and only reads the
     // counter (the intrinsic is `unsafe` only on older compilers).
-    let now = unsafe { core::arch::x86_64::_rdtsc() };
-    Some((now, TSC_TICKS_PER_MS))
+    Some(unsafe { core::arch::x86_64::_rdtsc() })
+}
+
+/// The TSC's rate in ticks per ms where CPUID states it, else `None` (the
+/// kernel states it, or the stall watch counts spin rounds; no rate is
+/// assumed). In order:
+/// - leaf 0x15 (Intel since Skylake): crystal Hz x numerator / denominator;
+/// - leaf 0x16 (Intel): the base frequency in MHz, which the invariant TSC
+///   runs at, where leaf 0x15 names no crystal;
+/// - with a hypervisor, its leaf 0x40000010 (VMware's, also KVM's and
+///   others' when they expose it): the TSC rate in kHz.
+pub(crate) fn stall_clock_rate() -> Option<u64> {
+    use core::arch::x86_64::__cpuid;
+    #[allow(unused_unsafe)]
+    // SAFETY: leaf 0 exists on every x86_64 CPU; CPUID has no side
+    // effects (the intrinsic is `unsafe` only on older compilers).
+    let max = unsafe { __cpuid(0) }.eax;
+    if max >= 0x15 {
+        #[allow(unused_unsafe)]
+        // SAFETY: leaf 0x15 exists (max leaf above); no side effects.
+        let tsc = unsafe { __cpuid(0x15) };
+        let (den, num, crystal_hz) = (u64::from(tsc.eax), u64::from(tsc.ebx), u64::from(tsc.ecx));
+        if den != 0 && num != 0 && crystal_hz != 0 {
+            return Some(crystal_hz * num / den / 1000);
+        }
+    }
+    if max >= 0x16 {
+        #[allow(unused_unsafe)]
+        // SAFETY: leaf 0x16 exists (max leaf above); no side effects.
+        let mhz = u64::from(unsafe { __cpuid(0x16) }.eax & 0xffff);
+        if mhz != 0 {
+            return Some(mhz * 1000);
+        }
+    }
+    if hypervisor_present() {
+        #[allow(unused_unsafe)]
+        // SAFETY: the hypervisor range exists when the hypervisor bit is
+        // set; leaf 0x40000000 names its highest leaf. No side effects.
+        let top = unsafe { __cpuid(0x4000_0000) }.eax;
+        if top >= 0x4000_0010 {
+            #[allow(unused_unsafe)]
+            // SAFETY: within the range the hypervisor named.
+            let khz = u64::from(unsafe { __cpuid(0x4000_0010) }.eax);
+            if khz != 0 {
+                return Some(khz);
+            }
+        }
+    }
+    None
 }

@@ -20,6 +20,13 @@
 //! equal the increments its threads counted.
 //!
 //! Run: `cargo bench --bench locks [-- --quick]`.
+//!
+//! `-- --per-op [N]` instead runs N (default 1,000,000) uncontended
+//! lock+unlock pairs of each documented lock type, one thread, each type
+//! in a loop function of its own (`per_op_*`), and prints ns per pair;
+//! under `valgrind --tool=callgrind --toggle-collect='*per_op_*'` the
+//! instructions of each function divided by N are the instructions per
+//! uncontended lock+unlock (see `per_op` below for the command).
 
 mod common;
 
@@ -31,7 +38,10 @@ use common::{CachePadded, median, timed_threads};
 use core_affinity::CoreId;
 use ksync::LockRef;
 use ksync::kernel::set_vcpu_preemptible;
-use ksync::spinlock::{IrqQueuedMutex, QueuedMutex, TicketMutex, TtasMutex};
+use ksync::spinlock::{
+    ArchIrqTicketMutex, IrqQueuedMutex, IrqTicketMutex, IrqTtasMutex, NoGuard, QueuedMutex,
+    RawIrqSave, RawTicketLock, SpinLock, TicketMutex, TtasMutex,
+};
 
 const THREADS: [usize; 4] = [1, 2, 4, 8];
 
@@ -138,7 +148,95 @@ fn run(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> Sample {
     }
 }
 
+/// The lock types of the README's "which lock" table, each measured by a
+/// loop function of its own: `(name, fn(iterations))`.
+macro_rules! per_op_types {
+    ($($fn:ident: $name:literal => $mutex:expr;)*) => {
+        $(
+            #[inline(never)]
+            fn $fn(n: u64) {
+                let m = CachePadded::new($mutex);
+                for _ in 0..n {
+                    *black_box(&*m).lock() += 1;
+                }
+                assert_eq!(*m.lock(), n);
+            }
+        )*
+        const PER_OP: &[(&str, fn(u64))] = &[$(($name, $fn)),*];
+    };
+}
+
+// One row per distinct type: two rows of one type would be one function
+// (the linker folds identical code), and callgrind would count both runs
+// under one name.
+per_op_types! {
+    per_op_ticket: "TicketMutex = SpinLock<T>" => TicketMutex::new(0u64);
+    per_op_queued: "QueuedMutex" => QueuedMutex::new(0u64);
+    per_op_ttas: "TtasMutex" => TtasMutex::new(0u64);
+    per_op_noguard: "SpinLock<T, NoGuard>" => SpinLock::<u64, NoGuard>::new(0);
+    per_op_irq_ticket: "IrqTicketMutex = SpinLock<T, IrqDisabled>" => IrqTicketMutex::new(0u64);
+    per_op_irq_queued: "IrqQueuedMutex = SpinLock<T, IrqDisabled, QueuedLock>" =>
+        IrqQueuedMutex::new(0u64);
+    per_op_irq_ttas: "IrqTtasMutex = SpinLock<T, IrqDisabled, TtasLock>" => IrqTtasMutex::new(0u64);
+    per_op_irq_save_ticket: "Mutex<RawIrqSave<RawTicketLock>>" =>
+        ksync::lock_api::Mutex::<RawIrqSave<RawTicketLock>, u64>::new(0);
+    per_op_arch_irq_ticket: "ArchIrqTicketMutex = SpinLock<T, IrqDisabled<ArchIrq>>" =>
+        ArchIrqTicketMutex::new(0u64);
+}
+
+/// This thread's CPU time in ns (Linux), else the wall clock: on a shared
+/// machine the wall clock also counts the time other processes ran.
+fn cpu_ns() -> u128 {
+    #[cfg(target_os = "linux")]
+    {
+        let mut ts = libc::timespec {
+            tv_sec: 0,
+            tv_nsec: 0,
+        };
+        // SAFETY: `ts` is a valid, writable timespec; the clock id is a
+        // constant the kernel knows.
+        let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+        assert_eq!(rc, 0, "clock_gettime(CLOCK_THREAD_CPUTIME_ID) failed");
+        ts.tv_sec as u128 * 1_000_000_000 + ts.tv_nsec as u128
+    }
+    #[cfg(not(target_os = "linux"))]
+    {
+        use std::sync::OnceLock;
+        static START: OnceLock<Instant> = OnceLock::new();
+        START.get_or_init(Instant::now).elapsed().as_nanos()
+    }
+}
+
+/// `--per-op [N] [REPS]`: one thread, no contention, FIFO mode (the ticket
+/// and queued locks' plain paths); each type's N pairs REPS times (types
+/// interleaved within each rep), printing the median and the minimum of
+/// the reps' thread CPU ns per pair. For instruction counts:
+/// `valgrind --tool=callgrind --toggle-collect='locks::per_op_ticket'
+/// target/release/deps/locks-* --per-op 100000 1`, then divide the
+/// collected total by N (one run per type).
+fn per_op(n: u64, reps: usize) {
+    set_vcpu_preemptible(false);
+    let mut ns: Vec<Vec<f64>> = PER_OP.iter().map(|_| Vec::new()).collect();
+    for _ in 0..reps {
+        for (i, (_, f)) in PER_OP.iter().enumerate() {
+            let start = cpu_ns();
+            f(n);
+            ns[i].push((cpu_ns() - start) as f64 / n as f64);
+        }
+    }
+    println!("| lock | ns per lock+unlock, median | min |\n|---|---:|---:|");
+    for ((name, _), v) in PER_OP.iter().zip(&mut ns) {
+        let min = v.iter().copied().fold(f64::INFINITY, f64::min);
+        println!("| {name} | {:.2} | {min:.2} |", median(v));
+    }
+}
+
 fn main() {
+    let args: Vec<String> = std::env::args().collect();
+    if let Some(i) = args.iter().position(|a| a == "--per-op") {
+        let arg = |k: usize, d: u64| args.get(i + k).and_then(|a| a.parse().ok()).unwrap_or(d);
+        return per_op(arg(1, 1_000_000), arg(2, 15) as usize);
+    }
     let (ms, reps) = common::settings();
     let dur = Duration::from_millis(ms);
     let cores = core_affinity::get_core_ids().unwrap_or_default();

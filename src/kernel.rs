@@ -846,8 +846,8 @@ pub use lockdep_report::Report as LockdepReport;
 pub(crate) use spin::{BACKOFF_MAX, Backoff, StallSite, StallWatch, Waiter, kick_waiters};
 pub use spin::{
     SPIN_LIMIT, STALL_BOUND_MS, STALL_BOUND_ROUNDS, SpinWait, VcpuMode, VcpuStall, set_spin_wait,
-    set_vcpu_mode, set_vcpu_preemptible, set_vcpu_stall_hook, vcpu_mode, vcpu_preemptible,
-    vcpu_stall,
+    set_stall_clock_rate, set_vcpu_mode, set_vcpu_preemptible, set_vcpu_stall_hook,
+    stall_clock_rate, vcpu_mode, vcpu_preemptible, vcpu_stall,
 };
 
 #[cfg(all(test, feature = "test-hooks"))]

@@ -14,7 +14,8 @@
 //! | [`RawTicketLock`] | FIFO: strict arrival order | one `fetch_add` on `next` to lock, a load and a store of `owner` to unlock (the two are separate 32-bit words: Rust has no mixed-size atomics for Linux's halfword store) | every waiter spins on the same line; no starvation | locks that several CPUs fight over, where a starving CPU would be a bug (run queues, shared allocators) |
 //! | [`RawQueuedLock`] | FIFO: the pending CPU, then an MCS queue of per-CPU nodes | one compare-exchange to lock, one `fetch_sub` to unlock | each waiter spins on its own node's line: a hand-off costs one line transfer however many wait | heavily contended locks on many CPUs; needs [`set_kernel!`](crate::set_kernel) |
 //! | [`RawTtasLock`] | none: whoever wins the race | one compare-exchange, a plain store | waiters only read until it looks free; the holder often re-takes it (good throughput, unfair) | rarely contended locks, and locks taken mostly by one CPU |
-//! | [`RawIrqSave<R>`] | as `R` | plus saving and masking local interrupts | as `R` | any lock also taken from an interrupt handler |
+//! | [`SpinLock<T, IrqDisabled, A>`](SpinLock) (the `Irq*Mutex` aliases) | as `A` | plus saving and masking local interrupts | as `A` | any lock also taken from an interrupt handler |
+//! | [`RawIrqSave<R>`] | as `R` | plus saving and masking local interrupts, and two preemption hook calls | as `R` | the same, around a raw lock that is not a [`RawSpinlock`] |
 //!
 //! When CPUs may be descheduled while they spin
 //! ([`crate::kernel::vcpu_preemptible`]: a guest with
@@ -51,9 +52,14 @@
 //! * [`NoGuard`]: nothing (Linux's `arch_spin_lock`), for a scheduler's
 //!   own locks and for binaries without `set_kernel!`;
 //! * [`IrqDisabled`]: local interrupts saved and masked, then preemption
-//!   (`spin_lock_irqsave`); the `Irq*Mutex` aliases do the same through
-//!   [`RawIrqSave`]; the `ArchIrq*Mutex` aliases mask with the CPU's own
-//!   instructions and call no hook.
+//!   (`spin_lock_irqsave`); on release interrupts are restored, then
+//!   preemption enabled (`spin_unlock_irqrestore`). The `Irq*Mutex`
+//!   aliases are this policy ([`IrqTicketMutex<T>`] is
+//!   `SpinLock<T, IrqDisabled>`: one type, one cost); the `ArchIrq*Mutex`
+//!   aliases are `IrqDisabled<ArchIrq>`, which masks with the CPU's own
+//!   instructions and calls no hook. The [`RawIrqSave`] adapter does the
+//!   same around a lock it knows nothing of, for two more preemption hook
+//!   calls per release.
 //!
 //! [`SpinLock<T, G, A>`](SpinLock) is one lock generic over the policy and
 //! the algorithm; its guard [`SpinLockGuard`] can be named and passed
@@ -295,19 +301,28 @@ pub type SpinLock<T, G = PreemptDisabled, A = TicketLock> = lock_api::Mutex<RawS
 /// The guard of a [`SpinLock`].
 pub type SpinLockGuard<'a, T, G = PreemptDisabled, A = TicketLock> =
     lock_api::MutexGuard<'a, RawSpinlock<A, G>, T>;
-/// A [`TicketMutex`] that saves and disables local interrupts while held.
-/// Interrupts are masked through the kernel's hooks ([`KernelIrq`]); see
-/// [`ArchIrqTicketMutex`] for binaries without [`set_kernel!`](crate::set_kernel).
-pub type IrqTicketMutex<T> = lock_api::Mutex<RawIrqSave<RawTicketLock>, T>;
-/// A [`TtasMutex`] that saves and disables local interrupts while held.
-pub type IrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock>, T>;
+/// A [`TicketMutex`] that saves and disables local interrupts while held
+/// (then preemption): [`SpinLock<T, IrqDisabled>`](SpinLock), Linux's
+/// `spin_lock_irqsave`. Interrupts are masked through the kernel's hooks
+/// ([`KernelIrq`]); see [`ArchIrqTicketMutex`] for binaries without
+/// [`set_kernel!`](crate::set_kernel). On release, interrupts are restored
+/// before preemption is enabled (`spin_unlock_irqrestore`).
+///
+/// It is the [`IrqDisabled`] policy, not the [`RawIrqSave`] adapter over a
+/// [`RawTicketLock`]: the same work in the same order, kept in one place
+/// (the adapter wraps locks it knows nothing of, and pays two more
+/// preemption hook calls per release to restore interrupts first).
+pub type IrqTicketMutex<T> = SpinLock<T, IrqDisabled>;
+/// A [`TtasMutex`] that saves and disables local interrupts while held:
+/// [`SpinLock<T, IrqDisabled, TtasLock>`](SpinLock), as
+/// [`IrqTicketMutex`].
+pub type IrqTtasMutex<T> = SpinLock<T, IrqDisabled, TtasLock>;
 /// An [`IrqTicketMutex`] that masks interrupts with the architecture's
 /// instructions ([`ArchIrq`]) instead of the kernel's hooks: usable in a
 /// binary that never calls [`set_kernel!`](crate::set_kernel).
 ///
-/// Its inner lock is [`NoGuard`]: it calls no hook at all (preemption is
-/// held off by the masked interrupts).
-pub type ArchIrqTicketMutex<T> =
-    lock_api::Mutex<RawIrqSave<RawTicketLock<Spin, NoGuard>, ArchIrq>, T>;
+/// [`SpinLock<T, IrqDisabled<ArchIrq>>`](SpinLock): it calls no hook at
+/// all (preemption is held off by the masked interrupts).
+pub type ArchIrqTicketMutex<T> = SpinLock<T, IrqDisabled<ArchIrq>>;
 /// An [`IrqTtasMutex`] masking with [`ArchIrq`], as [`ArchIrqTicketMutex`].
-pub type ArchIrqTtasMutex<T> = lock_api::Mutex<RawIrqSave<RawTtasLock<Spin, NoGuard>, ArchIrq>, T>;
+pub type ArchIrqTtasMutex<T> = SpinLock<T, IrqDisabled<ArchIrq>, TtasLock>;

@@ -228,7 +228,7 @@ fn plain_locks_inside_irq_save_are_not_irq_safe() {
 
     // The IRQ-saving form outside a handler: the same.
     static OUTER: IrqTicketMutex<u32> = IrqTicketMutex::from_raw(
-        ksync::spinlock::RawIrqSave::new(RawTicketLock::with_class(lock_class!("irqsave-outer"))),
+        RawTicketLock::with_relax_in_class(lock_class!("irqsave-outer")),
         0,
     );
     let inner = named("under-irqsave");

@@ -434,3 +434,85 @@ fn every_lock_says_whether_it_is_locked() {
     drop(global);
     assert!(!br.is_locked());
 }
+
+/// Issue 37, defect 6: the IRQ-saving mutexes and the `RawIrqSave`
+/// adapter restore interrupts before the preemption point of their
+/// `preempt_enable` (`spin_unlock_irqrestore`'s order), as
+/// `IrqDisabled` does above.
+#[test]
+fn irq_saving_mutexes_restore_interrupts_before_preempting() {
+    fn check<M: RawMutex>(what: &str, lock: &M) {
+        assert!(!host::irqs_disabled(), "{what}: before");
+        lock.lock();
+        assert!(host::irqs_disabled(), "{what}: held");
+        assert_eq!(host::preempt_count(), 1, "{what}: held");
+        let irqs_off_at_preemption = Rc::new(Cell::new(None));
+        let seen = irqs_off_at_preemption.clone();
+        host::preempt_at_next_point(move || seen.set(Some(host::irqs_disabled())));
+        // SAFETY: held, just above.
+        unsafe { lock.unlock() };
+        assert_eq!(
+            irqs_off_at_preemption.get(),
+            Some(false),
+            "{what}: the preemption at unlock ran with interrupts masked (or did not run)"
+        );
+        assert!(!host::irqs_disabled(), "{what}: after");
+        assert_eq!(host::preempt_count(), 0, "{what}: after");
+    }
+    let (ticket, queued, ttas) = (
+        IrqTicketMutex::new(0),
+        ksync::spinlock::IrqQueuedMutex::new(0),
+        ksync::spinlock::IrqTtasMutex::new(0),
+    );
+    // SAFETY: (each `raw`) the raw lock is locked and unlocked in pairs by
+    // `check`, never while a guard exists.
+    check("IrqTicketMutex", unsafe { ticket.raw() });
+    // SAFETY: as above.
+    check("IrqQueuedMutex", unsafe { queued.raw() });
+    // SAFETY: as above.
+    check("IrqTtasMutex", unsafe { ttas.raw() });
+    let adapter = ksync::spinlock::RawIrqSave::new(RawTicketLock::new());
+    check("RawIrqSave<RawTicketLock>", &adapter);
+}
+
+/// Issue 37, defect 4: `lock_preemptible` followed by the lock's `unlock`
+/// keeps the preemption count balanced, inside an outer lock too (before
+/// the fix the count fell to 0 inside the outer lock: the holder could be
+/// preempted and moved while holding it).
+#[test]
+fn lock_preemptible_then_unlock_keeps_the_count() {
+    let outer = TicketMutex::new(0);
+    let inner = RawTicketLock::new();
+    let g = outer.lock();
+    assert_eq!(host::preempt_count(), 1);
+    inner.lock_preemptible();
+    let held_count = host::preempt_count();
+    assert!(inner.is_held());
+    // SAFETY: held, taken by `lock_preemptible` just above.
+    unsafe { inner.unlock() };
+    assert_eq!(
+        host::preempt_count(),
+        1,
+        "the count inside the outer lock is unbalanced"
+    );
+    assert_eq!(
+        held_count, 2,
+        "lock_preemptible held the lock with preemption enabled"
+    );
+    drop(g);
+    assert_eq!(host::preempt_count(), 0);
+}
+
+/// Issue 37, defect 4: a hold taken through `arch()` is released through
+/// it; the tracked `unlock` (whose contract forbids it) is caught in debug
+/// builds instead of unbalancing the count.
+#[cfg(debug_assertions)]
+#[test]
+#[should_panic(expected = "unlock of a spinlock that is not held")]
+fn arch_hold_released_by_the_tracked_unlock_is_caught() {
+    let lock = RawTicketLock::new();
+    lock.arch().lock();
+    // SAFETY: deliberately outside the contract (taken through `arch`):
+    // the debug owner check panics before anything is undone.
+    unsafe { lock.unlock() };
+}

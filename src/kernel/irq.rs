@@ -71,6 +71,15 @@ pub unsafe trait IrqControl {
     /// `flags` comes from the matching `save` on this CPU; saves are
     /// restored in reverse order.
     unsafe fn restore(flags: Self::Flags);
+
+    /// Whether this masking goes through the kernel's hooks, so that the
+    /// [`RawIrqSave`](crate::spinlock::RawIrqSave) adapter may call the
+    /// kernel's preemption hooks too (to restore interrupts before the
+    /// inner lock's `preempt_enable` runs; see its `unlock`). `false`
+    /// unless said: a masking that needs no hooks must not start calling
+    /// them.
+    #[doc(hidden)]
+    const KERNEL_HOOKS: bool = false;
 }
 
 /// Interrupt masking through the kernel's hooks
@@ -84,6 +93,7 @@ pub struct KernelIrq;
 // `# Safety`) is this trait's.
 unsafe impl IrqControl for KernelIrq {
     type Flags = usize;
+    const KERNEL_HOOKS: bool = true;
 
     #[inline]
     fn save() -> usize {

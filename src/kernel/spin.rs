@@ -100,9 +100,9 @@ static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
 /// waits on (the ticket lock's and lockref's `owner`; the queued lock's
 /// word, seen from the pending CPU, the queue head and every queued CPU,
 /// and the head's wait for its successor's link) with the architecture's
-/// counter (x86_64 `rdtsc`, aarch64 `CNTVCT_EL0` at `CNTFRQ_EL0`, riscv64
-/// `rdtime`; elsewhere spin rounds, [`STALL_BOUND_ROUNDS`]), looking every
-/// 128 rounds. The first waiter that sees no change for [`STALL_BOUND_MS`]
+/// counter (x86_64 `rdtsc`, aarch64 `CNTVCT_EL0`, riscv64 `rdtime`) at
+/// its real rate ([`set_stall_clock_rate`]; where no rate is known, spin
+/// rounds, [`STALL_BOUND_ROUNDS`]), looking every 128 rounds. The first waiter that sees no change for [`STALL_BOUND_MS`]
 /// switches the process to test-and-set hand-off, once and for good, and
 /// reports it ([`vcpu_stall`], [`set_vcpu_stall_hook`]). Waiters already
 /// queued keep their places and drain; new acquisitions take the
@@ -126,12 +126,16 @@ static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
 ///
 /// # The bound
 ///
-/// A FIFO waiter's clock restarts at every change it sees, so what it
+/// A FIFO waiter's clock restarts at every hand-off it sees, so what it
 /// measures is the time in which *no* hand-off happened ahead of it: for
 /// the ticket lock and lockref one critical section (the holder's) plus
-/// one hand-off; for the queued lock's queued CPUs the lock word, which
-/// changes at every hand-off (the locked byte, the tails of CPUs that
-/// queue again), so not the length of the queue. On real hardware that is
+/// one hand-off, as `owner` moves on at each; for the queued lock's
+/// pending CPU and queue head likewise (the lock word they wait on
+/// changes at each hand-off); for a CPU further back in the queue, the
+/// hand-offs its predecessor saw, passed down the queue one node at a
+/// time (each queued CPU advances a counter in its node when it sees its
+/// predecessor's advance, becomes the head, or sees the word change as
+/// head), so not the length of the queue either. On real hardware that is
 /// a spinlock critical section, microseconds (Linux's lock-holding code
 /// is written to keep it so; a section that disables interrupts for a
 /// millisecond is a latency bug there), and a hand-off, tens of
@@ -143,11 +147,14 @@ static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
 /// first few contended hand-offs (measured in QEMU at `-smp 8` on 2 host
 /// cores: see the README).
 ///
-/// The counter rate behind "4 ms": aarch64 states it (`CNTFRQ_EL0`);
-/// x86_64's TSC rate is assumed to be 3 GHz (so the bound is 3-12 ms on
-/// 1-4 GHz parts) and riscv64's `time` 10 MHz (QEMU `virt`; 1-24 MHz on
-/// boards, so 1.7-40 ms: the 24 MHz Allwinner D1 is the one where it is
-/// shortest, still far above a critical section).
+/// The counter rate behind "4 ms" is the counter's real one, never
+/// assumed: the kernel's word if it gave one ([`set_stall_clock_rate`]:
+/// riscv64's `timebase-frequency` from the device tree, a calibrated TSC),
+/// else the architecture's (aarch64 `CNTFRQ_EL0`; x86_64 CPUID leaf 0x15
+/// or 0x16, or the hypervisor's leaf 0x40000010), else, with the host test
+/// hooks, the counter calibrated against the host's clock; where none is
+/// known the watch counts [`STALL_BOUND_ROUNDS`] spin rounds instead (4
+/// ms at the very least).
 ///
 /// What can trip it on real hardware, and what it costs: a lock held for
 /// milliseconds (printing to a slow serial console under a spinlock, a
@@ -281,6 +288,97 @@ pub const STALL_BOUND_ROUNDS: u64 = 1 << 22;
 /// (tens of cycles; more under emulation), a round a `spin_loop`.
 const STALL_CHECK_ROUNDS: u32 = 1 << 7;
 
+/// The stall clock's rate in ticks per ms: 0 until resolved, [`NO_RATE`]
+/// when none is known (the watch counts rounds). Configuration, `core`'s
+/// atomic even under loom.
+static CLOCK_RATE: StatCounter = StatCounter::new(0);
+const NO_RATE: usize = usize::MAX;
+
+/// States the rate of the architecture's counter that the FIFO locks'
+/// stall watch reads (x86_64 TSC, aarch64 `CNTVCT_EL0`, riscv64 `time`),
+/// in ticks per millisecond: riscv64's `timebase-frequency` / 1000 from
+/// the device tree, a TSC rate the kernel calibrated. Overrides what the
+/// architecture states. Without it the rate is the architecture's
+/// (aarch64 `CNTFRQ_EL0`, x86_64 CPUID), with the host test hooks one
+/// calibrated against the host's clock, and otherwise unknown: the watch
+/// then counts spin rounds ([`STALL_BOUND_ROUNDS`]). Set it at boot; a
+/// change later only moves the bound of checks that follow.
+///
+/// # Panics
+/// If `ticks_per_ms` is 0, or does not fit a `usize` below `usize::MAX`.
+pub fn set_stall_clock_rate(ticks_per_ms: u64) {
+    let rate = usize::try_from(ticks_per_ms)
+        .ok()
+        .filter(|&r| r != 0 && r != NO_RATE)
+        .unwrap_or_else(|| {
+            panic!("ksync: stall clock rate {ticks_per_ms} ticks/ms: must be 1..{NO_RATE}")
+        });
+    // Relaxed: configuration read by a heuristic (see `MODE`).
+    CLOCK_RATE.store(rate, Relaxed);
+}
+
+/// The rate, in ticks per millisecond, at which the stall watch reads the
+/// architecture's counter ([`set_stall_clock_rate`] says where it comes
+/// from); `None` where no counter or no rate is known (the watch counts
+/// spin rounds).
+pub fn stall_clock_rate() -> Option<u64> {
+    // Relaxed: see `set_stall_clock_rate`.
+    let rate = match CLOCK_RATE.load(Relaxed) {
+        0 => resolve_rate(),
+        rate => rate,
+    };
+    (rate != NO_RATE).then_some(rate as u64)
+}
+
+#[cold]
+fn resolve_rate() -> usize {
+    let rate = if crate::arch::stall_clock().is_none() {
+        None
+    } else {
+        crate::arch::stall_clock_rate().or_else(calibrate)
+    };
+    let rate = rate
+        .and_then(|r| usize::try_from(r).ok())
+        .filter(|&r| r != 0 && r != NO_RATE)
+        .unwrap_or(NO_RATE);
+    // Only over "unresolved": a rate the kernel stated meanwhile stays.
+    // Targets without CAS are single-core: a store will do.
+    #[cfg(target_has_atomic = "ptr")]
+    return match CLOCK_RATE.compare_exchange(0, rate, Relaxed, Relaxed) {
+        Ok(_) => rate,
+        Err(stated) => stated,
+    };
+    #[cfg(not(target_has_atomic = "ptr"))]
+    {
+        CLOCK_RATE.store(rate, Relaxed);
+        rate
+    }
+}
+
+/// With the host test hooks: the counter's rate measured against the
+/// host's monotonic clock over a millisecond (both run at constant rates,
+/// so a preemption during the measurement costs no accuracy).
+#[cfg(all(feature = "test-hooks", not(ksync_loom), not(miri)))]
+fn calibrate() -> Option<u64> {
+    let start = std::time::Instant::now();
+    let ticks = crate::arch::stall_clock()?;
+    let (ns, now) = loop {
+        let ns = start.elapsed().as_nanos();
+        let now = crate::arch::stall_clock()?;
+        if ns >= 1_000_000 {
+            break (ns, now);
+        }
+        core::hint::spin_loop();
+    };
+    let per_ms = u128::from(now.checked_sub(ticks)?) * 1_000_000 / ns;
+    u64::try_from(per_ms).ok().filter(|&r| r != 0)
+}
+
+#[cfg(not(all(feature = "test-hooks", not(ksync_loom), not(miri))))]
+fn calibrate() -> Option<u64> {
+    None
+}
+
 /// The report of the stall that switched the locks to test-and-set
 /// hand-off ([`vcpu_stall`], [`set_vcpu_stall_hook`]).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -403,27 +501,40 @@ impl StallWatch {
     /// [`Waiter::wait`]; every FIFO waiter asks for it). Returns
     /// whether it advertised or gave the CPU away: the caller must re-check
     /// its condition before waiting again.
+    ///
+    /// The look comes before the round's wait: the caller's value was read
+    /// just before this call, and the clock is read with it, not after a
+    /// `SpinWait::wait` that may have given the CPU away for a while
+    /// (during which the value may have moved on and come back).
     #[inline]
     pub(crate) fn wait<R: spin::relax::RelaxStrategy>(
         &mut self,
         value: impl FnOnce() -> u32,
         give_away: bool,
     ) -> bool {
-        let again = self.waiter.wait::<R>(give_away);
         if !cfg!(ksync_loom) {
             self.rounds = self.rounds.wrapping_add(1);
             if self.rounds % STALL_CHECK_ROUNDS == 0 {
                 self.check(value());
             }
         }
-        again
+        self.waiter.wait::<R>(give_away)
+    }
+
+    /// A hand-off the caller saw by other means (a queued CPU that became
+    /// the queue head, a head that took the lock): the clock starts again
+    /// at the next look.
+    #[inline]
+    pub(crate) fn restart(&mut self) {
+        self.since = None;
     }
 
     #[cold]
     #[inline(never)]
     fn check(&mut self, value: u32) {
         self.checks = self.checks.wrapping_add(1);
-        let (now, bound, ticks) = match crate::arch::stall_clock() {
+        let clock = crate::arch::stall_clock().zip(stall_clock_rate());
+        let (now, bound, ticks) = match clock {
             Some((now, per_ms)) => (now, per_ms.saturating_mul(STALL_BOUND_MS), true),
             None => (
                 u64::from(self.checks),

@@ -112,6 +112,48 @@ impl<L, I: IrqControl> RawIrqSave<L, I> {
     }
 }
 
+#[cfg(not(ksync_loom))]
+impl<L, I: IrqControl> RawIrqSave<L, I> {
+    /// Releases the held lock with `unlock` (the inner lock's plain or fair
+    /// unlock), then restores the interrupt state its holder saved.
+    ///
+    /// The inner lock's unlock may end with `preempt_enable` (a
+    /// [`PreemptDisabled`](super::PreemptDisabled) lock), a preemption
+    /// point that must not run with interrupts still masked
+    /// (`spin_unlock_irqrestore` restores interrupts first). Through the
+    /// kernel's hooks ([`KernelIrq`]) the adapter holds preemption off
+    /// across the inner unlock and the restore, so the point comes after
+    /// the restore: two more hook calls than the [`IrqDisabled`] policy,
+    /// which does the same in one place (and which the `Irq*Mutex` aliases
+    /// use). With other maskings ([`ArchIrq`]: no hooks) the inner lock's
+    /// `preempt_enable`, if it has one, runs before the restore: pair
+    /// those with a [`NoGuard`](super::NoGuard) inner lock, as the
+    /// `ArchIrq` forms of this crate do.
+    ///
+    /// [`IrqDisabled`]: super::IrqDisabled
+    ///
+    /// # Safety
+    /// The caller holds the lock, taken through `lock` or `try_lock`; as
+    /// for `unlock`.
+    #[inline]
+    #[cfg_attr(feature = "lockdep", track_caller)]
+    unsafe fn release(&self, unlock: impl FnOnce(&L)) {
+        // SAFETY: the caller holds the lock, so the state it saved is there.
+        let irq = unsafe { self.take() };
+        if I::KERNEL_HOOKS {
+            crate::kernel::preempt_disable_hook();
+        }
+        unlock(&self.inner);
+        // Restore only once the lock is free.
+        drop(irq);
+        if I::KERNEL_HOOKS {
+            // The preemption point, with interrupts as the holder found
+            // them.
+            crate::kernel::preempt_enable_hook();
+        }
+    }
+}
+
 impl<L: Default, I: IrqControl> Default for RawIrqSave<L, I> {
     fn default() -> Self {
         Self::with_irq(L::default())
@@ -164,12 +206,8 @@ unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqS
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock(&self) {
-        // SAFETY: the caller holds the lock, so the state it saved is there.
-        let irq = unsafe { self.take() };
         // SAFETY: forwarded caller contract.
-        unsafe { self.inner.unlock() };
-        // Restore only once the lock is free.
-        drop(irq);
+        unsafe { self.release(|inner| inner.unlock()) }
     }
 
     #[inline]
@@ -184,10 +222,7 @@ unsafe impl<L: lock_api::RawMutexFair, I: IrqControl> lock_api::RawMutexFair for
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     unsafe fn unlock_fair(&self) {
-        // SAFETY: as in `unlock`.
-        let irq = unsafe { self.take() };
         // SAFETY: forwarded caller contract.
-        unsafe { self.inner.unlock_fair() };
-        drop(irq);
+        unsafe { self.release(|inner| inner.unlock_fair()) }
     }
 }

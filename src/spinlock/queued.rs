@@ -8,7 +8,7 @@ use core::sync::atomic::{Ordering::SeqCst, compiler_fence};
 
 use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
 use super::up::{self, UP};
-use super::{PreemptDisabled, RawIrqSave, RelaxStrategy, Spin};
+use super::{IrqDisabled, PreemptDisabled, RelaxStrategy, Spin};
 use crate::kernel::{
     self, Backoff, MAX_CPUS, StallSite, StallWatch, kick_waiters, vcpu_preemptible,
 };
@@ -20,9 +20,11 @@ use Ordering::{AcqRel, Acquire, Relaxed, Release};
 /// while held).
 #[doc(alias = "qspinlock")]
 pub type QueuedMutex<T> = lock_api::Mutex<RawQueuedLock, T>;
-/// A [`QueuedMutex`] that saves and disables local interrupts while held
-/// (through the kernel's hooks, see [`RawIrqSave`]).
-pub type IrqQueuedMutex<T> = lock_api::Mutex<RawIrqSave<RawQueuedLock>, T>;
+/// A [`QueuedMutex`] that saves and disables local interrupts while held,
+/// then preemption (through the kernel's hooks):
+/// [`SpinLock<T, IrqDisabled, QueuedLock>`](super::SpinLock), as
+/// [`IrqTicketMutex`](super::IrqTicketMutex).
+pub type IrqQueuedMutex<T> = super::SpinLock<T, IrqDisabled, QueuedLock>;
 
 // ---- the word (the layout table is in `QueuedLock`'s docs) -------------------
 
@@ -69,13 +71,62 @@ struct Node {
     /// Node 0 only: how many of this CPU's nodes are in use (Linux's
     /// `node->count`). Only this CPU and its interrupt handlers touch it.
     count: AtomicU32,
+    /// Hand-offs this node's CPU has seen while queued (its predecessor's
+    /// count moving, becoming the queue head, the word changing under the
+    /// head), for the stall watch of its successor, which reads it now and
+    /// then: the queue's progress passed back one node at a time. Only
+    /// this node's CPU writes it; never touched under loom (the watch is
+    /// inert there).
+    handoffs: AtomicU32,
 }
 
 impl Node {
     const_fn! {
         fn new() -> Self {
-            Self { locked: AtomicU32::new(0), next: AtomicU32::new(0), count: AtomicU32::new(0) }
+            Self {
+                locked: AtomicU32::new(0),
+                next: AtomicU32::new(0),
+                count: AtomicU32::new(0),
+                handoffs: AtomicU32::new(0),
+            }
         }
+    }
+
+    /// This node's CPU saw a hand-off: its successor's watch sees the
+    /// count move. Relaxed load and store: only this CPU writes it, and
+    /// its reader only compares values (a stall heuristic, never
+    /// exclusion).
+    #[inline]
+    fn saw_handoff(&self) {
+        if !cfg!(ksync_loom) {
+            let n = self.handoffs.load(Relaxed);
+            self.handoffs.store(n.wrapping_add(1), Relaxed);
+        }
+    }
+}
+
+/// A queued CPU's view of the node ahead of it, for its stall watch: the
+/// predecessor's hand-off count, and whether it moved since the last
+/// look (then this CPU saw a hand-off too, and passes it on).
+struct Ahead {
+    node: &'static Node,
+    seen: u32,
+}
+
+impl Ahead {
+    /// Called by the watch when it looks (never under loom): the value it
+    /// watches, the predecessor's count. A move is passed on to `mine`.
+    #[inline]
+    fn look(&mut self, mine: &Node) -> u32 {
+        // Relaxed: a value for the stall clock only. The node may be
+        // reused by its CPU for another lock once it handed us the lock,
+        // after our last look: any value then is only a clock restart.
+        let now = self.node.handoffs.load(Relaxed);
+        if now != self.seen {
+            self.seen = now;
+            mine.saw_handoff();
+        }
+        now
     }
 }
 
@@ -178,7 +229,7 @@ impl Drop for Nesting {
 ///   only the second and later waiters build the queue. The queue head, in
 ///   turn, spins on the word until the owner and the pending CPU are gone.
 /// * The node is needed only while waiting: the new owner has left the
-///   queue before it returns, so `unlock` is one atomic update of the word
+///   queue before it returns, so `unlock` is one store of the locked byte
 ///   and a guard carries nothing.
 ///
 /// # The lock word
@@ -193,10 +244,17 @@ impl Drop for Nesting {
 ///
 /// Linux updates the locked byte and the pending byte with byte and
 /// halfword stores into this word. Rust's memory model has no mixed-size
-/// atomic accesses to one location, so every update here is a 32-bit
-/// atomic on the whole word: compare-exchange, `fetch_or`, `fetch_and`,
-/// `fetch_add`/`fetch_sub`. In particular unlock is a `fetch_sub` (an atomic
-/// read-modify-write where Linux has a plain byte store).
+/// atomic accesses to one location, so every update in Rust here is a
+/// 32-bit atomic on the whole word: compare-exchange, `fetch_or`,
+/// `fetch_and`, `fetch_add`. The one exception is `unlock` on aarch64 and
+/// riscv64 (bare metal): Linux's release store of the locked byte alone
+/// (`stlrb`, `fence rw,w; sb`), in `asm!` with the hardware's argument for
+/// it, so that an uncontended lock costs one atomic read-modify-write, as
+/// the ticket lock does. On x86_64, and elsewhere and under loom, unlock
+/// is a Release `fetch_sub`: on x86_64 the byte store measured slower (the
+/// next `lock cmpxchg` stalls on the narrower store; see `arch`), so the
+/// queued lock's uncontended pair costs two locked instructions there
+/// against the ticket lock's one.
 /// Fourteen CPU bits limit the lock to 16 383 CPUs: using it with a larger
 /// [`MAX_CPUS`] fails the build.
 ///
@@ -229,7 +287,7 @@ impl Drop for Nesting {
 ///
 /// | store | whose wait it ends |
 /// |---|---|
-/// | `unlock`'s `fetch_sub` | the pending CPU (locked byte clear), the queue head (locked and pending clear), test-and-set waiters (word zero) |
+/// | `unlock`'s store of the locked byte | the pending CPU (locked byte clear), the queue head (locked and pending clear), test-and-set waiters (word zero) |
 /// | the pending-bit undo (`fetch_and`) | the queue head (pending clear) |
 /// | a newcomer's link into its predecessor's `next` | the queue head, which holds the lock and waits for it |
 /// | the head's hand-off to its successor's `locked` | that successor |
@@ -331,7 +389,7 @@ impl<R> QueuedLock<R> {
             return self.try_lock_up();
         }
         // Read first: a failed compare-exchange would still take the line
-        // exclusively. Acquire pairs with the Release `fetch_sub` in
+        // exclusively. Acquire pairs with the release in
         // `unlock` (directly, or through the read-modify-writes after it).
         self.val.load(Relaxed) == 0
             && self
@@ -378,15 +436,19 @@ impl<R> QueuedLock<R> {
             self.val.store(0, Relaxed);
             return;
         }
-        // Release pairs with the Acquire in `lock`, `try_lock` and the
-        // waiters' loads of the word. Subtracting clears the locked byte
-        // without touching pending or the tail, which others may be
-        // changing.
-        let prev = self.val.fetch_sub(LOCKED, Release);
         debug_assert!(
-            prev & LOCKED_MASK == LOCKED,
+            self.val.load(Relaxed) & LOCKED_MASK == LOCKED,
             "unlock of a queued lock that is not held"
         );
+        // Clears the locked byte, leaving pending and the tail, which
+        // others may be changing: a release store of that byte alone where
+        // the architecture has one (Linux's `queued_spin_unlock`), else a
+        // Release `fetch_sub` (see `arch`). Release pairs with the Acquire
+        // in `lock`, `try_lock` and the waiters' loads of the word.
+        // SAFETY: the caller holds the lock (contract), so the locked byte
+        // is 1 and ours to clear; every other access to the word here is a
+        // 32-bit atomic.
+        unsafe { crate::arch::queued_unlock(&self.val) };
         // Always (one flag load when nobody may halt): a pending CPU, the
         // queue head, or a test-and-set waiter (from either mode, or the
         // fifth nesting level) may be halted on this store.
@@ -407,7 +469,7 @@ impl<R: RelaxStrategy> QueuedLock<R> {
             }
             return;
         }
-        // Acquire pairs with the Release `fetch_sub` in `unlock`.
+        // Acquire pairs with the release in `unlock`.
         if let Err(val) = self.val.compare_exchange(0, LOCKED, Acquire, Relaxed) {
             self.lock_slow(val);
         }
@@ -443,7 +505,7 @@ impl<R: RelaxStrategy> QueuedLock<R> {
         }
         if val & !LOCKED_MASK == 0 {
             // Acquire: if the lock is free already, this is where we
-            // synchronize with its last unlock (the Release `fetch_sub`,
+            // synchronize with its last unlock (its release of the locked byte,
             // through any read-modify-writes after it).
             let prev = self.val.fetch_or(PENDING, Acquire);
             if prev & !LOCKED_MASK == 0 {
@@ -451,7 +513,7 @@ impl<R: RelaxStrategy> QueuedLock<R> {
                 if prev & LOCKED_MASK != 0 {
                     let mut watch = StallWatch::new(StallSite::Queued);
                     loop {
-                        // Acquire pairs with the Release `fetch_sub` in
+                        // Acquire pairs with the release in
                         // `unlock`.
                         let val = self.val.load(Acquire);
                         if val & LOCKED_MASK == 0 {
@@ -517,32 +579,59 @@ impl<R: RelaxStrategy> QueuedLock<R> {
         };
 
         // Every stage below watches for a stall (the kernel's
-        // `StallWatch`). A queued waiter watches the lock word, not only its
-        // own node: the word changes with every hand-off (the locked byte,
-        // the tail of re-queueing CPUs), so a stall is time in which the
-        // whole queue ahead did not move, never the length of the queue.
+        // `StallWatch`): time in which this CPU saw no hand-off ahead of
+        // it, never the length of the queue. A queued CPU cannot see the
+        // hand-offs at the head from its own node, and the lock word reads
+        // the same (`tail | LOCKED`) after each of them; so it watches its
+        // predecessor's hand-off count, which moves whenever the
+        // predecessor saw one (see `Node::handoffs`), and moves its own for
+        // its successor. The head watches the word, which changes when its
+        // owner or the pending CPU lets go.
         let mut watch = StallWatch::new(StallSite::Queued);
         if old & TAIL_MASK != 0 {
+            let pred = node_of(old);
+            let mut ahead = Ahead {
+                node: pred,
+                seen: if cfg!(ksync_loom) {
+                    0
+                } else {
+                    // Relaxed: see `Ahead::look`.
+                    pred.handoffs.load(Relaxed)
+                },
+            };
             // Link behind the old tail. Release pairs with its Acquire load
             // of `next`: our `locked = 0` happens-before its hand-off.
-            node_of(old).next.store(tail, Release);
+            pred.next.store(tail, Release);
             // Our predecessor may be the queue head, holding the lock and
             // waiting (even halted) for this link.
             kick_waiters();
             // Acquire pairs with the predecessor's Release hand-off store.
             while node.locked.load(Acquire) == 0 {
-                // Relaxed: only a stall's clock reads it.
-                watch.wait::<R>(|| self.val.load(Relaxed), true);
+                watch.wait::<R>(|| ahead.look(node), true);
             }
+            // Handed the head: a hand-off, for us and our successor.
+            node.saw_handoff();
+            watch.restart();
         }
 
         // Queue head: wait for the owner and the pending CPU to go, then
-        // take the lock. Acquire pairs with the Release `fetch_sub` in
+        // take the lock. Acquire pairs with the release in
         // `unlock`.
+        let mut word = None;
         loop {
             let val = self.val.load(Acquire);
             if val & LOCKED_PENDING_MASK != 0 {
-                watch.wait::<R>(|| val, true);
+                watch.wait::<R>(
+                    || {
+                        // The owner or the pending CPU let go (or a CPU
+                        // queued behind us): tell our successor.
+                        if word.replace(val).is_some_and(|w| w != val) {
+                            node.saw_handoff();
+                        }
+                        val
+                    },
+                    true,
+                );
                 continue;
             }
             if val & TAIL_MASK != tail {
@@ -567,6 +656,10 @@ impl<R: RelaxStrategy> QueuedLock<R> {
         // Someone queued behind us: lock and keep the tail. Relaxed as
         // above; nobody else sets locked while a tail is queued.
         self.val.fetch_or(LOCKED, Relaxed);
+        // The lock is ours: a hand-off. Our successor (linked, or about
+        // to) watches our count; our own wait for its link starts afresh.
+        node.saw_handoff();
+        watch.restart();
 
         // Hand the head over once the successor has linked itself (it is
         // between its tail exchange and its link store). Acquire pairs with

@@ -7,7 +7,7 @@ use core::marker::PhantomData;
 
 use super::tracked::{ArchSpinlock, FairArchSpinlock, RawSpinlock, tracked_constructors};
 use super::up::{self, UP};
-use super::{IrqState, PreemptDisabled, RelaxStrategy, Spin};
+use super::{IrqState, PreemptDisabled, RelaxStrategy, Spin, SpinGuardian};
 use crate::kernel::{Backoff, StallSite, StallWatch, kick_waiters, vcpu_preemptible};
 use crate::sync::{AtomicU32, Ordering, const_fn, relax};
 
@@ -430,14 +430,17 @@ tracked_constructors!(TicketLock, RawTicketLock, "ticket lock");
 #[doc(alias = "arch_spinlock_t")]
 pub type RawTicketLock<R = Spin, G = PreemptDisabled> = RawSpinlock<TicketLock<R>, G>;
 
-impl<R: RelaxStrategy> RawTicketLock<R> {
-    /// [`TicketLock::lock_preemptible`], recorded by lockdep as `lock` is.
+impl<R: RelaxStrategy, G: SpinGuardian> RawSpinlock<TicketLock<R>, G> {
+    /// [`lock`](RawSpinlock::lock) waiting by test-and-set
+    /// ([`TicketLock::lock_preemptible`]) whatever the mode: disables what
+    /// `G` disables, tells lockdep, keeps the saved state and (debug
+    /// builds) the owner record, as `lock` does, so that
+    /// [`unlock`](RawSpinlock::unlock) releases it like any other hold.
     #[doc(alias = "virt_spin_lock")]
     #[inline]
-    #[cfg_attr(feature = "lockdep", track_caller)]
+    #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
     pub fn lock_preemptible(&self) {
-        self.dep_map().acquire(0, false, false);
-        self.arch().lock_preemptible();
+        self.lock_with(0, TicketLock::lock_preemptible);
     }
 }
 

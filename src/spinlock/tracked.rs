@@ -162,16 +162,13 @@ impl<A, G: SpinGuardian> RawSpinlock<A, G> {
     }
 
     /// The algorithm underneath, which tells lockdep nothing and disables
-    /// nothing (for locks that record at their own level).
+    /// nothing (for locks that record at their own level). A hold taken
+    /// through it is released through it (`arch().unlock()`), never with
+    /// this lock's [`unlock`](Self::unlock), which would undo a policy
+    /// `enter` that never happened (see its `# Safety`).
     #[inline]
     pub fn arch(&self) -> &A {
         &self.arch
-    }
-
-    /// The lock's lockdep map (for an algorithm's own extra entry points).
-    #[inline]
-    pub(crate) fn dep_map(&self) -> &Map {
-        &self.dep_map
     }
 
     /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
@@ -284,6 +281,18 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     #[inline(always)]
     #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
     fn lock_nested_inner(&self, subclass: u8) {
+        self.lock_with(subclass, A::lock);
+    }
+
+    /// [`lock_nested`](Self::lock_nested) with `take` as the algorithm's
+    /// acquisition (for an algorithm's other ways to wait, such as
+    /// [`TicketLock::lock_preemptible`](super::TicketLock::lock_preemptible)):
+    /// everything `lock` does around it (the policy's `enter`, lockdep,
+    /// the saved state and the owner record), so that
+    /// [`unlock`](Self::unlock) undoes exactly what was done.
+    #[inline(always)]
+    #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
+    pub(crate) fn lock_with(&self, subclass: u8, take: impl FnOnce(&A)) {
         let saved = G::enter();
         self.dep_map.acquire(subclass, false, false);
         // This CPU's tag, read once: `G::enter` keeps the context on its
@@ -291,7 +300,7 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
         // interrupts), so it is still this CPU's once the lock is taken.
         #[cfg(debug_assertions)]
         let tag = self.check_not_mine();
-        self.arch.lock();
+        take(&self.arch);
         // SAFETY: held by this context, taken after `saved` was saved.
         unsafe { self.keep(saved) };
         #[cfg(debug_assertions)]
@@ -326,11 +335,18 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     /// # Safety
     /// The lock must be held by the caller's context, or by a context of
     /// this CPU that handed it over (a context switch); for a policy other
-    /// than [`NoGuard`], on the CPU that took it.
+    /// than [`NoGuard`], on the CPU that took it. It must have been taken
+    /// through this `RawSpinlock` (`lock`, `lock_nested`, `try_lock`,
+    /// `lock_preemptible`), which ran the policy's `enter` and kept its
+    /// state: a hold taken through [`arch`](Self::arch) is released with
+    /// `arch().unlock()` (this `unlock` would run `G::exit` for an `enter`
+    /// that never ran, unbalancing the preemption count, and read a saved
+    /// state never written).
     ///
     /// # Panics
     /// In debug builds (policies that record the owner), if the lock is
-    /// held by another CPU or by nobody.
+    /// held by another CPU or by nobody (which catches a hold taken
+    /// through [`arch`](Self::arch): it records no owner).
     #[doc(alias = "spin_unlock")]
     #[inline]
     #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
@@ -625,6 +641,20 @@ macro_rules! tracked_constructors {
                 #[cfg_attr(feature = "lockdep", track_caller)]
                 pub fn with_relax() -> Self {
                     Self::from_arch($arch::with_relax())
+                }
+            }
+        }
+
+        impl<R, G: $crate::spinlock::SpinGuardian> $crate::spinlock::RawSpinlock<$arch<R>, G> {
+            $crate::sync::const_fn! {
+                #[doc = concat!("A new, unlocked ", $name, " in `key`'s [lockdep](crate::lockdep) class,")]
+                /// with the relax strategy and guard policy the context
+                /// names (`with_class` is the default ones'), for the
+                #[doc = concat!("`Irq` aliases: `SpinLock::<u64, IrqDisabled, ", stringify!($arch), ">::from_raw(")]
+                #[doc = concat!(stringify!($alias), "::with_relax_in_class(lock_class!(\"timers\")), 0)`.")]
+                #[doc(alias = "lockdep_set_class")]
+                pub fn with_relax_in_class(key: &'static $crate::lockdep::LockClassKey) -> Self {
+                    Self::from_arch_in($arch::with_relax(), key)
                 }
             }
         }

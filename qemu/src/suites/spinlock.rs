@@ -40,9 +40,7 @@
 use core::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 
 use ksync::lock_api::{self, GuardSend, RawMutex};
-use ksync::spinlock::{
-    IrqQueuedMutex, IrqTicketMutex, IrqTtasMutex, QueuedMutex, RawIrqSave, RawQueuedLock,
-};
+use ksync::spinlock::{IrqQueuedMutex, IrqTicketMutex, IrqTtasMutex, QueuedMutex, RawIrqSave};
 
 use super::{Rng, bump_pair, busy_work};
 use crate::harness::{Ctx, Info, Kind, Suite, Summary};
@@ -55,6 +53,10 @@ const CS_WORK: u32 = 16;
 const IRQ_ACQUISITIONS: u32 = 1;
 /// Thread-context iterations per side-lock acquisition.
 const SIDE_EVERY: u64 = 4;
+
+/// The raw lock of the `Irq*Mutex` aliases over algorithm `A` (the
+/// `IrqDisabled` policy: `IrqTicketMutex<T>` is `SpinLock<T, IrqDisabled>`).
+type IrqRaw<A> = ksync::spinlock::RawSpinlock<A, ksync::spinlock::IrqDisabled>;
 
 /// A lock that excludes nobody: the control.
 pub struct NoExclusion;
@@ -127,31 +129,31 @@ pub struct SpinTorture<R: RawMutex + 'static> {
 pub static SUITES: &[&dyn Suite] = &[&TICKET, &TTAS, &QUEUED, &QUEUED_FIFO, &CONTROL, &SPLIT];
 
 /// The fair ticket lock, IRQ-saving.
-pub static TICKET: SpinTorture<RawIrqSave<ksync::spinlock::RawTicketLock>> = SpinTorture::new(
+pub static TICKET: SpinTorture<IrqRaw<ksync::spinlock::TicketLock>> = SpinTorture::new(
     Info::new("spinlock-ticket", Kind::Test, 750),
     IrqTicketMutex::new(()),
 );
 /// The TTAS lock, IRQ-saving.
-pub static TTAS: SpinTorture<RawIrqSave<ksync::spinlock::RawTtasLock>> = SpinTorture::new(
+pub static TTAS: SpinTorture<IrqRaw<ksync::spinlock::TtasLock>> = SpinTorture::new(
     Info::new("spinlock-ttas", Kind::Test, 750),
     IrqTtasMutex::new(()),
 );
 /// The queued lock, IRQ-saving, with the side lock, in the boot's mode
 /// (oversubscribed: test-and-set hand-off).
-pub static QUEUED: SpinTorture<RawIrqSave<RawQueuedLock>> = SpinTorture::new(
+pub static QUEUED: SpinTorture<IrqRaw<ksync::spinlock::QueuedLock>> = SpinTorture::new(
     Info::new("spinlock-queued", Kind::Test, 750),
     IrqQueuedMutex::new(()),
 )
 .with_side();
 /// The same in strict FIFO mode: pending bit, MCS queue, nested nodes.
-pub static QUEUED_FIFO: SpinTorture<RawIrqSave<RawQueuedLock>> = SpinTorture::new(
+pub static QUEUED_FIFO: SpinTorture<IrqRaw<ksync::spinlock::QueuedLock>> = SpinTorture::new(
     Info::new("spinlock-queued-fifo", Kind::Test, 750),
     IrqQueuedMutex::new(()),
 )
 .with_side()
 .fifo();
 /// The control of the queued lock: the interrupt takes another instance.
-pub static SPLIT: SpinTorture<RawIrqSave<RawQueuedLock>> = SpinTorture::new(
+pub static SPLIT: SpinTorture<IrqRaw<ksync::spinlock::QueuedLock>> = SpinTorture::new(
     Info::new("spinlock-queued-split", Kind::Control, 750),
     IrqQueuedMutex::new(()),
 )
