@@ -304,11 +304,12 @@ impl<T> fmt::Debug for BrLock<T> {
 pub struct LocalGuard<'a, T> {
     slot: &'a Slot<T>,
     cpu: usize,
-    // Dropped after `Drop::drop` unlocks: lockdep's record, preemption,
-    // then interrupts.
+    // Dropped after `Drop::drop` unlocks: lockdep's record, interrupts,
+    // then preemption (`spin_unlock_irqrestore`'s order: the preemption
+    // point where the count returns to zero runs with interrupts on).
     _dep: Acquired<'a>,
-    _preempt: PreemptGuard,
     _irq: Option<IrqState>,
+    _preempt: PreemptGuard,
 }
 
 impl<T> LocalGuard<'_, T> {
@@ -355,9 +356,11 @@ impl<T> Drop for LocalGuard<'_, T> {
 #[must_use = "dropping the guard unlocks at once"]
 pub struct GlobalGuard<'a, T> {
     lock: &'a BrLock<T>,
+    // Dropped in this order after the unlocks: interrupts before
+    // preemption, as in `LocalGuard`.
     _dep: Acquired<'a>,
-    _preempt: PreemptGuard,
     _irq: Option<IrqState>,
+    _preempt: PreemptGuard,
 }
 
 impl<T> GlobalGuard<'_, T> {
