@@ -321,6 +321,9 @@ static IRQ_TICKET: IrqTicketMutex<u64> = IrqTicketMutex::new(0);
 static IRQ_QUEUED: IrqQueuedMutex<u64> = IrqQueuedMutex::new(0);
 static QUEUED: QueuedMutex<u64> = QueuedMutex::new(0);
 static TTAS: TtasMutex<u64> = TtasMutex::new(0);
+/// A raw lock taken by test-and-set (`lock_preemptible`) inside another
+/// lock's section: its release must leave the outer section's count.
+static RAW_INNER: ksync::spinlock::RawTicketLock = ksync::spinlock::RawTicketLock::new();
 /// Increments made by the interrupt handler (on the IRQ-safe locks).
 static IRQ_ADDS: [AtomicU64; 3] = [const { AtomicU64::new(0) }; 3];
 
@@ -410,12 +413,26 @@ fn spinlock_torture() {
                         bump(&mut IRQ_QUEUED.lock(), true, "IrqQueuedMutex");
                         bump(&mut QUEUED.lock(), true, "QueuedMutex");
                         bump(&mut TTAS.lock(), true, "TtasMutex");
+                        {
+                            let mut outer = PREEMPT_LOCK.lock();
+                            RAW_INNER.lock_preemptible();
+                            // SAFETY: taken just above on this CPU (the
+                            // outer lock keeps the task here).
+                            unsafe { lock_api::RawMutex::unlock(&RAW_INNER) };
+                            bump(
+                                &mut outer,
+                                true,
+                                "SpinLock<PreemptDisabled> around lock_preemptible",
+                            );
+                        }
                     }
                 });
             }
         });
         let n = (THREADS * rounds) as u64;
         let end = own_counts();
+        // PREEMPT_LOCK also took the lock_preemptible round's increments.
+        let n_for = |i: usize| if i == 0 { 2 * n } else { n };
         // The handler may also run on other tests' threads: its own
         // increments are taken out (`own_counts`).
         let names = [
@@ -429,6 +446,7 @@ fn spinlock_torture() {
         ];
         for (i, name) in names.iter().enumerate() {
             let added = end[i] - start[i];
+            let n = n_for(i);
             assert_eq!(
                 added,
                 n,
