@@ -48,23 +48,6 @@ use std::time::Duration;
 
 use crate::tools::{apt_install, ensure_rust_targets, root, runs};
 
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn qemu_versions_are_read() {
-        let v = super::qemu_version(
-            "QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u18+b2)\nCopyright",
-        );
-        assert_eq!(v, Some((7, 2)));
-        assert_eq!(
-            super::qemu_version("QEMU emulator version 10.0.2"),
-            Some((10, 0))
-        );
-        assert!(super::qemu_version("QEMU emulator version 10.0.2") >= Some(super::MIN_QEMU));
-        assert_eq!(super::qemu_version("garbage"), None);
-    }
-}
-
 pub use demo::demo;
 pub use suites::{test_all, test_sched};
 pub use torture::{Options as TortureOptions, short as torture_short, soak_names, torture};
@@ -157,4 +140,21 @@ pub fn ensure_tools() -> Result<(), String> {
     }
     let targets: Vec<&str> = ARCHES.iter().map(|a| a.target).collect();
     ensure_rust_targets(&targets)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn qemu_versions_are_read() {
+        let v = super::qemu_version(
+            "QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u18+b2)\nCopyright",
+        );
+        assert_eq!(v, Some((7, 2)));
+        assert_eq!(
+            super::qemu_version("QEMU emulator version 10.0.2"),
+            Some((10, 0))
+        );
+        assert!(super::qemu_version("QEMU emulator version 10.0.2") >= Some(super::MIN_QEMU));
+        assert_eq!(super::qemu_version("garbage"), None);
+    }
 }
