@@ -9,6 +9,7 @@ use std::env;
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
+use std::sync::Mutex;
 use std::thread;
 use std::time::{Duration, Instant};
 
@@ -59,6 +60,30 @@ pub fn is_root() -> bool {
         .arg("-u")
         .output()
         .is_ok_and(|o| String::from_utf8_lossy(&o.stdout).trim() == "0")
+}
+
+// ---- timings ------------------------------------------------------------------
+
+/// What took how long in this run (every command of the host checks, every
+/// QEMU configuration, the kernel builds...), for the slowest list at the
+/// end of `cargo xtask test`.
+static TIMES: Mutex<Vec<(String, Duration)>> = Mutex::new(Vec::new());
+
+/// Records that `what` took `took` (wall time; QEMU configurations that
+/// boot at the same time overlap).
+pub fn record_time(what: impl Into<String>, took: Duration) {
+    TIMES
+        .lock()
+        .unwrap_or_else(|e| e.into_inner())
+        .push((what.into(), took));
+}
+
+/// The `n` longest of the recorded times, longest first.
+pub fn slowest(n: usize) -> Vec<(String, Duration)> {
+    let mut times = TIMES.lock().unwrap_or_else(|e| e.into_inner()).clone();
+    times.sort_by_key(|&(_, took)| std::cmp::Reverse(took));
+    times.truncate(n);
+    times
 }
 
 // ---- apt ----------------------------------------------------------------------

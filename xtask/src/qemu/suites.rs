@@ -212,6 +212,7 @@ fn run_config(
     let together = config
         .one_boot()
         .then(|| run_together(config, kernel, &planned, log));
+    let mut boots_total = usize::from(together.is_some());
     for suite in planned {
         let mut outcome = match &together {
             Some(Ok(run)) => judge(config, run, suite),
@@ -227,8 +228,10 @@ fn run_config(
         // on busy cores run few operations), so it gets up to
         // CONTROL_BOOTS boots to be caught. A test suite gets one.
         let mut boots = 1;
+        boots_total += usize::from(together.is_none());
         while suite.kind == "control" && !outcome.passed && boots < CONTROL_BOOTS {
             boots += 1;
+            boots_total += 1;
             let _ = writeln!(
                 log,
                 "[qemu]   {:<40} not caught yet, boot {boots} of {CONTROL_BOOTS}",
@@ -245,11 +248,16 @@ fn run_config(
         );
         outcomes.push(outcome);
     }
+    let took = start.elapsed();
+    crate::tools::record_time(
+        format!("qemu {} ({} boots)", config.name, boots_total),
+        took,
+    );
     let _ = writeln!(
         log,
         "[qemu] {} done in {:.0} s",
         config.name,
-        start.elapsed().as_secs_f64()
+        took.as_secs_f64()
     );
     outcomes
 }
