@@ -319,6 +319,24 @@ fn demo_table(config: &Config, run: &Run) -> String {
             );
         }
     }
+    let costs: Vec<String> = run
+        .markers("KSYNC-COST")
+        .map(|m| {
+            format!(
+                "{} {}",
+                m.get("op").unwrap_or("?"),
+                m.get("ns_per_op").unwrap_or("?")
+            )
+        })
+        .collect();
+    if !costs.is_empty() {
+        let _ = writeln!(
+            out,
+            "one instruction's cost on one CPU, ns (the `cost` suite; an x86_64 `pause` under TCG\n  \
+             leaves the translated code, see qemu/README.md): {}",
+            costs.join(", ")
+        );
+    }
     out
 }
 
