@@ -48,7 +48,7 @@ use std::time::Duration;
 
 use crate::tools::{apt_install, ensure_rust_targets, root, runs};
 
-pub use demo::demo;
+pub use demo::{GUEST_BENCH_BOOTS, demo, guest_bench};
 pub use suites::{test_all, test_sched};
 pub use torture::{Options as TortureOptions, short as torture_short, soak_names, torture};
 
