@@ -9,7 +9,8 @@
 //! |---|---|---|
 //! | `x86_64-tcg` | `-M q35 -cpu qemu64 -smp 4`, TCG | x86_64 |
 //! | `aarch64-lse` | `-M virt -cpu max -smp 4`, TCG | aarch64 built with `+lse` (CAS) |
-//! | `aarch64-llsc` | `-M virt -cpu cortex-a57 -smp 4`, TCG | aarch64 without LSE (LDXR/STXR) |
+//! | `aarch64-llsc` | `-M virt -cpu cortex-a57 -smp 4`, TCG | aarch64 without LSE (LDXR/STXR); tests and controls, no benchmarks |
+//! | `x86_64-lockdep` | `-M q35 -cpu qemu64 -smp 4`, TCG | x86_64 with `--features lockdep`; the tests only (the controls' checks are proven on `x86_64-tcg`) |
 //! | `x86_64-generic` | `-M q35 -cpu qemu64 -smp 4`, TCG | x86_64 with `--cfg ksync_generic`; lockref, per-CPU counter and rw lock suites only |
 //! | `aarch64-generic` | `-M virt -cpu cortex-a57 -smp 4`, TCG | aarch64 LL/SC with `--cfg ksync_generic`; the same suites |
 //! | `riscv64-tcg` | `-M virt -bios default -cpu rv64 -smp 4`, TCG | riscv64 (the generic paths: LR/SC, `amoadd`) |

@@ -191,7 +191,7 @@ fn run_config(
     // which); a family that names no suite would silently test nothing.
     let suites: Vec<&SuiteInfo> = listed
         .iter()
-        .filter(|s| config.variant.runs(&s.name))
+        .filter(|s| config.variant.runs(&s.name, &s.kind))
         .collect();
     for family in config.variant.suites {
         if !listed.iter().any(|s| in_family(family, &s.name)) {
