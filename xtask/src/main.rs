@@ -87,7 +87,7 @@ const COMMANDS: &[Sub] = &[
     },
     Sub {
         name: "bench",
-        synopsis: "[--quick] [--seeds [--update-plots]]",
+        synopsis: "[--quick] [--guest] [--seeds [--update-plots]]",
         about: "host benchmarks with peers, then the in-guest locks against xv6's under QEMU (5 boots per architecture)",
         flags: &[
             (
@@ -99,6 +99,10 @@ const COMMANDS: &[Sub] = &[
                 "the five seed workloads against the designs they replaced, and the writer's cost at MAX_CPUS 8, 64, 256; plots to target/seeds-plots/",
             ),
             (
+                "--guest",
+                "only the in-guest table (the host benchmarks left out)",
+            ),
+            (
                 "--update-plots",
                 "with --seeds: write the plots to seeds/plots/ (the committed ones) instead",
             ),
@@ -107,6 +111,7 @@ const COMMANDS: &[Sub] = &[
             quick: false,
             seeds: false,
             update_plots: false,
+            guest: false,
         },
     },
     Sub {
@@ -143,6 +148,7 @@ enum Task {
         quick: bool,
         seeds: bool,
         update_plots: bool,
+        guest: bool,
     },
     Torture(qemu::TortureOptions),
 }
@@ -187,7 +193,8 @@ fn execute(task: Task) -> ExitCode {
             quick,
             seeds,
             update_plots,
-        } => bench(quick, seeds, update_plots),
+            guest,
+        } => bench(quick, seeds, update_plots, guest),
         Task::Torture(options) => torture(&options),
     };
     match result {
@@ -249,6 +256,7 @@ fn parse_flags(sub: &'static Sub, parser: &mut lexopt::Parser) -> Result<Parsed,
             (Task::Bench { quick, .. }, Long("quick")) => *quick = true,
             (Task::Bench { seeds, .. }, Long("seeds")) => *seeds = true,
             (Task::Bench { update_plots, .. }, Long("update-plots")) => *update_plots = true,
+            (Task::Bench { guest, .. }, Long("guest")) => *guest = true,
             (Task::Torture(o), Long("minutes")) => o.minutes = number(parser)?,
             (Task::Torture(o), Long("smp")) => o.smp = number(parser)?,
             (Task::Torture(o), Long("arch")) => o.arch = Some(parser.value()?.string()?),
@@ -340,22 +348,24 @@ fn torture(options: &qemu::TortureOptions) -> Result<(), String> {
     }
 }
 
-fn bench(quick: bool, seeds: bool, update_plots: bool) -> Result<(), String> {
+fn bench(quick: bool, seeds: bool, update_plots: bool, guest: bool) -> Result<(), String> {
     if update_plots && !seeds {
         return Err("--update-plots goes with --seeds (the seed workloads' plots)".into());
     }
     if seeds {
         return bench_seeds(quick, update_plots);
     }
-    let mut cmd = tools::cargo(&[
-        "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench", "locks",
-        "--bench", "sleeping", "--",
-    ]);
-    if quick {
-        cmd.arg("--quick");
-    }
-    if !tools::status_ok(&mut cmd) {
-        return Err("cargo bench failed".into());
+    if !guest {
+        let mut cmd = tools::cargo(&[
+            "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench",
+            "locks", "--bench", "sleeping", "--",
+        ]);
+        if quick {
+            cmd.arg("--quick");
+        }
+        if !tools::status_ok(&mut cmd) {
+            return Err("cargo bench failed".into());
+        }
     }
     // The in-guest table: ksync's IRQ-saving locks against a hobby
     // kernel's own (xv6's) under QEMU, every architecture.
@@ -435,7 +445,8 @@ mod tests {
             Ok(Parsed::Task(Task::Bench {
                 quick: true,
                 seeds: false,
-                update_plots: false
+                update_plots: false,
+                guest: false
             }))
         ));
         assert!(matches!(
@@ -443,7 +454,8 @@ mod tests {
             Ok(Parsed::Task(Task::Bench {
                 quick: false,
                 seeds: true,
-                update_plots: true
+                update_plots: true,
+                guest: false
             }))
         ));
         match parsed(&[
