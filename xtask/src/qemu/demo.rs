@@ -380,6 +380,7 @@ pub fn guest_bench(boots: usize) -> Result<String, String> {
     // (arch index, smp, phase CPUs, op) -> ratios over the boots
     type Key = (usize, usize, usize, &'static str);
     let mut cells: Vec<(Key, Vec<f64>)> = Vec::new();
+    let mut failed = Vec::new();
     for boot in 0..boots {
         for (a, config) in configs.iter().enumerate() {
             for smp in GUEST_BENCH_SMP {
@@ -391,6 +392,18 @@ pub fn guest_bench(boots: usize) -> Result<String, String> {
                     return Err(format!(
                         "{} -smp {smp}: {trouble} (log: {})",
                         config.name,
+                        run.log.display()
+                    ));
+                }
+                if let Some(r) = run
+                    .result("bench")
+                    .filter(|r| r.get("status") != Some("PASS"))
+                {
+                    failed.push(format!(
+                        "{} -smp {smp} boot {}: {} (log: {})",
+                        config.name,
+                        boot + 1,
+                        r.get("reason").unwrap_or("?"),
                         run.log.display()
                     ));
                 }
@@ -467,7 +480,16 @@ pub fn guest_bench(boots: usize) -> Result<String, String> {
                         misses.push(format!("{op} {cell}"));
                         "!"
                     };
-                    let _ = write!(out, " {:>21}", format!("{med:.2} ({lo:.2}..{hi:.2}){mark}"));
+                    let n = if v.len() < boots {
+                        format!(" n={}", v.len())
+                    } else {
+                        String::new()
+                    };
+                    let _ = write!(
+                        out,
+                        " {:>21}",
+                        format!("{med:.2} ({lo:.2}..{hi:.2}){n}{mark}")
+                    );
                 }
                 let _ = writeln!(out);
             }
@@ -481,6 +503,13 @@ pub fn guest_bench(boots: usize) -> Result<String, String> {
          where xv6's test-and-set lets the releasing CPU take it straight back; !: below the goal",
         fifo.len()
     );
+    if !failed.is_empty() {
+        let _ = writeln!(
+            out,
+            "  boots whose benchmark failed (their phases before the failure count; n= cells have fewer boots):\n    {}",
+            failed.join("\n    ")
+        );
+    }
     if misses.is_empty() {
         let _ = writeln!(out, "  every goal cell met");
     } else {
