@@ -335,7 +335,7 @@ fn demo_table(config: &Config, run: &Run) -> String {
         let _ = writeln!(
             out,
             "one instruction's cost on one CPU, ns (the `cost` suite; an x86_64 `pause` under TCG\n  \
-             leaves the translated code, see qemu/README.md): {}",
+             leaves the translated code, see docs/qemu.md): {}",
             costs.join(", ")
         );
     }
