@@ -99,8 +99,9 @@ pub struct Config {
     /// CPU 0 does one write every this many operations, on average
     /// (0: never).
     pub write_every: u32,
-    /// `spin_loop` iterations inside each read section and write section,
-    /// to widen race windows (torture); 0 for measurements.
+    /// Steps of a busy loop ([`delay`]) inside each read section and
+    /// write section, to widen race windows (torture); 0 for
+    /// measurements.
     pub delay: u32,
 }
 
@@ -170,11 +171,17 @@ impl Rng {
     }
 }
 
-/// Busy-waits `n` spin-loop hints (the torture windows).
+/// Busy-waits `n` steps of a loop the compiler must keep (the torture
+/// windows): about as long on every architecture and emulator. Not
+/// `spin_loop`: under QEMU's TCG an x86_64 `pause` leaves the vCPU's
+/// translated code for QEMU's main loop, about 220 ns each against 3.5 ns
+/// for aarch64's `isb` (the `cost` suite of `qemu/`), so 200 of them made
+/// every x86_64 torture operation about 45 us and the x86_64 guests ran
+/// 30-100x fewer seed operations than the aarch64 ones.
 #[inline]
 pub(crate) fn delay(n: u32) {
-    for _ in 0..n {
-        core::hint::spin_loop();
+    for i in 0..n {
+        core::hint::black_box(i);
     }
 }
 

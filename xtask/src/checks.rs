@@ -4,12 +4,12 @@
 
 use std::fs;
 use std::process::{Command, ExitCode, Stdio};
-use std::time::Instant;
+use std::time::{Duration, Instant};
 
 use crate::qemu;
 use crate::tools::{
-    cargo, ensure_apt_files, ensure_rust_targets, ensure_toolchain, root, runs, rustup_toolchain,
-    toolchain_targets,
+    cargo, ensure_apt_files, ensure_rust_targets, ensure_toolchain, record_time, root, runs,
+    rustup_toolchain, slowest, toolchain_targets,
 };
 
 /// What `cargo xtask test` was asked for.
@@ -70,9 +70,11 @@ fn run_logged(name: &str, cmd: &mut Command) -> (bool, String) {
             println!("    {line}");
         }
     }
+    let took = start.elapsed();
+    record_time(name.trim_end(), took);
     println!(
         "    ({:.1} s, {})",
-        start.elapsed().as_secs_f64(),
+        took.as_secs_f64(),
         if out.status.success() { "ok" } else { "FAILED" }
     );
     (out.status.success(), text)
@@ -716,16 +718,23 @@ fn check_qemu_user(t: &mut Tally) {
 pub fn test(options: &Options) -> ExitCode {
     let start = Instant::now();
     let mut t = Tally::default();
+    // Each group's total, printed at the end beside the slowest commands.
+    let mut groups: Vec<(&str, Duration)> = Vec::new();
     for check in HOST_CHECKS {
+        let group = Instant::now();
         (check.run)(&mut t);
+        groups.push((check.name, group.elapsed()));
     }
 
     // The SMP kernels under QEMU.
     if !options.host_only {
+        let group = Instant::now();
         match qemu::ensure_tools() {
             Ok(()) => {
                 let mut outcomes = qemu::test_all(options.kvm);
+                let torture = Instant::now();
                 outcomes.extend(qemu::torture_short(TORTURE_MINUTES));
+                record_time("qemu torture (short soak)", torture.elapsed());
                 for outcome in outcomes {
                     if !outcome.passed {
                         println!("    {}", outcome.detail);
@@ -738,15 +747,19 @@ pub fn test(options: &Options) -> ExitCode {
                 t.check("qemu setup", false);
             }
         }
+        groups.push(("qemu", group.elapsed()));
         // The Cortex-M firmware (one core, no 64-bit CAS, defmt read back).
+        let group = Instant::now();
         for (name, passed, detail) in crate::mcu::run_all() {
             if !passed {
                 println!("    {detail}");
             }
             t.check(&name, passed);
         }
+        groups.push(("cortex-m", group.elapsed()));
     }
 
+    print_times(&groups);
     println!("\n{:.0} s", start.elapsed().as_secs_f64());
     if !t.failures.is_empty() {
         println!("failures:");
@@ -759,6 +772,21 @@ pub fn test(options: &Options) -> ExitCode {
         ExitCode::SUCCESS
     } else {
         ExitCode::FAILURE
+    }
+}
+
+/// The end of `cargo xtask test`: each group's time, and the ten slowest
+/// commands and QEMU configurations (where to look when the run grows).
+fn print_times(groups: &[(&str, Duration)]) {
+    println!("\ntime by group:");
+    let line: Vec<String> = groups
+        .iter()
+        .map(|(name, took)| format!("{name} {:.0} s", took.as_secs_f64()))
+        .collect();
+    println!("    {}", line.join(", "));
+    println!("the ten slowest (wall time; QEMU configurations booting at once overlap):");
+    for (what, took) in slowest(10) {
+        println!("    {:>7.1} s  {what}", took.as_secs_f64());
     }
 }
 

@@ -87,8 +87,8 @@ const COMMANDS: &[Sub] = &[
     },
     Sub {
         name: "bench",
-        synopsis: "[--quick] [--seeds]",
-        about: "host benchmarks with peers",
+        synopsis: "[--quick] [--guest] [--seeds [--update-plots]]",
+        about: "host benchmarks with peers, then the in-guest locks against xv6's under QEMU (5 boots per architecture)",
         flags: &[
             (
                 "--quick",
@@ -96,12 +96,22 @@ const COMMANDS: &[Sub] = &[
             ),
             (
                 "--seeds",
-                "the five seed workloads against the designs they replaced, and the writer's cost at MAX_CPUS 8, 64, 256",
+                "the five seed workloads against the designs they replaced, and the writer's cost at MAX_CPUS 8, 64, 256; plots to target/seeds-plots/",
+            ),
+            (
+                "--guest",
+                "only the in-guest table (the host benchmarks left out)",
+            ),
+            (
+                "--update-plots",
+                "with --seeds: write the plots to seeds/plots/ (the committed ones) instead",
             ),
         ],
         default: || Task::Bench {
             quick: false,
             seeds: false,
+            update_plots: false,
+            guest: false,
         },
     },
     Sub {
@@ -131,8 +141,15 @@ enum Task {
     Run,
     Test(checks::Options),
     Check(Vec<String>),
-    Api { bless: bool },
-    Bench { quick: bool, seeds: bool },
+    Api {
+        bless: bool,
+    },
+    Bench {
+        quick: bool,
+        seeds: bool,
+        update_plots: bool,
+        guest: bool,
+    },
     Torture(qemu::TortureOptions),
 }
 
@@ -172,7 +189,12 @@ fn execute(task: Task) -> ExitCode {
             Ok(false) => Err("the public API changed".into()),
             Err(e) => Err(e),
         },
-        Task::Bench { quick, seeds } => bench(quick, seeds),
+        Task::Bench {
+            quick,
+            seeds,
+            update_plots,
+            guest,
+        } => bench(quick, seeds, update_plots, guest),
         Task::Torture(options) => torture(&options),
     };
     match result {
@@ -233,6 +255,8 @@ fn parse_flags(sub: &'static Sub, parser: &mut lexopt::Parser) -> Result<Parsed,
             (Task::Api { bless }, Long("bless")) => *bless = true,
             (Task::Bench { quick, .. }, Long("quick")) => *quick = true,
             (Task::Bench { seeds, .. }, Long("seeds")) => *seeds = true,
+            (Task::Bench { update_plots, .. }, Long("update-plots")) => *update_plots = true,
+            (Task::Bench { guest, .. }, Long("guest")) => *guest = true,
             (Task::Torture(o), Long("minutes")) => o.minutes = number(parser)?,
             (Task::Torture(o), Long("smp")) => o.smp = number(parser)?,
             (Task::Torture(o), Long("arch")) => o.arch = Some(parser.value()?.string()?),
@@ -324,32 +348,54 @@ fn torture(options: &qemu::TortureOptions) -> Result<(), String> {
     }
 }
 
-fn bench(quick: bool, seeds: bool) -> Result<(), String> {
+fn bench(quick: bool, seeds: bool, update_plots: bool, guest: bool) -> Result<(), String> {
+    if update_plots && !seeds {
+        return Err("--update-plots goes with --seeds (the seed workloads' plots)".into());
+    }
     if seeds {
-        return bench_seeds(quick);
+        return bench_seeds(quick, update_plots);
     }
-    let mut cmd = tools::cargo(&[
-        "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench", "locks",
-        "--bench", "sleeping", "--bench", "spin", "--",
-    ]);
-    if quick {
-        cmd.arg("--quick");
+    if !guest {
+        let mut cmd = tools::cargo(&[
+            "bench", "--bench", "lockref", "--bench", "percpu", "--bench", "rcu", "--bench",
+            "locks", "--bench", "sleeping", "--bench", "spin", "--",
+        ]);
+        if quick {
+            cmd.arg("--quick");
+        }
+        if !tools::status_ok(&mut cmd) {
+            return Err("cargo bench failed".into());
+        }
     }
-    if tools::status_ok(&mut cmd) {
-        Ok(())
-    } else {
-        Err("cargo bench failed".into())
-    }
+    // The in-guest table: ksync's IRQ-saving locks against a hobby
+    // kernel's own (xv6's) under QEMU, every architecture.
+    tools::ensure_toolchain()?;
+    qemu::ensure_tools()?;
+    let boots = if quick { 1 } else { qemu::GUEST_BENCH_BOOTS };
+    print!("{}", qemu::guest_bench(boots)?);
+    Ok(())
 }
+
+/// Where `bench --seeds` writes its plots unless asked to update the
+/// committed ones (`--update-plots`: `seeds/plots/`).
+const SEEDS_PLOTS: &str = "target/seeds-plots";
 
 /// `bench --seeds`: the seed workloads' table and plots, then the
 /// per-CPU rw lock writer's cost at three `MAX_CPUS` builds (a build-time
-/// constant, so one build each, in its own target directory).
-fn bench_seeds(quick: bool) -> Result<(), String> {
+/// constant, so one build each, in its own target directory). The plots go
+/// to [`SEEDS_PLOTS`]; a run on a busy machine must not rewrite the
+/// committed ones by accident.
+fn bench_seeds(quick: bool, update_plots: bool) -> Result<(), String> {
     let mut cmd = tools::cargo(&["bench", "-p", "seeds", "--bench", "seeds", "--"]);
     if quick {
         cmd.arg("--quick");
     }
+    let plots = if update_plots {
+        tools::root().join("seeds/plots")
+    } else {
+        tools::root().join(SEEDS_PLOTS)
+    };
+    cmd.env("KSYNC_SEEDS_PLOTS", &plots);
     if !tools::status_ok(&mut cmd) {
         return Err("the seeds bench failed".into());
     }
@@ -398,7 +444,18 @@ mod tests {
             parsed(&["bench", "--quick"]),
             Ok(Parsed::Task(Task::Bench {
                 quick: true,
-                seeds: false
+                seeds: false,
+                update_plots: false,
+                guest: false
+            }))
+        ));
+        assert!(matches!(
+            parsed(&["bench", "--seeds", "--update-plots"]),
+            Ok(Parsed::Task(Task::Bench {
+                quick: false,
+                seeds: true,
+                update_plots: true,
+                guest: false
             }))
         ));
         match parsed(&[

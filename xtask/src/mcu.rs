@@ -24,7 +24,6 @@ use std::thread;
 use std::time::{Duration, Instant};
 
 const QEMU_ARM: &str = "qemu-system-arm";
-const APT_INSTALL: &str = "apt-get install -y --no-install-recommends qemu-system-arm";
 /// A boot takes well under a second; this only turns a hang into a failure.
 const BOOT_TIMEOUT: Duration = Duration::from_secs(60);
 
@@ -114,16 +113,13 @@ const STALL_WARNING: &str = "WARN rcu: grace period 0x1 stalled for 150, 1 CPU(s
 /// The decoder is the `defmt-decoder` crate, built with the driver.
 pub fn ensure_tools() -> Result<(), String> {
     if !runs(QEMU_ARM, &["--version"]) {
-        if !is_root() {
+        // The driver's one apt path: at the installed QEMU version, never
+        // removing or downgrading a package (`tools::apt_install`).
+        crate::tools::apt_install(QEMU_ARM, &["qemu-system-arm"])?;
+        if !runs(QEMU_ARM, &["--version"]) {
             return Err(format!(
-                "{QEMU_ARM} not found; install with: sudo {APT_INSTALL}"
+                "{QEMU_ARM} still not found after installing qemu-system-arm"
             ));
-        }
-        println!("[cortex-m] installing QEMU: {APT_INSTALL}");
-        let args: Vec<&str> = APT_INSTALL.split_whitespace().skip(1).collect();
-        let installed = apt_get(&args) || (apt_get(&["update"]) && apt_get(&args));
-        if !installed || !runs(QEMU_ARM, &["--version"]) {
-            return Err(format!("installing QEMU failed; run: {APT_INSTALL}"));
         }
     }
     let listed = Command::new("rustup")
@@ -148,15 +144,6 @@ pub fn ensure_tools() -> Result<(), String> {
     Ok(())
 }
 
-fn apt_get(args: &[&str]) -> bool {
-    Command::new("apt-get")
-        .args(args)
-        .env("DEBIAN_FRONTEND", "noninteractive")
-        .stdin(Stdio::null())
-        .status()
-        .is_ok_and(|s| s.success())
-}
-
 fn runs(program: &str, args: &[&str]) -> bool {
     Command::new(program)
         .args(args)
@@ -165,11 +152,6 @@ fn runs(program: &str, args: &[&str]) -> bool {
         .stderr(Stdio::null())
         .status()
         .is_ok_and(|s| s.success())
-}
-
-fn is_root() -> bool {
-    use std::os::unix::fs::MetadataExt;
-    fs::metadata("/proc/self").is_ok_and(|meta| meta.uid() == 0)
 }
 
 // ---- building ------------------------------------------------------------------

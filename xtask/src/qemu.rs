@@ -9,7 +9,8 @@
 //! |---|---|---|
 //! | `x86_64-tcg` | `-M q35 -cpu qemu64 -smp 4`, TCG | x86_64 |
 //! | `aarch64-lse` | `-M virt -cpu max -smp 4`, TCG | aarch64 built with `+lse` (CAS) |
-//! | `aarch64-llsc` | `-M virt -cpu cortex-a57 -smp 4`, TCG | aarch64 without LSE (LDXR/STXR) |
+//! | `aarch64-llsc` | `-M virt -cpu cortex-a57 -smp 4`, TCG | aarch64 without LSE (LDXR/STXR); tests and controls, no benchmarks |
+//! | `x86_64-lockdep` | `-M q35 -cpu qemu64 -smp 4`, TCG | x86_64 with `--features lockdep`; the tests only (the controls' checks are proven on `x86_64-tcg`) |
 //! | `x86_64-generic` | `-M q35 -cpu qemu64 -smp 4`, TCG | x86_64 with `--cfg ksync_generic`; lockref, per-CPU counter and rw lock suites only |
 //! | `aarch64-generic` | `-M virt -cpu cortex-a57 -smp 4`, TCG | aarch64 LL/SC with `--cfg ksync_generic`; the same suites |
 //! | `riscv64-tcg` | `-M virt -bios default -cpu rv64 -smp 4`, TCG | riscv64 (the generic paths: LR/SC, `amoadd`) |
@@ -48,7 +49,7 @@ use std::time::Duration;
 
 use crate::tools::{apt_install, ensure_rust_targets, root, runs};
 
-pub use demo::demo;
+pub use demo::{GUEST_BENCH_BOOTS, demo, guest_bench};
 pub use suites::{test_all, test_sched};
 pub use torture::{Options as TortureOptions, short as torture_short, soak_names, torture};
 
@@ -76,11 +77,46 @@ fn qemu_dir() -> PathBuf {
     root().join("qemu")
 }
 
+/// The oldest QEMU the suites run on (Debian bookworm's); they are tested
+/// on 7.2 and 10.0 (bookworm-backports).
+pub const MIN_QEMU: (u32, u32) = (7, 2);
+
+/// The `(major, minor)` of a `qemu-system-* --version` text ("QEMU
+/// emulator version 7.2.19 (Debian ...)").
+fn qemu_version(text: &str) -> Option<(u32, u32)> {
+    let rest = text.split("version ").nth(1)?;
+    let mut parts = rest.split(|c: char| !c.is_ascii_digit());
+    Some((parts.next()?.parse().ok()?, parts.next()?.parse().ok()?))
+}
+
 /// Installs/checks what QEMU runs need: every architecture's QEMU system
-/// emulator (its apt package, installed with `--no-install-recommends` when
-/// missing and we are root; otherwise an error with the exact command) and
-/// its kernel's rustup target.
+/// emulator and its kernel's rustup target. An emulator already present is
+/// used when it is [`MIN_QEMU`] or newer (never replaced); a missing one
+/// is installed from apt when we are root ([`apt_install`]: at the version
+/// of the QEMU packages already installed, never removing or downgrading
+/// one), otherwise the error has the exact command.
 pub fn ensure_tools() -> Result<(), String> {
+    let old: Vec<String> = ARCHES
+        .iter()
+        .filter_map(|arch| {
+            let out = std::process::Command::new(arch.qemu)
+                .arg("--version")
+                .output()
+                .ok()?;
+            let text = String::from_utf8_lossy(&out.stdout);
+            let version = qemu_version(&text)?;
+            (version < MIN_QEMU)
+                .then(|| format!("{} is QEMU {}.{}", arch.qemu, version.0, version.1))
+        })
+        .collect();
+    if !old.is_empty() {
+        return Err(format!(
+            "{}; the suites need QEMU {}.{} or newer (the driver does not replace an installed QEMU: upgrade it, e.g. from your distribution's backports)",
+            old.join(", "),
+            MIN_QEMU.0,
+            MIN_QEMU.1
+        ));
+    }
     let missing = || -> Vec<&arch::Arch> {
         ARCHES
             .iter()
@@ -105,4 +141,21 @@ pub fn ensure_tools() -> Result<(), String> {
     }
     let targets: Vec<&str> = ARCHES.iter().map(|a| a.target).collect();
     ensure_rust_targets(&targets)
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn qemu_versions_are_read() {
+        let v = super::qemu_version(
+            "QEMU emulator version 7.2.19 (Debian 1:7.2+dfsg-7+deb12u18+b2)\nCopyright",
+        );
+        assert_eq!(v, Some((7, 2)));
+        assert_eq!(
+            super::qemu_version("QEMU emulator version 10.0.2"),
+            Some((10, 0))
+        );
+        assert!(super::qemu_version("QEMU emulator version 10.0.2") >= Some(super::MIN_QEMU));
+        assert_eq!(super::qemu_version("garbage"), None);
+    }
 }

@@ -4,9 +4,11 @@
 //! (`-append WORDS`, `arch::boot_args`): a space-separated list of
 //!
 //! * suite names (see `list`), run in that order;
-//! * `tests`: every test suite; `controls`: every control; `bench`: the
-//!   benchmark; `demo`: the tests, then the benchmark (the default without
-//!   arguments);
+//! * `tests`: every test suite; `controls`: every control; `benches`:
+//!   every benchmark (`bench`, `cost`, `seed-bench`); `demo`: the tests,
+//!   then the benchmarks (the default without arguments). `bench` is the
+//!   suite of that name alone (it was the kind word once, so a boot meant
+//!   to run that suite ran every benchmark);
 //! * `list`: print the registered suites and stop without starting the
 //!   secondary CPUs;
 //! * `hotplug`: CPU hotplug churn during the suites that allow it
@@ -75,7 +77,7 @@ pub fn parse(registry: &Registry) -> Result<Command, &'static str> {
             }
             "tests" => push_kind(registry, Kind::Test)?,
             "controls" => push_kind(registry, Kind::Control)?,
-            "bench" => push_kind(registry, Kind::Bench)?,
+            "benches" => push_kind(registry, Kind::Bench)?,
             "demo" => {
                 push_kind(registry, Kind::Test)?;
                 push_kind(registry, Kind::Bench)?;

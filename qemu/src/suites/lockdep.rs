@@ -30,7 +30,7 @@ use ksync::spinlock::{RawTicketLock, TicketMutex};
 
 use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::Counters;
-use crate::kernel::hooks;
+use crate::kernel::{hooks, time};
 use crate::println;
 use crate::sched;
 
@@ -59,7 +59,16 @@ pub struct LockdepSuite {
 pub static SUITES: &[&dyn Suite] = &[&TEST];
 
 /// The test (its control is this suite in an image without `lockdep`).
-pub static TEST: LockdepSuite = LockdepSuite::new(Info::new("lockdep", Kind::Test, 400));
+pub static TEST: LockdepSuite = LockdepSuite::new(Info::new("lockdep", Kind::Test, BUDGET_MS));
+
+/// How long every CPU keeps running once both orders are taken (so that
+/// each takes timer interrupts during the suite, as the runner checks).
+const RUN_MS: u64 = 400;
+/// The budget: the suite ends [`RUN_MS`] after CPU 1 took its order, so
+/// this only bounds a CPU that never gets there. Generous: at 400 ms (the
+/// old budget and run) scheduler mode at -smp 8 on a two-core host at a
+/// load of 24 failed with "CPU 0 did not take A then B in time".
+const BUDGET_MS: u64 = 10_000;
 
 impl LockdepSuite {
     const fn new(info: Info) -> Self {
@@ -120,7 +129,12 @@ impl Suite for LockdepSuite {
             // Relaxed: read in `finish`, after the runner's barriers.
             self.step.store(SECOND_ORDER_DONE, Ordering::Relaxed);
         }
-        while !ctx.should_stop() {
+        let end = time::now() + time::ms_to_ticks(RUN_MS);
+        // Relaxed: a stop condition only; `finish` reads `step` after the
+        // runner's barriers.
+        while !ctx.should_stop()
+            && (self.step.load(Ordering::Relaxed) != SECOND_ORDER_DONE || time::now() < end)
+        {
             self.rounds.add(ctx.cpu, 1);
             core::hint::spin_loop();
         }

@@ -21,6 +21,7 @@
 
 pub mod bench;
 pub mod brlock;
+pub mod cost;
 pub mod irq_mask;
 pub mod lockdep;
 pub mod lockref;
@@ -59,6 +60,7 @@ pub static REGISTRY: Registry = Registry::new(&[
     irq_mask::SUITES,
     lockdep::SUITES,
     bench::SUITES,
+    cost::SUITES,
     seeds::SUITES,
     sched::SUITES,
     sched_wait::SUITES,

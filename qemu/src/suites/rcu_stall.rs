@@ -39,7 +39,8 @@
 //! Those boots also run at `-smp 8` on a 2-core host, which can leave a
 //! vCPU unscheduled for over 300 ms (seen under a load of 18: a stall
 //! report for a CPU that was not stuck, in the grace periods after the
-//! rounds); above 4 CPUs the timeout is [`TIMEOUT_MANY_MS`].
+//! rounds), and over 1 s at a load of 24 (the same report with a 1 s
+//! timeout); above 4 CPUs the timeout is [`TIMEOUT_MANY_MS`].
 //!
 //! The round handshake is Release/Acquire (commented where used); the
 //! per-round statistics are Relaxed, ordered before `finish` by the
@@ -61,7 +62,7 @@ use crate::kernel::{self, hooks, time};
 /// within the budget.
 pub const TIMEOUT_MS: u64 = 300;
 /// [`TIMEOUT_MS`] with more than 4 CPUs (see the module docs).
-pub const TIMEOUT_MANY_MS: u64 = 1000;
+pub const TIMEOUT_MANY_MS: u64 = 2500;
 /// How long a stuck CPU waits for the report before it gives up (a
 /// failure) and leaves.
 pub const GIVE_UP_MS: u64 = 3 * TIMEOUT_MANY_MS;
@@ -102,7 +103,9 @@ pub struct StallTest {
 pub static SUITES: &[&dyn Suite] = &[&TEST];
 
 /// The test.
-pub static TEST: StallTest = StallTest::new(Info::new("rcu-stall", Kind::Test, 1500));
+// The budget bounds a hang only (the rounds end the suite): at -smp 8
+// outside scheduler mode, 7 rounds of at least `TIMEOUT_MANY_MS` each.
+pub static TEST: StallTest = StallTest::new(Info::new("rcu-stall", Kind::Test, 25_000));
 
 impl StallTest {
     const fn new(info: Info) -> Self {

@@ -126,6 +126,14 @@ pub struct Variant {
     /// (`lockref` takes the control `lockref-nolock` too). Empty: every
     /// suite the kernel lists.
     pub suites: &'static [&'static str],
+    /// The kinds of suite (`test`, `control`, `bench`) `cargo xtask test`
+    /// runs on it; empty: every kind. An image that repeats another's
+    /// suites for one property (lock-order checking, the LL/SC atomics)
+    /// leaves out what the other image already proves: the controls (they
+    /// show that a suite's checks can fail, and the checks are the same
+    /// code in every image) and the benchmarks (measurements; their
+    /// result checks run on the demo images).
+    pub kinds: &'static [&'static str],
     /// The kernel's cargo features (comma-separated; empty for none).
     /// `lockdep`: every ksync lock checks lock order; the runner then
     /// expects the `lockdep` suite's report and no report anywhere else.
@@ -140,9 +148,10 @@ impl Variant {
 }
 
 impl Variant {
-    /// Whether this image runs the suite called `name`.
-    pub fn runs(&self, name: &str) -> bool {
-        self.suites.is_empty() || self.suites.iter().any(|family| in_family(family, name))
+    /// Whether this image runs the suite called `name` of kind `kind`.
+    pub fn runs(&self, name: &str, kind: &str) -> bool {
+        (self.kinds.is_empty() || self.kinds.contains(&kind))
+            && (self.suites.is_empty() || self.suites.iter().any(|family| in_family(family, name)))
     }
 }
 
@@ -199,6 +208,7 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "qemu64",
                 demo: true,
                 suites: &[],
+                kinds: &[],
                 features: "",
             },
             // The portable lockref step and local add (`lock cmpxchg`,
@@ -212,6 +222,7 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "qemu64",
                 demo: false,
                 suites: GENERIC_SUITES,
+                kinds: &[],
                 features: "",
             },
             // Every suite again with lock-order checking (ksync's
@@ -226,6 +237,7 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "qemu64",
                 demo: false,
                 suites: &[],
+                kinds: &["test"],
                 features: "lockdep",
             },
         ],
@@ -261,6 +273,7 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "max",
                 demo: true,
                 suites: &[],
+                kinds: &[],
                 features: "",
             },
             // LL/SC atomics (LDXR/STXR), on a CPU without LSE: runs on
@@ -273,6 +286,7 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "cortex-a57",
                 demo: false,
                 suites: &[],
+                kinds: &["test", "control"],
                 features: "",
             },
             // The portable paths on LL/SC: the compiler's LDAXR/STLXR loops
@@ -287,6 +301,7 @@ pub const ARCHES: &[Arch] = &[
                 cpu: "cortex-a57",
                 demo: false,
                 suites: GENERIC_SUITES,
+                kinds: &[],
                 features: "",
             },
         ],
@@ -350,6 +365,7 @@ pub const ARCHES: &[Arch] = &[
             cpu: "rv64",
             demo: true,
             suites: &[],
+            kinds: &[],
             features: "",
         }],
         kvm: None,
@@ -700,7 +716,7 @@ mod tests {
             "rwlock-gated",
             "rwlock-noblock",
         ] {
-            assert!(generic.runs(name), "{name}");
+            assert!(generic.runs(name, "test"), "{name}");
         }
         for name in [
             "lockrefs",
@@ -710,9 +726,33 @@ mod tests {
             "bench",
             "percpu",
         ] {
-            assert!(!generic.runs(name), "{name}");
+            assert!(!generic.runs(name, "test"), "{name}");
         }
-        assert!(ARCHES[0].variants[0].runs("bench"));
+        assert!(ARCHES[0].variants[0].runs("bench", "bench"));
+        // Every architecture runs every kind of suite on some image, and
+        // every image runs the tests.
+        for arch in ARCHES {
+            for kind in ["test", "control", "bench"] {
+                assert!(
+                    arch.variants
+                        .iter()
+                        .any(|v| v.suites.is_empty() && v.runs("any", kind)),
+                    "{} {kind}",
+                    arch.name
+                );
+            }
+            assert!(
+                arch.variants
+                    .iter()
+                    .all(|v| v.kinds.is_empty() || v.kinds.contains(&"test"))
+            );
+        }
+        let lockdep = ARCHES[0]
+            .variants
+            .iter()
+            .find(|v| v.lockdep())
+            .expect("a lockdep image");
+        assert!(lockdep.runs("lockdep", "test") && !lockdep.runs("lockref-nolock", "control"));
     }
 
     #[test]

@@ -102,6 +102,10 @@ impl Kernels {
                         let Some((arch, variant)) = next else { break };
                         let start = Instant::now();
                         let result = build(arch, variant);
+                        crate::tools::record_time(
+                            format!("qemu build of the {} kernel", variant.label),
+                            start.elapsed(),
+                        );
                         match &result {
                             Ok(_) => println!(
                                 "[qemu] built the {} kernel ({:.1} s)",
