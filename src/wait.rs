@@ -400,6 +400,17 @@ impl Locked<'_> {
         true
     }
 
+    /// Sets the primitive's tag of `node` (queued, or woken by this lock's
+    /// holder and not yet seen by its owner).
+    pub(crate) fn set_tag(&mut self, node: &Node, tag: usize) {
+        self.links(node, |links| links.tag = tag);
+    }
+
+    /// The primitive's tag of `node`.
+    pub(crate) fn tag(&mut self, node: &Node) -> usize {
+        self.links(node, |links| links.tag)
+    }
+
     /// Whether `node` is queued.
     pub(crate) fn is_queued(&mut self, node: &Node) -> bool {
         self.links(node, |links| links.linked)
