@@ -433,7 +433,14 @@ impl RawPerCpuRwSemaphore {
         let mut prod = false;
         {
             let mut locked = self.waiters.lock();
-            while let Some((node, tag, _)) = locked.front() {
+            loop {
+                if locked.batch_full() {
+                    // Wake this batch; the front is looked at afresh.
+                    locked.relock();
+                }
+                let Some((node, tag, _)) = locked.front() else {
+                    break;
+                };
                 let node: *const Node = node;
                 let got = if tag == TAG_READ {
                     let got = self.core.try_read_untracked();

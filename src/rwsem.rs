@@ -560,10 +560,23 @@ impl RawRwSemaphore {
     /// when nobody is left queued. Safe to call whenever: it looks at the
     /// state first.
     fn grant(&self, locked: &mut Locked<'_>) {
+        while self.grant_batch(locked) {
+            // More readers at the front than one batch of wakes: wake
+            // these (the lock dropped), then look at the queue afresh.
+            locked.relock();
+        }
+    }
+
+    /// One round of [`grant`](Self::grant): at most a batch of wakes;
+    /// whether readers at the front were left for the next round.
+    fn grant_batch(&self, locked: &mut Locked<'_>) -> bool {
+        if locked.batch_full() {
+            return true;
+        }
         let Some((head, tag, _)) = locked.front() else {
             // Relaxed: WAITERS changes only under the queue lock.
             self.state.fetch_and(!WAITERS, Ordering::Relaxed);
-            return;
+            return false;
         };
         let head: *const Node = head;
         // Acquire: pairs with the Release of the unlock that freed the
@@ -574,7 +587,7 @@ impl RawRwSemaphore {
         if tag == TAG_WRITE {
             if state & !WAITERS != 0 {
                 // Held: its release grants.
-                return;
+                return false;
             }
             // SAFETY: queued, so valid until `wake` takes it off.
             let head = unsafe { &*head };
@@ -588,17 +601,24 @@ impl RawRwSemaphore {
             debug_assert_eq!(old, WAITERS);
             self.owner.store(locked.task_of(head), Ordering::Relaxed);
             locked.wake(head, GRANTED);
-            return;
+            return false;
         }
         if state & WRITER != 0 {
-            return;
+            return false;
         }
-        // The batch: the readers at the front, up to the first writer.
+        // The batch: the readers at the front, up to the first writer, at
+        // most as many as the wake batch holds (`more`: readers left).
+        let room = locked.room();
         let mut batch = 1;
         // SAFETY: queued, so valid while this lock is held.
         let mut cursor = unsafe { &*head };
+        let mut more = false;
         let last = loop {
             match locked.next(cursor) {
+                Some((_, TAG_READ, _)) if batch == room => {
+                    more = true;
+                    break false;
+                }
                 Some((next, TAG_READ, _)) => {
                     let next: *const Node = next;
                     // SAFETY: as above.
@@ -623,6 +643,7 @@ impl RawRwSemaphore {
             // SAFETY: queued, so valid until `wake` takes it off.
             locked.wake(unsafe { &*node }, GRANTED);
         }
+        more
     }
 
     /// Releases a read lock (Linux's `up_read`); the last reader out hands

@@ -127,8 +127,20 @@ impl Units {
     /// (saturating at `ALL - 1`).
     pub(crate) fn give(&self, n: usize) {
         let mut locked = self.queue.lock();
+        if n == ALL {
+            // First, so that a waiter that comes while the lock is dropped
+            // between batches of wakes (below) goes through at once.
+            // Relaxed: under the lock.
+            self.count.store(ALL, Ordering::Relaxed);
+        }
         let mut left = n;
         while left > 0 {
+            if locked.batch_full() {
+                // More waiters than one batch of wakes: wake these, then
+                // go on with the front of the queue as it is then (a
+                // waiter that came meanwhile queued at the back).
+                locked.relock();
+            }
             let Some((node, _, _)) = locked.front() else {
                 break;
             };

@@ -518,8 +518,10 @@ thread_local! {
 fn tls_exit_child() {
     let held = EXIT_MUTEX.lock();
     let t = thread::spawn(|| {
-        // Registered before the host kernel's task record (the first
-        // ksync wait below creates it), so destroyed after it.
+        // The thread's CPU id first (freed last), then this destructor,
+        // registered before the host kernel's task record (the first
+        // ksync wait below creates it), so run after that is gone.
+        let _ = ksync::kernel::cpu_id();
         LOCK_AT_EXIT.with(|_| {});
         let s = Semaphore::new(0);
         let _ = s.down_timeout(Duration::from_millis(1));
