@@ -629,7 +629,7 @@ pub(crate) fn in_interrupt() -> bool {
 }
 
 /// The kernel's [`Kernel::irqs_disabled`].
-#[cfg(feature = "lockdep")]
+#[cfg(any(feature = "lockdep", debug_assertions))]
 #[inline]
 pub(crate) fn irqs_disabled() -> bool {
     _ksync_set_kernel_v1_irqs_disabled()
@@ -719,11 +719,57 @@ fn nr_cpus_out_of_range(n: usize) -> ! {
     )
 }
 
+/// Debug builds: per CPU, how many preemption disables made through ksync
+/// (its [`preempt_disable`], per-CPU references, the spinlocks' guards,
+/// ...) are not yet undone, for [`might_sleep`](crate::wait::might_sleep)
+/// (Linux's `preempt_count()` check). A kernel's preemption count may
+/// live anywhere (or nowhere: the default hooks do nothing), so ksync
+/// keeps its own. Counted after the disable and uncounted before the
+/// enable, on the CPU the task stays on in between (the `Kernel`
+/// contract); an interrupt handler's own disables balance out before it
+/// returns. Relaxed: only this CPU's contexts touch its count.
+#[cfg(all(debug_assertions, not(ksync_loom)))]
+static PREEMPT_OFF: [core::sync::atomic::AtomicU32; MAX_CPUS] =
+    [const { core::sync::atomic::AtomicU32::new(0) }; MAX_CPUS];
+
+/// Counts a preemption disable of CPU `cpu` (debug builds).
+#[inline(always)]
+fn count_preempt_off(cpu: usize) {
+    #[cfg(all(debug_assertions, not(ksync_loom)))]
+    if let Some(count) = PREEMPT_OFF.get(cpu) {
+        count.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+    }
+    let _ = cpu;
+}
+
+/// Uncounts one, before the enable (debug builds).
+#[inline(always)]
+fn count_preempt_on() {
+    #[cfg(all(debug_assertions, not(ksync_loom)))]
+    if let Some(count) = PREEMPT_OFF.get(_ksync_set_kernel_v1_cpu_id()) {
+        count.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
+    }
+}
+
+/// Debug builds: whether this CPU has preemption disabled through ksync
+/// (see [`PREEMPT_OFF`]); always false in release builds.
+#[inline]
+pub(crate) fn preempt_disabled_by_ksync() -> bool {
+    #[cfg(all(debug_assertions, not(ksync_loom)))]
+    return PREEMPT_OFF
+        .get(_ksync_set_kernel_v1_cpu_id())
+        .is_some_and(|count| count.load(core::sync::atomic::Ordering::Relaxed) != 0);
+    #[cfg(not(all(debug_assertions, not(ksync_loom))))]
+    false
+}
+
 /// Disables preemption until the returned guard drops: the caller stays on
 /// this CPU. `!Send`.
 #[inline]
 pub fn preempt_disable() -> PreemptGuard {
     _ksync_set_kernel_v1_preempt_disable();
+    #[cfg(all(debug_assertions, not(ksync_loom)))]
+    count_preempt_off(_ksync_set_kernel_v1_cpu_id());
     PreemptGuard {
         not_send: core::marker::PhantomData,
     }
@@ -739,6 +785,7 @@ pub fn preempt_disable() -> PreemptGuard {
 #[inline]
 pub(crate) fn preempt_disable_cpu() -> (PreemptGuard, usize) {
     let id = _ksync_set_kernel_v1_preempt_disable_cpu_id();
+    count_preempt_off(id);
     let guard = PreemptGuard {
         not_send: core::marker::PhantomData,
     };
@@ -751,11 +798,14 @@ pub(crate) fn preempt_disable_cpu() -> (PreemptGuard, usize) {
 #[inline]
 pub(crate) fn preempt_disable_hook() {
     _ksync_set_kernel_v1_preempt_disable();
+    #[cfg(all(debug_assertions, not(ksync_loom)))]
+    count_preempt_off(_ksync_set_kernel_v1_cpu_id());
 }
 
 /// The kernel's [`Kernel::preempt_enable`] (see [`preempt_disable_hook`]).
 #[inline]
 pub(crate) fn preempt_enable_hook() {
+    count_preempt_on();
     _ksync_set_kernel_v1_preempt_enable();
 }
 
@@ -778,6 +828,7 @@ impl PreemptGuard {
 impl Drop for PreemptGuard {
     #[inline]
     fn drop(&mut self) {
+        count_preempt_on();
         _ksync_set_kernel_v1_preempt_enable();
     }
 }

@@ -246,12 +246,14 @@ impl RawMutex {
     /// (Linux's `mutex_lock`).
     ///
     /// # Panics
-    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
-    /// checked on the contended path.
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
+    /// checked on every call in debug builds, on the contended path in
+    /// release builds.
     #[doc(alias = "mutex_lock")]
     #[inline]
     #[track_caller]
     pub fn lock(&self) {
+        wait::might_sleep_entry();
         // Acquire: as in `try_lock`.
         if self
             .state
@@ -270,7 +272,7 @@ impl RawMutex {
     #[cold]
     #[track_caller]
     fn lock_slow(&self) {
-        wait::might_sleep();
+        wait::might_sleep_slow();
         self.dep_acquire(false);
         if self.spin() {
             return;

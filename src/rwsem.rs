@@ -70,7 +70,8 @@
 //! `downgrade_write`) and timed `try_read_for`/`try_write_for`;
 //! [`read_async`] and [`write_async`] are the async forms on the same
 //! lock and queue. Holders may sleep; every wait first calls
-//! [`might_sleep`](crate::wait::might_sleep) (on the contended path only).
+//! [`might_sleep`](crate::wait::might_sleep) (on every call in debug builds,
+//! on the contended path in release builds).
 //!
 //! # Lock-order checking
 //!
@@ -359,12 +360,14 @@ impl RawRwSemaphore {
     /// queued for it (Linux's `down_read`).
     ///
     /// # Panics
-    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
-    /// checked on the contended path.
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
+    /// on every call in debug builds, on the contended path in release
+    /// builds.
     #[doc(alias = "down_read")]
     #[inline]
     #[track_caller]
     pub fn read(&self) {
+        wait::might_sleep_entry();
         if !self.try_take_blocking(Kind::Read) {
             self.lock_slow(Kind::Read, None);
         }
@@ -374,12 +377,14 @@ impl RawRwSemaphore {
     /// before it are done (Linux's `down_write`).
     ///
     /// # Panics
-    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
-    /// checked on the contended path.
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
+    /// on every call in debug builds, on the contended path in release
+    /// builds.
     #[doc(alias = "down_write")]
     #[inline]
     #[track_caller]
     pub fn write(&self) {
+        wait::might_sleep_entry();
         if !self.try_take_blocking(Kind::Write) {
             self.lock_slow(Kind::Write, None);
         }
@@ -392,6 +397,7 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means a read lock is held and must be unlocked"]
     pub fn try_read_for(&self, timeout: Duration) -> bool {
+        wait::might_sleep_entry();
         self.try_take_blocking(Kind::Read)
             || self.lock_slow(Kind::Read, Some(wait::deadline(timeout)))
     }
@@ -402,6 +408,7 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means a read lock is held and must be unlocked"]
     pub fn try_read_until(&self, deadline_ns: u64) -> bool {
+        wait::might_sleep_entry();
         self.try_take_blocking(Kind::Read) || self.lock_slow(Kind::Read, Some(deadline_ns))
     }
 
@@ -410,6 +417,7 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means the write lock is held and must be unlocked"]
     pub fn try_write_for(&self, timeout: Duration) -> bool {
+        wait::might_sleep_entry();
         self.try_take_blocking(Kind::Write)
             || self.lock_slow(Kind::Write, Some(wait::deadline(timeout)))
     }
@@ -419,6 +427,7 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means the write lock is held and must be unlocked"]
     pub fn try_write_until(&self, deadline_ns: u64) -> bool {
+        wait::might_sleep_entry();
         self.try_take_blocking(Kind::Write) || self.lock_slow(Kind::Write, Some(deadline_ns))
     }
 
@@ -427,7 +436,7 @@ impl RawRwSemaphore {
     #[cold]
     #[track_caller]
     fn lock_slow(&self, kind: Kind, deadline_ns: Option<u64>) -> bool {
-        wait::might_sleep();
+        wait::might_sleep_slow();
         // Before waiting, so a deadlock is reported first; dropped again
         // if the wait gives up or unwinds.
         let dep = self.dep_map.acquire_sleeping_guard(0, false);

@@ -103,7 +103,7 @@ impl Units {
             return true;
         }
         drop(locked);
-        wait::might_sleep();
+        wait::might_sleep_slow();
         locked = self.queue.lock();
         if self.take_locked(&locked) {
             return true;
@@ -292,10 +292,12 @@ impl Semaphore {
     /// Takes a unit, sleeping until one is free (Linux's `down`).
     ///
     /// # Panics
-    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
-    /// when it would have to sleep.
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
+    /// on every call in debug builds, when it would have to sleep in
+    /// release builds.
     #[track_caller]
     pub fn down(&self) {
+        wait::might_sleep_entry();
         self.units.take(None);
     }
 
@@ -313,6 +315,7 @@ impl Semaphore {
     #[track_caller]
     #[must_use = "true means a unit was taken and must be given back with `up`"]
     pub fn down_timeout(&self, timeout: Duration) -> bool {
+        wait::might_sleep_entry();
         self.units.try_take() || self.units.take(Some(wait::deadline(timeout)))
     }
 

@@ -740,10 +740,11 @@ impl WaitQueue {
         exclusive: bool,
         deadline_ns: Option<u64>,
     ) -> bool {
+        might_sleep_entry();
         if cond() {
             return true;
         }
-        might_sleep();
+        might_sleep_slow();
         let node = Node::new();
         // The node does not move from here on, and `Queued` takes it off
         // the queue on every way out (a panicking `cond` included).
@@ -938,21 +939,68 @@ impl<F> Drop for WaitUntil<'_, F> {
 /// [`Kernel::may_sleep`](crate::kernel::Kernel::may_sleep) says no, and
 /// inside an RCU read section on this CPU (every build: the sleep's
 /// context switch is a quiescent state that would end the grace period
-/// under the reader). With `lockdep`, it also reports spinlocks held on
-/// this CPU ([`LocksHeld`](crate::lockdep::ReportKind::LocksHeld), naming
-/// them) and interrupts masked. Every blocking wait of ksync calls it
-/// before it sleeps; call it where a kernel's own code may sleep.
+/// under the reader). Debug builds also panic inside a `call_rcu`
+/// callback, with preemption disabled through ksync
+/// ([`kernel::preempt_disable`](crate::kernel::preempt_disable), a
+/// [`PerCpu`](crate::percpu::PerCpu) reference, a spinlock held, ...:
+/// ksync counts them per CPU, as Linux's preemption count), and with
+/// interrupts masked ([`Kernel::irqs_disabled`](crate::kernel::Kernel::irqs_disabled)).
+/// With `lockdep`, it also reports spinlocks held on this CPU
+/// ([`LocksHeld`](crate::lockdep::ReportKind::LocksHeld), naming them;
+/// then the preemption check is left to that report) and interrupts
+/// masked. Every sleeping call of ksync calls it on entry in debug builds
+/// (the uncontended path included, as Linux), and before it sleeps in
+/// release builds; call it where a kernel's own code may sleep.
 #[track_caller]
 pub fn might_sleep() {
     if !kernel::may_sleep() {
         cannot_sleep();
     }
+    // The read section (every build) and, in debug builds, a `call_rcu`
+    // callback on this CPU; with lockdep, the spinlocks held.
     crate::rcu::check_may_sleep();
-    crate::lockdep::assert_no_locks_held("a sleeping wait (might_sleep)");
+    #[cfg(debug_assertions)]
+    if kernel::preempt_disabled_by_ksync() && crate::lockdep::held_lock_count() == 0 {
+        preempt_disabled();
+    }
+    #[cfg(all(debug_assertions, not(feature = "lockdep")))]
+    if kernel::irqs_disabled() {
+        irqs_masked();
+    }
     #[cfg(feature = "lockdep")]
     if kernel::irqs_disabled() || kernel::irq::masked_by_ksync() {
         irqs_masked();
     }
+}
+
+/// [`might_sleep`] at the entry of a sleeping call, whether or not it
+/// will have to sleep: debug builds only (the uncontended path stays a
+/// compare-exchange in release builds).
+#[inline(always)]
+#[track_caller]
+pub(crate) fn might_sleep_entry() {
+    #[cfg(debug_assertions)]
+    might_sleep();
+}
+
+/// [`might_sleep`] before a sleeping call actually waits: release builds
+/// only (debug builds checked on entry, [`might_sleep_entry`]).
+#[inline(always)]
+#[track_caller]
+pub(crate) fn might_sleep_slow() {
+    #[cfg(not(debug_assertions))]
+    might_sleep();
+}
+
+#[cfg(debug_assertions)]
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn preempt_disabled() -> ! {
+    panic!(
+        "ksync: a sleeping wait with preemption disabled on this CPU \
+         (kernel::preempt_disable, a PerCpu reference or a spinlock held)"
+    )
 }
 
 #[cold]
@@ -965,7 +1013,7 @@ fn cannot_sleep() -> ! {
     )
 }
 
-#[cfg(feature = "lockdep")]
+#[cfg(any(feature = "lockdep", debug_assertions))]
 #[cold]
 #[inline(never)]
 #[track_caller]

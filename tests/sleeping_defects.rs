@@ -312,7 +312,7 @@ fn every_entry_point_refuses(
             drop(guard);
         });
         assert!(
-            msg.contains(what),
+            !msg.is_empty() && msg.contains(what),
             "{name} {context}: expected a panic naming {what:?}, got {msg:?}"
         );
     }
@@ -365,7 +365,7 @@ fn might_sleep_reports_atomic_contexts_on_the_uncontended_path() {
                 ksync::spinlock::IrqTicketMutex::new(0);
             Box::new(S.lock())
         },
-        "",
+        "ksync: a sleeping wait",
     );
     // In a call_rcu callback.
     for (name, f) in entry_points() {
@@ -394,7 +394,8 @@ fn might_sleep_reports_atomic_contexts_on_the_uncontended_path() {
                 thread::yield_now();
             }
             ksync::rcu::cpu_offline();
-            panic!("{}", SEEN.lock().unwrap().take().unwrap());
+            let seen = SEEN.lock().unwrap().take().unwrap();
+            panic!("{seen}");
         });
         assert!(
             msg.contains("call_rcu callback"),
