@@ -440,11 +440,16 @@ fn a_mutex_waiter_is_woken_without_the_lock_at_most_once() {
                 ksync::host::set_wake_latency(Duration::from_millis(5));
                 let mut worst = 0;
                 for _ in 0..ROUNDS {
+                    // No unpark left pending from earlier waits (each
+                    // wait's waker is done with this thread when it
+                    // returns): every sleep below ends with a wake.
+                    thread::park_timeout(Duration::ZERO);
                     let before = ksync::host::blocks();
                     let mut g = M.lock();
-                    // Sleeps in this lock: the first (queued, not at the
-                    // front), one wake without the lock, the hand-off,
-                    // and one early return for a wake left pending.
+                    // Sleeps in this lock: the first ends with a wake at
+                    // the front (without the lock, lost to a spinner) or
+                    // with the hand-off; after a lost race, the second
+                    // ends with the hand-off.
                     worst = worst.max(ksync::host::blocks() - before);
                     *g += 1;
                     hold();
@@ -466,8 +471,8 @@ fn a_mutex_waiter_is_woken_without_the_lock_at_most_once() {
     }
     eprintln!("most sleeps in one lock, per waiter: {worst:?}");
     assert!(
-        worst.iter().all(|&w| w <= 4),
-        "a waiter slept more than 4 times in one lock (woken without the lock again and again): {worst:?}"
+        worst.iter().all(|&w| w <= 2),
+        "a waiter slept more than twice in one lock (woken without the lock more than once): {worst:?}"
     );
 }
 
