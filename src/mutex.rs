@@ -118,11 +118,19 @@ const HANDOFF: usize = 4;
 /// it. Set and cleared under the queue lock.
 const FLIGHT: usize = 8;
 
+/// In `owner`: held by an async task (a `lock_async` future). It runs on
+/// no CPU of its own while it holds the lock (its executor may poll other
+/// futures, or park), so there is no holder to watch: lockers sleep at
+/// once instead of spinning and yielding while "the owner runs", which
+/// would only watch the executor's thread.
+const ASYNC_HOLDER: usize = usize::MAX;
+
 /// The lock under [`Mutex`] (Linux's `struct mutex`). See the
 /// [module docs](self).
 pub struct RawMutex {
     state: AtomicUsize,
-    /// The holder's task token (0 while free or unknown): for spinners
+    /// The holder's task token (0 while free or unknown, [`ASYNC_HOLDER`]
+    /// for an async holder): for spinners
     /// to ask whether it runs. Relaxed: a hint, never for exclusion.
     owner: AtomicUsize,
     queue: WaitQueue,
@@ -379,7 +387,7 @@ impl RawMutex {
                 return done;
             }
             let owner = self.owner.load(Ordering::Relaxed);
-            if owner != 0 && !kernel::task_running(owner) {
+            if owner == ASYNC_HOLDER || (owner != 0 && !kernel::task_running(owner)) {
                 return false;
             }
             if rounds < SPIN_ROUNDS {
@@ -496,7 +504,10 @@ impl RawMutex {
         if let Some(first) = first {
             // SAFETY: queued, so valid until a wake takes it off.
             let first = unsafe { &*first };
-            let token = locked.task_of(first);
+            let token = match locked.task_of(first) {
+                0 => ASYNC_HOLDER, // an async waiter
+                token => token,
+            };
             self.owner.store(token, Ordering::Relaxed);
             locked.remove(first);
             let mut clear = HANDOFF;
@@ -563,6 +574,7 @@ impl Future for RawLock<'_> {
             return Poll::Ready(());
         }
         if !this.queued && this.mutex.try_lock_untracked() {
+            this.mutex.owner.store(ASYNC_HOLDER, Ordering::Relaxed);
             this.done = true;
             return Poll::Ready(());
         }
@@ -595,6 +607,7 @@ impl Future for RawLock<'_> {
             .mutex
             .acquire_queued(&mut locked, &this.node, this.woken)
         {
+            this.mutex.owner.store(ASYNC_HOLDER, Ordering::Relaxed);
             this.done = true;
             return Poll::Ready(());
         }

@@ -154,7 +154,11 @@ fn wakes_past_one_batch_are_all_done_in_order() {
         .collect();
     for (f, w) in futs.iter_mut().zip(&wakers) {
         let waker = Waker::from(w.clone());
-        assert!(f.as_mut().poll(&mut Context::from_waker(&waker)).is_pending());
+        assert!(
+            f.as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
     }
     FLAG.store(true, Ordering::Release);
     assert_eq!(Q.wake_all(), N);
@@ -168,7 +172,9 @@ fn wakes_past_one_batch_are_all_done_in_order() {
     // `complete_all` with more waiters than that.
     let s = Semaphore::new(0);
     let c = Completion::new();
-    let counts: Vec<_> = (0..N).map(|_| Arc::new(CountWake(AtomicUsize::new(0)))).collect();
+    let counts: Vec<_> = (0..N)
+        .map(|_| Arc::new(CountWake(AtomicUsize::new(0))))
+        .collect();
     let mut downs: Vec<_> = (0..N).map(|_| Box::pin(s.down_async())).collect();
     let mut waits: Vec<_> = (0..N).map(|_| Box::pin(c.wait())).collect();
     for ((d, w), k) in downs.iter_mut().zip(waits.iter_mut()).zip(&counts) {
@@ -218,11 +224,9 @@ fn wakes_past_one_batch_are_all_done_in_order() {
 /// Runs `f` on a fresh thread and returns its panic message ("" if it
 /// did not panic).
 fn panic_of(f: impl FnOnce() + Send + 'static) -> String {
-    match thread::spawn(move || {
-        std::panic::catch_unwind(std::panic::AssertUnwindSafe(f))
-    })
-    .join()
-    .unwrap()
+    match thread::spawn(move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
+        .join()
+        .unwrap()
     {
         Ok(()) => String::new(),
         Err(p) => panic_text(&p),
@@ -239,10 +243,7 @@ fn entry_points() -> Vec<(&'static str, Box<dyn Fn() + Send + Sync>)> {
                 drop(m.lock());
             }),
         ),
-        (
-            "Semaphore::down",
-            Box::new(|| Semaphore::new(1).down()),
-        ),
+        ("Semaphore::down", Box::new(|| Semaphore::new(1).down())),
         (
             "Semaphore::down_timeout",
             Box::new(|| {
@@ -300,11 +301,7 @@ fn entry_points() -> Vec<(&'static str, Box<dyn Fn() + Send + Sync>)> {
 
 /// Asserts that each entry point panics inside `enter`/`exit`, naming
 /// `what` in the message.
-fn every_entry_point_refuses(
-    context: &str,
-    enter: fn() -> Box<dyn std::any::Any>,
-    what: &str,
-) {
+fn every_entry_point_refuses(context: &str, enter: fn() -> Box<dyn std::any::Any>, what: &str) {
     for (name, f) in entry_points() {
         let msg = panic_of(move || {
             let guard = enter();
@@ -345,7 +342,8 @@ fn might_sleep_reports_atomic_contexts_on_the_uncontended_path() {
     every_entry_point_refuses(
         "holding a PerCpu::get() reference",
         || {
-            static P: ksync::percpu::PerCpu<std::sync::atomic::AtomicU32> = ksync::percpu::PerCpu::new();
+            static P: ksync::percpu::PerCpu<std::sync::atomic::AtomicU32> =
+                ksync::percpu::PerCpu::new();
             Box::new(P.get())
         },
         "preemption disabled",
@@ -537,4 +535,106 @@ fn tls_exit_child() {
     t.join().unwrap();
     assert_eq!(*EXIT_MUTEX.lock(), 1);
     println!("destructor took the mutex");
+}
+
+/// Settled: `wake_n(0)` wakes every non-exclusive waiter and no
+/// exclusive one (unlike Linux's `wake_up_nr(0)`, which wakes all: use
+/// `wake_all` for that), and says how many it woke.
+#[test]
+fn wake_n_zero_wakes_only_the_non_exclusive_waiters() {
+    let q = WaitQueue::new();
+    let counts: Vec<_> = (0..3)
+        .map(|_| Arc::new(CountWake(AtomicUsize::new(0))))
+        .collect();
+    let mut excl1 = Box::pin(q.wait_until_exclusive(|| false));
+    let mut plain = Box::pin(q.wait_until(|| false));
+    let mut excl2 = Box::pin(q.wait_until_exclusive(|| false));
+    for (i, w) in counts.iter().enumerate() {
+        let waker = Waker::from(w.clone());
+        let mut cx = Context::from_waker(&waker);
+        let pending = match i {
+            0 => excl1.as_mut().poll(&mut cx),
+            1 => plain.as_mut().poll(&mut cx),
+            _ => excl2.as_mut().poll(&mut cx),
+        };
+        assert!(pending.is_pending());
+    }
+    assert_eq!(q.wake_n(0), 1);
+    let woken: Vec<usize> = counts.iter().map(|c| c.0.load(Ordering::SeqCst)).collect();
+    assert_eq!(woken, [0, 1, 0]);
+    assert_eq!(q.wake_n(0), 0, "only exclusive waiters are left");
+    assert_eq!(q.wake_all(), 2);
+}
+
+/// Settled: a zero timeout is a try that never sleeps. Each timed wait
+/// tries, and at most queues and dequeues again (the deadline is checked
+/// before the kernel's `block`); the rw semaphore first spins a bounded
+/// while (at most `SPIN_LIMIT` relax rounds) if a running writer holds
+/// it. Use the `try_*` forms for no wait at all.
+#[test]
+fn a_zero_timeout_never_sleeps() {
+    let s = Semaphore::new(0);
+    let c = Completion::new();
+    let q = WaitQueue::new();
+    let rw = ksync::rwsem::RwSemaphore::new(0u32);
+    let w = rw.write(); // held by this running thread
+    thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let before = ksync::host::blocks();
+                let start = Instant::now();
+                assert!(!s.down_timeout(Duration::ZERO));
+                assert!(!c.wait_for_completion_timeout(Duration::ZERO));
+                assert!(!q.wait_event_timeout(|| false, Duration::ZERO));
+                assert!(!q.wait_event_exclusive_timeout(|| false, Duration::ZERO));
+                assert!(rw.try_read_for(Duration::ZERO).is_none());
+                assert!(rw.try_write_for(Duration::ZERO).is_none());
+                assert_eq!(ksync::host::blocks(), before, "a zero timeout slept");
+                assert!(start.elapsed() < Duration::from_secs(10));
+            })
+            .join()
+            .unwrap();
+    });
+    drop(w);
+    assert!(!q.has_waiters());
+    assert_eq!(s.count(), 0);
+    assert!(!c.is_done());
+}
+
+/// Defect 2, rw semaphore: more readers at the front than one batch of
+/// wakes are all granted when the writer leaves (in rounds), each woken
+/// once, and the queue is empty after.
+#[test]
+fn a_writer_release_grants_readers_past_one_batch() {
+    const N: usize = 30;
+    let rw = ksync::rwsem::RawRwSemaphore::new();
+    rw.write();
+    let counts: Vec<_> = (0..N)
+        .map(|_| Arc::new(CountWake(AtomicUsize::new(0))))
+        .collect();
+    let mut reads: Vec<_> = (0..N).map(|_| Box::pin(rw.read_async())).collect();
+    for (r, k) in reads.iter_mut().zip(&counts) {
+        let waker = Waker::from(k.clone());
+        assert!(
+            r.as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+    }
+    // SAFETY: held by this test (the write above).
+    unsafe { rw.unlock_write() };
+    for (i, k) in counts.iter().enumerate() {
+        assert_eq!(k.0.load(Ordering::SeqCst), 1, "reader {i} woken");
+    }
+    for r in reads.iter_mut() {
+        assert!(poll_once(r.as_mut()).is_ready());
+    }
+    assert!(!rw.try_write(), "the readers hold it");
+    for _ in 0..N {
+        // SAFETY: each granted reader holds a read lock.
+        unsafe { rw.unlock_read() };
+    }
+    assert!(rw.try_write(), "free again, nobody queued");
+    // SAFETY: just taken.
+    unsafe { rw.unlock_write() };
 }

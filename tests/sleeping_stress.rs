@@ -25,8 +25,8 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::{Arc, Mutex as StdMutex};
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -352,11 +352,17 @@ fn queue_op(w: &World, me: usize, rng: &mut Rng) {
             while !timed(w, w.queue.wait_event_timeout(take, SHORT)) {}
         }
         4 => {
-            w.at(me, "token wait queue: wait_until_exclusive (async, block_on)");
+            w.at(
+                me,
+                "token wait queue: wait_until_exclusive (async, block_on)",
+            );
             block_on(w.queue.wait_until_exclusive(take));
         }
         _ => {
-            w.at(me, "token wait queue: cancelled wait_until_exclusive, then wait_event_exclusive");
+            w.at(
+                me,
+                "token wait queue: cancelled wait_until_exclusive, then wait_event_exclusive",
+            );
             // Cancelled after one poll: if an exclusive wake reached it,
             // its drop passes the wake on. A poll that found a token took it.
             if !cancel(w, w.queue.wait_until_exclusive(take)) {

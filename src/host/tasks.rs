@@ -107,7 +107,8 @@ fn exiting_token() -> usize {
 pub(super) fn current_task() -> usize {
     // While the thread's locals are torn down (an exiting thread's CPU
     // going offline takes locks), a token of its own above every slot's.
-    SLOT.try_with(|slot| slot.0).unwrap_or_else(|_| exiting_token())
+    SLOT.try_with(|slot| slot.0)
+        .unwrap_or_else(|_| exiting_token())
 }
 
 fn lookup(token: usize) -> Option<Arc<Task>> {
