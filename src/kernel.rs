@@ -752,14 +752,15 @@ fn count_preempt_on() {
 }
 
 /// Debug builds: whether this CPU has preemption disabled through ksync
-/// (see [`PREEMPT_OFF`]); always false in release builds.
+/// (see `PREEMPT_OFF`; always false under loom).
+#[cfg(debug_assertions)]
 #[inline]
 pub(crate) fn preempt_disabled_by_ksync() -> bool {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
     return PREEMPT_OFF
         .get(_ksync_set_kernel_v1_cpu_id())
         .is_some_and(|count| count.load(core::sync::atomic::Ordering::Relaxed) != 0);
-    #[cfg(not(all(debug_assertions, not(ksync_loom))))]
+    #[cfg(ksync_loom)]
     false
 }
 

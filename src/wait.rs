@@ -45,7 +45,7 @@
 //! fixed batch on its stack (no allocation). A `Waker` may run any code,
 //! drop the future it wakes (whose drop takes this queue's lock), or take
 //! other wait queues' locks; none of it runs under this one. A wake of
-//! more waiters than the batch holds ([`WAKE_BATCH`]) drops the lock,
+//! more waiters than the batch holds (eight) drops the lock,
 //! makes the batch's wakes and takes the lock again, in rounds, waking
 //! in queue order and only the waiters queued when it began.
 //!
@@ -941,7 +941,7 @@ impl<F> Drop for WaitUntil<'_, F> {
 /// context switch is a quiescent state that would end the grace period
 /// under the reader). Debug builds also panic inside a `call_rcu`
 /// callback, with preemption disabled through ksync
-/// ([`kernel::preempt_disable`](crate::kernel::preempt_disable), a
+/// ([`kernel::preempt_disable`], a
 /// [`PerCpu`](crate::percpu::PerCpu) reference, a spinlock held, ...:
 /// ksync counts them per CPU, as Linux's preemption count), and with
 /// interrupts masked ([`Kernel::irqs_disabled`](crate::kernel::Kernel::irqs_disabled)).

@@ -233,8 +233,11 @@ fn panic_of(f: impl FnOnce() + Send + 'static) -> String {
     }
 }
 
+/// A sleeping call to try.
+type EntryPoint = Box<dyn Fn() + Send + Sync>;
+
 /// Every sleeping entry point, uncontended (each would not need to sleep).
-fn entry_points() -> Vec<(&'static str, Box<dyn Fn() + Send + Sync>)> {
+fn entry_points() -> Vec<(&'static str, EntryPoint)> {
     vec![
         (
             "Mutex::lock",
