@@ -90,6 +90,12 @@
 //! | [`WaitQueue`](crate::wait::WaitQueue), [`Completion`](crate::completion::Completion), [`Semaphore`](crate::semaphore::Semaphore), [`Mutex`](crate::mutex::Mutex) (the sleeping primitives) | uncontended: the queue lock's (`irq_save`, `preempt_*`, as the IRQ-saving locks) and, for `Mutex`, `current_task`; a wait: `may_sleep`, `cpu_id` and `preempt_*` (its RCU read-section check), `current_task`, `block`, and `wake` from the waker; `clock_ns` for timed waits; `task_running` and `yield_now` while a `Mutex` locker spins | uncontended: once the IRQ-saving locks may be used; a wait: once the scheduler hooks work (with the defaults it busy-waits) |
 //! | every lock, with the `lockdep` feature | each lock operation: `cpu_id`, `in_interrupt`, `irqs_disabled`, `irq_save`/`irq_restore`, and `lockdep_report` on a report | only once `cpu_id` works: a `lockdep` build must not take any ksync lock earlier |
 //!
+//! Debug builds count every preemption disable made through ksync per CPU
+//! (for [`might_sleep`](crate::wait::might_sleep), as Linux's preemption
+//! count), which reads `cpu_id` at each `preempt_disable` and
+//! `preempt_enable`: there, every row that calls the preemption hooks
+//! needs `cpu_id` too.
+//!
 //! The FIFO locks (ticket, queued, the lock in `LockRef`) also read two
 //! settings, not hooks ([`set_vcpu_preemptible`], [`set_spin_wait`]): the
 //! first acquisition detects the first one (on x86_64 with one `cpuid`),
