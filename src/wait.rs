@@ -70,11 +70,15 @@
 //!
 //! # Where waits may happen
 //!
-//! Every blocking wait first calls [`might_sleep`]: it panics in an
-//! interrupt handler or wherever [`Kernel::may_sleep`](crate::kernel::Kernel::may_sleep)
-//! says no, inside an RCU read section on this CPU (a sleep is a context
-//! switch, which would end a grace period under the reader; every build),
-//! and with `lockdep` it reports spinlocks held and interrupts masked.
+//! Every blocking wait calls [`might_sleep`], in debug builds on entry
+//! (whether or not it will have to sleep, as Linux), in release builds
+//! before it sleeps: it panics in an interrupt handler or wherever
+//! [`Kernel::may_sleep`](crate::kernel::Kernel::may_sleep) says no, inside
+//! an RCU read section on this CPU (a sleep is a context switch, which
+//! would end a grace period under the reader; every build), and in debug
+//! builds inside a `call_rcu` callback, with preemption disabled through
+//! ksync (a spinlock, a per-CPU reference, `preempt_disable`) and with
+//! interrupts masked; with `lockdep` it reports spinlocks held by name.
 //! Waking never sleeps: `wake_*` may be called anywhere, interrupt
 //! handlers included.
 
