@@ -735,15 +735,15 @@ fn nr_cpus_out_of_range(n: usize) -> ! {
 /// contract); an interrupt handler's own disables balance out before it
 /// returns. Relaxed: only this CPU's contexts touch its count.
 #[cfg(all(debug_assertions, not(ksync_loom)))]
-static PREEMPT_OFF: [core::sync::atomic::AtomicU32; MAX_CPUS] =
-    [const { core::sync::atomic::AtomicU32::new(0) }; MAX_CPUS];
+static PREEMPT_OFF: [crate::sync::AtomicU32; MAX_CPUS] =
+    [const { crate::sync::AtomicU32::new(0) }; MAX_CPUS];
 
 /// Counts a preemption disable of CPU `cpu` (debug builds).
 #[inline(always)]
 fn count_preempt_off(cpu: usize) {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
     if let Some(count) = PREEMPT_OFF.get(cpu) {
-        count.fetch_add(1, core::sync::atomic::Ordering::Relaxed);
+        count.fetch_add(1, crate::sync::Ordering::Relaxed);
     }
     let _ = cpu;
 }
@@ -753,7 +753,7 @@ fn count_preempt_off(cpu: usize) {
 fn count_preempt_on() {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
     if let Some(count) = PREEMPT_OFF.get(_ksync_set_kernel_v1_cpu_id()) {
-        count.fetch_sub(1, core::sync::atomic::Ordering::Relaxed);
+        count.fetch_sub(1, crate::sync::Ordering::Relaxed);
     }
 }
 
@@ -765,7 +765,7 @@ pub(crate) fn preempt_disabled_by_ksync() -> bool {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
     return PREEMPT_OFF
         .get(_ksync_set_kernel_v1_cpu_id())
-        .is_some_and(|count| count.load(core::sync::atomic::Ordering::Relaxed) != 0);
+        .is_some_and(|count| count.load(crate::sync::Ordering::Relaxed) != 0);
     #[cfg(ksync_loom)]
     false
 }
