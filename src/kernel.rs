@@ -733,7 +733,11 @@ fn nr_cpus_out_of_range(n: usize) -> ! {
 /// keeps its own. Counted after the disable and uncounted before the
 /// enable, on the CPU the task stays on in between (the `Kernel`
 /// contract); an interrupt handler's own disables balance out before it
-/// returns. Relaxed: only this CPU's contexts touch its count.
+/// returns. Relaxed, and a load and a store rather than a
+/// read-modify-write (no locked instruction): only this CPU's contexts
+/// touch its count, the task cannot move between the two (preemption is
+/// disabled there), and an interrupt handler that comes between them
+/// leaves the count as it found it.
 #[cfg(all(debug_assertions, not(ksync_loom)))]
 static PREEMPT_OFF: [crate::sync::AtomicU32; MAX_CPUS] =
     [const { crate::sync::AtomicU32::new(0) }; MAX_CPUS];
@@ -743,7 +747,10 @@ static PREEMPT_OFF: [crate::sync::AtomicU32; MAX_CPUS] =
 fn count_preempt_off(cpu: usize) {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
     if let Some(count) = PREEMPT_OFF.get(cpu) {
-        count.fetch_add(1, crate::sync::Ordering::Relaxed);
+        count.store(
+            count.load(crate::sync::Ordering::Relaxed) + 1,
+            crate::sync::Ordering::Relaxed,
+        );
     }
     let _ = cpu;
 }
@@ -753,7 +760,10 @@ fn count_preempt_off(cpu: usize) {
 fn count_preempt_on() {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
     if let Some(count) = PREEMPT_OFF.get(_ksync_set_kernel_v1_cpu_id()) {
-        count.fetch_sub(1, crate::sync::Ordering::Relaxed);
+        count.store(
+            count.load(crate::sync::Ordering::Relaxed).saturating_sub(1),
+            crate::sync::Ordering::Relaxed,
+        );
     }
 }
 
