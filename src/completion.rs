@@ -76,10 +76,12 @@ impl Completion {
     /// `wait_for_completion`).
     ///
     /// # Panics
-    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
-    /// when it would have to sleep.
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
+    /// on every call in debug builds, when it would have to sleep in
+    /// release builds.
     #[track_caller]
     pub fn wait_for_completion(&self) {
+        wait::might_sleep_entry();
         self.units.take(None);
     }
 
@@ -89,6 +91,7 @@ impl Completion {
     #[track_caller]
     #[must_use = "false means the wait timed out"]
     pub fn wait_for_completion_timeout(&self, timeout: Duration) -> bool {
+        wait::might_sleep_entry();
         self.units.try_take() || self.units.take(Some(wait::deadline(timeout)))
     }
 

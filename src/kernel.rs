@@ -91,6 +91,12 @@
 //! | [`WaitQueue`](crate::wait::WaitQueue), [`Completion`](crate::completion::Completion), [`Semaphore`](crate::semaphore::Semaphore), [`Mutex`](crate::mutex::Mutex) (the sleeping primitives) | uncontended: the queue lock's (`irq_save`, `preempt_*`, as the IRQ-saving locks) and, for `Mutex`, `current_task`; a wait: `may_sleep`, `cpu_id` and `preempt_*` (its RCU read-section check), `current_task`, `block`, and `wake` from the waker; `clock_ns` for timed waits; `task_running` and `yield_now` while a `Mutex` locker spins | uncontended: once the IRQ-saving locks may be used; a wait: once the scheduler hooks work (with the defaults it busy-waits) |
 //! | every lock, with the `lockdep` feature | each lock operation: `cpu_id`, `in_interrupt`, `irqs_disabled`, `irq_save`/`irq_restore`, and `lockdep_report` on a report | only once `cpu_id` works: a `lockdep` build must not take any ksync lock earlier |
 //!
+//! Debug builds count every preemption disable made through ksync per CPU
+//! (for [`might_sleep`](crate::wait::might_sleep), as Linux's preemption
+//! count), which reads `cpu_id` at each `preempt_disable` and
+//! `preempt_enable`: there, every row that calls the preemption hooks
+//! needs `cpu_id` too.
+//!
 //! The FIFO locks (ticket, queued, the lock in `LockRef`) also read two
 //! settings, not hooks ([`set_vcpu_preemptible`], [`set_spin_wait`]): the
 //! first acquisition detects the first one (on x86_64 with one `cpuid`),
@@ -680,7 +686,7 @@ pub(crate) fn in_interrupt() -> bool {
 }
 
 /// The kernel's [`Kernel::irqs_disabled`].
-#[cfg(feature = "lockdep")]
+#[cfg(any(feature = "lockdep", debug_assertions))]
 #[inline]
 pub(crate) fn irqs_disabled() -> bool {
     ksync_hook_irqs_disabled_defined_by_ksync_set_kernel_v1()
@@ -770,11 +776,68 @@ fn nr_cpus_out_of_range(n: usize) -> ! {
     )
 }
 
+/// Debug builds: per CPU, how many preemption disables made through ksync
+/// (its [`preempt_disable`], per-CPU references, the spinlocks' guards,
+/// ...) are not yet undone, for [`might_sleep`](crate::wait::might_sleep)
+/// (Linux's `preempt_count()` check). A kernel's preemption count may
+/// live anywhere (or nowhere: the default hooks do nothing), so ksync
+/// keeps its own. Counted after the disable and uncounted before the
+/// enable, on the CPU the task stays on in between (the `Kernel`
+/// contract); an interrupt handler's own disables balance out before it
+/// returns. Relaxed, and a load and a store rather than a
+/// read-modify-write (no locked instruction): only this CPU's contexts
+/// touch its count, the task cannot move between the two (preemption is
+/// disabled there), and an interrupt handler that comes between them
+/// leaves the count as it found it.
+#[cfg(all(debug_assertions, not(ksync_loom)))]
+static PREEMPT_OFF: [crate::sync::AtomicU32; MAX_CPUS] =
+    [const { crate::sync::AtomicU32::new(0) }; MAX_CPUS];
+
+/// Counts a preemption disable of CPU `cpu` (debug builds).
+#[inline(always)]
+fn count_preempt_off(cpu: usize) {
+    #[cfg(all(debug_assertions, not(ksync_loom)))]
+    if let Some(count) = PREEMPT_OFF.get(cpu) {
+        count.store(
+            count.load(crate::sync::Ordering::Relaxed) + 1,
+            crate::sync::Ordering::Relaxed,
+        );
+    }
+    let _ = cpu;
+}
+
+/// Uncounts one, before the enable (debug builds).
+#[inline(always)]
+fn count_preempt_on() {
+    #[cfg(all(debug_assertions, not(ksync_loom)))]
+    if let Some(count) = PREEMPT_OFF.get(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1()) {
+        count.store(
+            count.load(crate::sync::Ordering::Relaxed).saturating_sub(1),
+            crate::sync::Ordering::Relaxed,
+        );
+    }
+}
+
+/// Debug builds: whether this CPU has preemption disabled through ksync
+/// (see `PREEMPT_OFF`; always false under loom).
+#[cfg(debug_assertions)]
+#[inline]
+pub(crate) fn preempt_disabled_by_ksync() -> bool {
+    #[cfg(all(debug_assertions, not(ksync_loom)))]
+    return PREEMPT_OFF
+        .get(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1())
+        .is_some_and(|count| count.load(crate::sync::Ordering::Relaxed) != 0);
+    #[cfg(ksync_loom)]
+    false
+}
+
 /// Disables preemption until the returned guard drops: the caller stays on
 /// this CPU. `!Send`.
 #[inline]
 pub fn preempt_disable() -> PreemptGuard {
     ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
+    #[cfg(all(debug_assertions, not(ksync_loom)))]
+    count_preempt_off(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1());
     PreemptGuard {
         not_send: core::marker::PhantomData,
     }
@@ -790,6 +853,7 @@ pub fn preempt_disable() -> PreemptGuard {
 #[inline]
 pub(crate) fn preempt_disable_cpu() -> (PreemptGuard, usize) {
     let id = ksync_hook_preempt_disable_cpu_id_defined_by_ksync_set_kernel_v1();
+    count_preempt_off(id);
     let guard = PreemptGuard {
         not_send: core::marker::PhantomData,
     };
@@ -802,11 +866,14 @@ pub(crate) fn preempt_disable_cpu() -> (PreemptGuard, usize) {
 #[inline]
 pub(crate) fn preempt_disable_hook() {
     ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
+    #[cfg(all(debug_assertions, not(ksync_loom)))]
+    count_preempt_off(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1());
 }
 
 /// The kernel's [`Kernel::preempt_enable`] (see [`preempt_disable_hook`]).
 #[inline]
 pub(crate) fn preempt_enable_hook() {
+    count_preempt_on();
     ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
 }
 
@@ -829,6 +896,7 @@ impl PreemptGuard {
 impl Drop for PreemptGuard {
     #[inline]
     fn drop(&mut self) {
+        count_preempt_on();
         ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
     }
 }

@@ -20,8 +20,9 @@
 //!
 //! # The algorithm
 //!
-//! One word holds `LOCKED`, `WAITERS` (someone is queued) and `HANDOFF`
-//! (the first waiter asked for the lock to be handed to it). Uncontended,
+//! One word holds `LOCKED`, `WAITERS` (someone is queued), `HANDOFF`
+//! (the first waiter asked for the lock to be handed to it) and `FLIGHT`
+//! (a woken waiter is on its way back). Uncontended,
 //! `lock` and `unlock` are one compare-exchange each.
 //!
 //! * **Optimistic spinning.** A locker that finds it held spins while the
@@ -41,8 +42,20 @@
 //!   spinner. It goes back to the front of the queue and sets `HANDOFF`;
 //!   the next `unlock` then does not free the lock but makes that first
 //!   waiter its owner and wakes it, and no one else may take the lock
-//!   while `HANDOFF` is set. So a waiter loses at most one race after it
-//!   reaches the front (Linux's `MUTEX_FLAG_HANDOFF`): no starvation.
+//!   while `HANDOFF` is set. While a woken waiter is on its way back
+//!   (`FLIGHT`: woken, not yet queued again; it may wait to be scheduled),
+//!   unlocks free the lock but wake no one else, so no other woken waiter
+//!   can queue at the front ahead of it (in Linux the woken waiter stays
+//!   on the list, first). So a waiter loses at most one race after it
+//!   reaches the front (Linux's `MUTEX_FLAG_HANDOFF`): no starvation. The
+//!   cost: an async waiter that is woken and then neither polled nor
+//!   dropped holds up the waiters behind it (not the lock: the lock is
+//!   free, and lockers that find it so take it); and throughput where
+//!   tasks outnumber CPUs, since fewer woken waiters are around to take a
+//!   freed lock: the contended bench of `benches/sleeping.rs` (2 cores,
+//!   one run each, a noisy host) at 4 / 8 threads ran 0.66x / 0.55x
+//!   `parking_lot::Mutex`'s critical sections with `FLIGHT`, 0.86x /
+//!   1.01x with the same build waking the next waiter at every unlock.
 //!
 //! Unlike a spinlock, the holder may sleep, and preemption stays enabled.
 //! Guards come from [`lock_api`], as for the spinlocks: [`Mutex`] is
@@ -103,12 +116,26 @@ const LOCKED: usize = 1;
 const WAITERS: usize = 2;
 /// The first waiter asked for a hand-off.
 const HANDOFF: usize = 4;
+/// A waiter was woken without the lock (the lock freed for it) and has
+/// not queued again nor left yet: the unlocks wake no one else meanwhile
+/// (it is still the first waiter, as in Linux, where a woken waiter stays
+/// on the list), so no other woken waiter can queue at the front ahead of
+/// it. Set and cleared under the queue lock.
+const FLIGHT: usize = 8;
+
+/// In `owner`: held by an async task (a `lock_async` future). It runs on
+/// no CPU of its own while it holds the lock (its executor may poll other
+/// futures, or park), so there is no holder to watch: lockers sleep at
+/// once instead of spinning and yielding while "the owner runs", which
+/// would only watch the executor's thread.
+const ASYNC_HOLDER: usize = usize::MAX;
 
 /// The lock under [`Mutex`] (Linux's `struct mutex`). See the
 /// [module docs](self).
 pub struct RawMutex {
     state: AtomicUsize,
-    /// The holder's task token (0 while free or unknown): for spinners
+    /// The holder's task token (0 while free or unknown, [`ASYNC_HOLDER`]
+    /// for an async holder): for spinners
     /// to ask whether it runs. Relaxed: a hint, never for exclusion.
     owner: AtomicUsize,
     queue: WaitQueue,
@@ -130,6 +157,7 @@ impl core::fmt::Debug for RawMutex {
             .field("locked", &(state & LOCKED != 0))
             .field("waiters", &(state & WAITERS != 0))
             .field("handoff", &(state & HANDOFF != 0))
+            .field("woken_in_flight", &(state & FLIGHT != 0))
             .finish_non_exhaustive()
     }
 }
@@ -246,12 +274,14 @@ impl RawMutex {
     /// (Linux's `mutex_lock`).
     ///
     /// # Panics
-    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
-    /// checked on the contended path.
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
+    /// checked on every call in debug builds, on the contended path in
+    /// release builds.
     #[doc(alias = "mutex_lock")]
     #[inline]
     #[track_caller]
     pub fn lock(&self) {
+        wait::might_sleep_entry();
         // Acquire: as in `try_lock`.
         if self
             .state
@@ -270,7 +300,7 @@ impl RawMutex {
     #[cold]
     #[track_caller]
     fn lock_slow(&self) {
-        wait::might_sleep();
+        wait::might_sleep_slow();
         self.dep_acquire(false);
         if self.spin() {
             return;
@@ -306,6 +336,7 @@ impl RawMutex {
             locked = self.queue.lock();
             // SAFETY: as above; a wake took it off the queue.
             unsafe { locked.enqueue(&node, true, 0, None, true) };
+            self.landed();
             woken = true;
         }
     }
@@ -361,7 +392,7 @@ impl RawMutex {
                 return done;
             }
             let owner = self.owner.load(Ordering::Relaxed);
-            if owner != 0 && !kernel::task_running(owner) {
+            if owner == ASYNC_HOLDER || (owner != 0 && !kernel::task_running(owner)) {
                 return false;
             }
             if rounds < SPIN_ROUNDS {
@@ -376,6 +407,28 @@ impl RawMutex {
             } else {
                 return false;
             }
+        }
+    }
+
+    /// The woken waiter is back in the queue (or gone), under the queue
+    /// lock: the next unlock may wake again.
+    fn landed(&self) {
+        // Relaxed: under the queue lock, as every change of FLIGHT.
+        self.state.fetch_and(!FLIGHT, Ordering::Relaxed);
+    }
+
+    /// Under the queue lock: wakes the first waiter without the lock (the
+    /// lock is free), unless a woken waiter is still on its way back.
+    fn wake_first(&self, locked: &mut Locked<'_>) {
+        if self.state.load(Ordering::Relaxed) & FLIGHT != 0 {
+            return;
+        }
+        if let Some((first, _, _)) = locked.front() {
+            let first: *const Node = first;
+            // Relaxed: under the queue lock.
+            self.state.fetch_or(FLIGHT, Ordering::Relaxed);
+            // SAFETY: queued, so valid until `wake` takes it off.
+            locked.wake(unsafe { &*first }, wait::WOKEN);
         }
     }
 
@@ -456,7 +509,10 @@ impl RawMutex {
         if let Some(first) = first {
             // SAFETY: queued, so valid until a wake takes it off.
             let first = unsafe { &*first };
-            let token = locked.task_of(first);
+            let token = match locked.task_of(first) {
+                0 => ASYNC_HOLDER, // an async waiter
+                token => token,
+            };
             self.owner.store(token, Ordering::Relaxed);
             locked.remove(first);
             let mut clear = HANDOFF;
@@ -476,11 +532,7 @@ impl RawMutex {
         }
         // Release: pairs with the next locker's Acquire.
         self.state.fetch_and(!clear, Ordering::Release);
-        if let Some((first, _, _)) = locked.front() {
-            let first: *const Node = first;
-            // SAFETY: queued, so valid until `wake` takes it off.
-            locked.wake(unsafe { &*first }, wait::WOKEN);
-        }
+        self.wake_first(&mut locked);
     }
 
     /// Takes the lock, as a future: the async form of
@@ -527,6 +579,7 @@ impl Future for RawLock<'_> {
             return Poll::Ready(());
         }
         if !this.queued && this.mutex.try_lock_untracked() {
+            this.mutex.owner.store(ASYNC_HOLDER, Ordering::Relaxed);
             this.done = true;
             return Poll::Ready(());
         }
@@ -546,6 +599,7 @@ impl Future for RawLock<'_> {
                     // SAFETY: pinned in the pinned future; `Drop` takes it
                     // off the queue; a wake took it off.
                     unsafe { locked.enqueue(&this.node, true, 0, Some(cx.waker()), true) };
+                    this.mutex.landed();
                     this.woken = true;
                 }
             }
@@ -558,6 +612,7 @@ impl Future for RawLock<'_> {
             .mutex
             .acquire_queued(&mut locked, &this.node, this.woken)
         {
+            this.mutex.owner.store(ASYNC_HOLDER, Ordering::Relaxed);
             this.done = true;
             return Poll::Ready(());
         }
@@ -589,12 +644,11 @@ impl Drop for RawLock<'_> {
             }
             _ => {
                 // Woken and cancelled: the wake goes to the next waiter
-                // if the lock is still free.
-                let free = self.mutex.state.load(Ordering::Relaxed) & LOCKED == 0;
-                let first = locked.front().map(|(first, _, _)| first as *const Node);
-                if let (true, Some(first)) = (free, first) {
-                    // SAFETY: queued, so valid until `wake` takes it off.
-                    locked.wake(unsafe { &*first }, wait::WOKEN);
+                // if the lock is still free (else its holder's unlock
+                // wakes it).
+                self.mutex.landed();
+                if self.mutex.state.load(Ordering::Relaxed) & LOCKED == 0 {
+                    self.mutex.wake_first(&mut locked);
                 }
             }
         }

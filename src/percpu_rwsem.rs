@@ -258,12 +258,14 @@ impl RawPerCpuRwSemaphore {
     /// over. The holder may sleep and migrate.
     ///
     /// # Panics
-    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
-    /// checked on the slow path (a writer around).
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
+    /// on every call in debug builds, on the slow path (a writer around)
+    /// in release builds.
     #[doc(alias = "percpu_down_read")]
     #[inline]
     #[track_caller]
     pub fn read(&self) {
+        wait::might_sleep_entry();
         if self.core.try_read_untracked() {
             self.dep_map().acquire_sleeping(0, false);
         } else {
@@ -276,7 +278,7 @@ impl RawPerCpuRwSemaphore {
     fn read_slow(&self) {
         // As in `try_read`: the backed-out increment.
         self.wake_writer();
-        wait::might_sleep();
+        wait::might_sleep_slow();
         // Before waiting, so a deadlock is reported first; dropped again
         // if the wait unwinds.
         let dep = self.dep_map().acquire_sleeping_guard(0, false);
@@ -433,7 +435,14 @@ impl RawPerCpuRwSemaphore {
         let mut prod = false;
         {
             let mut locked = self.waiters.lock();
-            while let Some((node, tag, _)) = locked.front() {
+            loop {
+                if locked.batch_full() {
+                    // Wake this batch; the front is looked at afresh.
+                    locked.relock();
+                }
+                let Some((node, tag, _)) = locked.front() else {
+                    break;
+                };
                 let node: *const Node = node;
                 let got = if tag == TAG_READ {
                     let got = self.core.try_read_untracked();

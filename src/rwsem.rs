@@ -70,7 +70,8 @@
 //! `downgrade_write`) and timed `try_read_for`/`try_write_for`;
 //! [`read_async`] and [`write_async`] are the async forms on the same
 //! lock and queue. Holders may sleep; every wait first calls
-//! [`might_sleep`](crate::wait::might_sleep) (on the contended path only).
+//! [`might_sleep`](crate::wait::might_sleep) (on every call in debug builds,
+//! on the contended path in release builds).
 //!
 //! # Lock-order checking
 //!
@@ -359,12 +360,14 @@ impl RawRwSemaphore {
     /// queued for it (Linux's `down_read`).
     ///
     /// # Panics
-    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
-    /// checked on the contended path.
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
+    /// on every call in debug builds, on the contended path in release
+    /// builds.
     #[doc(alias = "down_read")]
     #[inline]
     #[track_caller]
     pub fn read(&self) {
+        wait::might_sleep_entry();
         if !self.try_take_blocking(Kind::Read) {
             self.lock_slow(Kind::Read, None);
         }
@@ -374,12 +377,14 @@ impl RawRwSemaphore {
     /// before it are done (Linux's `down_write`).
     ///
     /// # Panics
-    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
-    /// checked on the contended path.
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
+    /// on every call in debug builds, on the contended path in release
+    /// builds.
     #[doc(alias = "down_write")]
     #[inline]
     #[track_caller]
     pub fn write(&self) {
+        wait::might_sleep_entry();
         if !self.try_take_blocking(Kind::Write) {
             self.lock_slow(Kind::Write, None);
         }
@@ -392,6 +397,7 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means a read lock is held and must be unlocked"]
     pub fn try_read_for(&self, timeout: Duration) -> bool {
+        wait::might_sleep_entry();
         self.try_take_blocking(Kind::Read)
             || self.lock_slow(Kind::Read, Some(wait::deadline(timeout)))
     }
@@ -402,6 +408,7 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means a read lock is held and must be unlocked"]
     pub fn try_read_until(&self, deadline_ns: u64) -> bool {
+        wait::might_sleep_entry();
         self.try_take_blocking(Kind::Read) || self.lock_slow(Kind::Read, Some(deadline_ns))
     }
 
@@ -410,6 +417,7 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means the write lock is held and must be unlocked"]
     pub fn try_write_for(&self, timeout: Duration) -> bool {
+        wait::might_sleep_entry();
         self.try_take_blocking(Kind::Write)
             || self.lock_slow(Kind::Write, Some(wait::deadline(timeout)))
     }
@@ -419,6 +427,7 @@ impl RawRwSemaphore {
     #[track_caller]
     #[must_use = "true means the write lock is held and must be unlocked"]
     pub fn try_write_until(&self, deadline_ns: u64) -> bool {
+        wait::might_sleep_entry();
         self.try_take_blocking(Kind::Write) || self.lock_slow(Kind::Write, Some(deadline_ns))
     }
 
@@ -427,7 +436,7 @@ impl RawRwSemaphore {
     #[cold]
     #[track_caller]
     fn lock_slow(&self, kind: Kind, deadline_ns: Option<u64>) -> bool {
-        wait::might_sleep();
+        wait::might_sleep_slow();
         // Before waiting, so a deadlock is reported first; dropped again
         // if the wait gives up or unwinds.
         let dep = self.dep_map.acquire_sleeping_guard(0, false);
@@ -560,10 +569,23 @@ impl RawRwSemaphore {
     /// when nobody is left queued. Safe to call whenever: it looks at the
     /// state first.
     fn grant(&self, locked: &mut Locked<'_>) {
+        while self.grant_batch(locked) {
+            // More readers at the front than one batch of wakes: wake
+            // these (the lock dropped), then look at the queue afresh.
+            locked.relock();
+        }
+    }
+
+    /// One round of [`grant`](Self::grant): at most a batch of wakes;
+    /// whether readers at the front were left for the next round.
+    fn grant_batch(&self, locked: &mut Locked<'_>) -> bool {
+        if locked.batch_full() {
+            return true;
+        }
         let Some((head, tag, _)) = locked.front() else {
             // Relaxed: WAITERS changes only under the queue lock.
             self.state.fetch_and(!WAITERS, Ordering::Relaxed);
-            return;
+            return false;
         };
         let head: *const Node = head;
         // Acquire: pairs with the Release of the unlock that freed the
@@ -574,7 +596,7 @@ impl RawRwSemaphore {
         if tag == TAG_WRITE {
             if state & !WAITERS != 0 {
                 // Held: its release grants.
-                return;
+                return false;
             }
             // SAFETY: queued, so valid until `wake` takes it off.
             let head = unsafe { &*head };
@@ -588,17 +610,24 @@ impl RawRwSemaphore {
             debug_assert_eq!(old, WAITERS);
             self.owner.store(locked.task_of(head), Ordering::Relaxed);
             locked.wake(head, GRANTED);
-            return;
+            return false;
         }
         if state & WRITER != 0 {
-            return;
+            return false;
         }
-        // The batch: the readers at the front, up to the first writer.
+        // The batch: the readers at the front, up to the first writer, at
+        // most as many as the wake batch holds (`more`: readers left).
+        let room = locked.room();
         let mut batch = 1;
         // SAFETY: queued, so valid while this lock is held.
         let mut cursor = unsafe { &*head };
+        let mut more = false;
         let last = loop {
             match locked.next(cursor) {
+                Some((_, TAG_READ, _)) if batch == room => {
+                    more = true;
+                    break false;
+                }
                 Some((next, TAG_READ, _)) => {
                     let next: *const Node = next;
                     // SAFETY: as above.
@@ -623,6 +652,7 @@ impl RawRwSemaphore {
             // SAFETY: queued, so valid until `wake` takes it off.
             locked.wake(unsafe { &*node }, GRANTED);
         }
+        more
     }
 
     /// Releases a read lock (Linux's `up_read`); the last reader out hands

@@ -47,6 +47,12 @@ use crate::wait::{self, GRANTED, Locked, Node, Queued, WaitQueue};
 /// [`ALL`] is a count that taking never lowers (`complete_all`).
 pub(crate) struct Units {
     count: AtomicUsize,
+    /// Bumped by [`set`](Self::set) (a completion's `reinit`), under the
+    /// queue lock: a hand-off records it in the waiter's node (its tag),
+    /// and a cancelled async waiter gives its unit back only if it is
+    /// still the same, so a grant from before `reinit` never comes back
+    /// after it.
+    generation: AtomicUsize,
     queue: WaitQueue,
 }
 
@@ -58,6 +64,7 @@ impl Units {
         pub(crate) fn new(count: usize) -> Self {
             Units {
                 count: AtomicUsize::new(count),
+                generation: AtomicUsize::new(0),
                 queue: WaitQueue::new(),
             }
         }
@@ -96,7 +103,7 @@ impl Units {
             return true;
         }
         drop(locked);
-        wait::might_sleep();
+        wait::might_sleep_slow();
         locked = self.queue.lock();
         if self.take_locked(&locked) {
             return true;
@@ -120,8 +127,20 @@ impl Units {
     /// (saturating at `ALL - 1`).
     pub(crate) fn give(&self, n: usize) {
         let mut locked = self.queue.lock();
+        if n == ALL {
+            // First, so that a waiter that comes while the lock is dropped
+            // between batches of wakes (below) goes through at once.
+            // Relaxed: under the lock.
+            self.count.store(ALL, Ordering::Relaxed);
+        }
         let mut left = n;
         while left > 0 {
+            if locked.batch_full() {
+                // More waiters than one batch of wakes: wake these, then
+                // go on with the front of the queue as it is then (a
+                // waiter that came meanwhile queued at the back).
+                locked.relock();
+            }
             let Some((node, _, _)) = locked.front() else {
                 break;
             };
@@ -129,7 +148,10 @@ impl Units {
             // waits for the waker to be done with it: `Node::state`).
             let node: *const Node = node;
             // SAFETY: queued, so valid until taken off, which `wake` does.
-            locked.wake(unsafe { &*node }, GRANTED);
+            let node = unsafe { &*node };
+            // Relaxed: under the lock, as every access to it.
+            locked.set_tag(node, self.generation.load(Ordering::Relaxed));
+            locked.wake(node, GRANTED);
             if n != ALL {
                 left -= 1;
             }
@@ -147,9 +169,15 @@ impl Units {
     }
 
     /// Sets the count (no waiter must be queued for it to mean much).
+    /// A new generation: grants made before are not given back by
+    /// cancelled waiters.
     pub(crate) fn set(&self, count: usize) {
         let _locked = self.queue.lock();
         self.count.store(count, Ordering::Relaxed);
+        // Relaxed: under the lock.
+        let generation = self.generation.load(Ordering::Relaxed);
+        self.generation
+            .store(generation.wrapping_add(1), Ordering::Relaxed);
     }
 
     /// A future that takes a unit.
@@ -219,8 +247,14 @@ impl Drop for Take<'_> {
             return;
         }
         let mut locked = self.units.queue.lock();
-        if !locked.remove(&self.node) && !self.done && self.node.state() == GRANTED {
-            // Handed a unit and cancelled before it saw it: give it on.
+        if !locked.remove(&self.node)
+            && !self.done
+            && self.node.state() == GRANTED
+            // Relaxed: under the lock, as the grant's store of the tag.
+            && locked.tag(&self.node) == self.units.generation.load(Ordering::Relaxed)
+        {
+            // Handed a unit and cancelled before it saw it: give it on
+            // (unless a completion's `reinit` undid it since).
             drop(locked);
             self.units.give(1);
         }
@@ -258,10 +292,12 @@ impl Semaphore {
     /// Takes a unit, sleeping until one is free (Linux's `down`).
     ///
     /// # Panics
-    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
-    /// when it would have to sleep.
+    /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
+    /// on every call in debug builds, when it would have to sleep in
+    /// release builds.
     #[track_caller]
     pub fn down(&self) {
+        wait::might_sleep_entry();
         self.units.take(None);
     }
 
@@ -279,6 +315,7 @@ impl Semaphore {
     #[track_caller]
     #[must_use = "true means a unit was taken and must be given back with `up`"]
     pub fn down_timeout(&self, timeout: Duration) -> bool {
+        wait::might_sleep_entry();
         self.units.try_take() || self.units.take(Some(wait::deadline(timeout)))
     }
 

@@ -38,14 +38,25 @@
 //! `wake` on its task, which makes a `block` that has not started yet
 //! return at once (the hook's contract).
 //!
-//! The kernel's `wake` is called after the queue lock is dropped (Linux's
-//! `wake_q`): the waker marks the node woken with a "wake pending" bit
-//! under the lock, and clears the bit (Release) once `wake` returned. A
-//! waiter that sees its node woken waits (spinning: the waker runs with
-//! preemption disabled until it is done) for the bit to clear (Acquire)
-//! before it returns or reuses the node, so the node and the task token
-//! outlive the waker's use of them; it does not take the queue lock to
-//! learn that.
+//! Every wake, of a blocked task (the kernel's `wake`) or of a future
+//! (its [`Waker`]), is made after the queue lock is dropped (Linux's
+//! `wake_q`, maitake-sync's `WakeBatch`): under the lock the waker only
+//! takes the node off the queue, marks it woken and notes the wake in a
+//! fixed batch on its stack (no allocation). A `Waker` may run any code,
+//! drop the future it wakes (whose drop takes this queue's lock), or take
+//! other wait queues' locks; none of it runs under this one. A wake of
+//! more waiters than the batch holds (eight) drops the lock,
+//! makes the batch's wakes and takes the lock again, in rounds, waking
+//! in queue order and only the waiters queued when it began.
+//!
+//! For a blocked task, the waker marks the node woken with a "wake
+//! pending" bit under the lock, and clears the bit (Release) once `wake`
+//! returned. A waiter that sees its node woken waits (spinning: the waker
+//! runs with preemption disabled until it is done) for the bit to clear
+//! (Acquire) before it returns or reuses the node, so the node and the
+//! task token outlive the waker's use of them; it does not take the
+//! queue lock to learn that. An async waiter's `Waker` is the waker's own
+//! once it is taken out of the node: the future may go away at once.
 //!
 //! # Exclusive waiters
 //!
@@ -59,16 +70,21 @@
 //!
 //! # Where waits may happen
 //!
-//! Every blocking wait first calls [`might_sleep`]: it panics in an
-//! interrupt handler or wherever [`Kernel::may_sleep`](crate::kernel::Kernel::may_sleep)
-//! says no, inside an RCU read section on this CPU (a sleep is a context
-//! switch, which would end a grace period under the reader; every build),
-//! and with `lockdep` it reports spinlocks held and interrupts masked.
+//! Every blocking wait calls [`might_sleep`], in debug builds on entry
+//! (whether or not it will have to sleep, as Linux), in release builds
+//! before it sleeps: it panics in an interrupt handler or wherever
+//! [`Kernel::may_sleep`](crate::kernel::Kernel::may_sleep) says no, inside
+//! an RCU read section on this CPU (a sleep is a context switch, which
+//! would end a grace period under the reader; every build), and in debug
+//! builds inside a `call_rcu` callback, with preemption disabled through
+//! ksync (a spinlock, a per-CPU reference, `preempt_disable`) and with
+//! interrupts masked; with `lockdep` it reports spinlocks held by name.
 //! Waking never sleeps: `wake_*` may be called anywhere, interrupt
 //! handlers included.
 
 use core::future::Future;
 use core::marker::PhantomPinned;
+use core::mem::MaybeUninit;
 use core::pin::Pin;
 use core::ptr;
 use core::task::{Context, Poll, Waker};
@@ -91,10 +107,18 @@ pub(crate) const GRANTED: usize = 2;
 /// to call the kernel's `wake` with the node's task token (it does so after
 /// it dropped the queue lock). Never seen through [`Node::state`].
 const PENDING: usize = 4;
-/// How many task wakes a [`Locked`] defers to its drop; past that, a wake
-/// is done at once, under the lock (as correct, only slower for the others
-/// that wait for the lock meanwhile).
-const DEFERRED_WAKES: usize = 4;
+/// How many wakes a [`Locked`] holds until the lock is dropped: 8 (about
+/// 200 bytes on the waker's stack). A primitive that wakes more drops the
+/// lock and takes it again between batches ([`Locked::relock`]).
+pub(crate) const WAKE_BATCH: usize = 8;
+
+/// A wake noted under the queue lock, made after it is dropped.
+enum Deferred {
+    /// A blocked task: its node (marked [`PENDING`]) and token.
+    Task(*const Node, usize),
+    /// An async waiter's waker, taken out of its node.
+    Async(Waker),
+}
 
 /// How a queued waiter is woken.
 enum Wake {
@@ -115,6 +139,9 @@ struct Links {
     /// What the primitive on the queue needs to know of the waiter (a
     /// reader or a writer, say).
     tag: usize,
+    /// The queue's enqueue count when it was queued: a wake of many
+    /// leaves those queued after it began alone.
+    seq: usize,
     wake: Wake,
 }
 
@@ -146,6 +173,7 @@ impl Node {
                 linked: false,
                 exclusive: false,
                 tag: 0,
+                seq: 0,
                 wake: Wake::None,
             }),
             state: AtomicUsize::new(WAITING),
@@ -244,6 +272,8 @@ pub struct WaitQueue {
     lock: QueueLock,
     /// Head and tail of the FIFO list, under `lock`.
     ends: UnsafeCell<(*const Node, *const Node)>,
+    /// Enqueues so far (wrapping), under `lock`: each node's `seq`.
+    seq: UnsafeCell<usize>,
 }
 
 // SAFETY: the list is touched only under `lock`; its nodes are `Sync`.
@@ -264,13 +294,14 @@ impl core::fmt::Debug for WaitQueue {
     }
 }
 
-/// The queue lock held: the list is this context's. Task wakes made
-/// under it are done when it drops, after the unlock.
+/// The queue lock held: the list is this context's. Wakes made under it
+/// are done when it drops, after the unlock (or at a
+/// [`relock`](Locked::relock)).
 pub(crate) struct Locked<'q> {
     queue: &'q WaitQueue,
-    /// The first `deferred` entries: woken nodes (marked [`PENDING`]) and
-    /// their tasks' tokens, to wake after the unlock.
-    wakes: [(*const Node, usize); DEFERRED_WAKES],
+    /// The first `deferred` entries are initialized: the wakes to make
+    /// after the unlock, in queue order.
+    wakes: [MaybeUninit<Deferred>; WAKE_BATCH],
     deferred: usize,
 }
 
@@ -278,7 +309,8 @@ impl Drop for Locked<'_> {
     #[inline]
     fn drop(&mut self) {
         if self.deferred == 0 {
-            // SAFETY: taken by `WaitQueue::lock` in this context.
+            // SAFETY: taken by `WaitQueue::lock` (or `relock`) in this
+            // context.
             unsafe { self.queue.lock.unlock() }
             return;
         }
@@ -287,21 +319,81 @@ impl Drop for Locked<'_> {
 }
 
 impl Locked<'_> {
-    /// Drops the queue lock, then wakes the tasks whose wakes were
-    /// deferred, with preemption disabled so that the woken waiters, which
-    /// wait for the end of it, do not wait for this task to be scheduled.
+    /// Whether the batch of deferred wakes is full: a primitive that has
+    /// more to wake calls [`relock`](Self::relock) first.
+    #[inline]
+    pub(crate) fn batch_full(&self) -> bool {
+        self.deferred == WAKE_BATCH
+    }
+
+    /// How many more wakes the batch holds.
+    #[inline]
+    pub(crate) fn room(&self) -> usize {
+        WAKE_BATCH - self.deferred
+    }
+
+    /// Drops the queue lock, makes the wakes noted so far, and takes the
+    /// lock again (a new batch). The queue may have changed meanwhile:
+    /// the caller looks at it afresh.
+    #[cold]
+    pub(crate) fn relock(&mut self) {
+        self.unlock_and_wake();
+        self.queue.lock.lock();
+    }
+
+    /// Drops the queue lock and makes the deferred wakes, in queue order.
+    /// The blocked tasks' wakes run with preemption disabled from before
+    /// the unlock, so that their waiters, which wait for the end of them,
+    /// do not wait for this task to be scheduled; then the `Waker`s, with
+    /// nothing held. If a `Waker` panics, the batch's later `Waker`s are
+    /// dropped unwoken with the unwinding (the blocked tasks' wakes are
+    /// made first, so no waiter is left waiting for its pending bit).
     #[cold]
     fn unlock_and_wake(&mut self) {
+        let n = core::mem::replace(&mut self.deferred, 0);
         kernel::preempt_disable_hook();
-        // SAFETY: taken by `WaitQueue::lock` in this context.
+        // SAFETY: taken by `WaitQueue::lock` (or `relock`) in this context.
         unsafe { self.queue.lock.unlock() }
-        for &(node, task) in &self.wakes[..self.deferred] {
-            // SAFETY: a node marked PENDING stays valid until the bit is
-            // cleared (its owner waits for that in `Node::state`), which
-            // `finish_wake` does last.
-            unsafe { &*node }.finish_wake(task);
+        for entry in &self.wakes[..n] {
+            // SAFETY: the first `n` entries are initialized; a task entry
+            // is plain data, read in place.
+            if let Deferred::Task(node, task) = unsafe { entry.assume_init_ref() } {
+                // SAFETY: a node marked PENDING stays valid until the bit
+                // is cleared (its owner waits for that in `Node::state`),
+                // which `finish_wake` does last.
+                unsafe { &**node }.finish_wake(*task);
+            }
         }
         kernel::preempt_enable_hook();
+        for entry in &mut self.wakes[..n] {
+            // SAFETY: initialized (the first `n`), and read once: the
+            // count was reset above, so nothing reads them again.
+            if let Deferred::Async(waker) = unsafe { entry.assume_init_read() } {
+                waker.wake();
+            }
+        }
+    }
+
+    /// Notes a wake to make after the unlock.
+    fn defer(&mut self, wake: Deferred) {
+        debug_assert!(
+            !self.batch_full(),
+            "ksync: a wait-queue wake past the batch (call relock first)"
+        );
+        if self.batch_full() {
+            // Not reached (every caller makes room); if it were, the wake
+            // is made under the lock rather than lost.
+            match wake {
+                Deferred::Task(node, task) => {
+                    // SAFETY: as in `run_wakes`.
+                    unsafe { &*node }.finish_wake(task)
+                }
+                Deferred::Async(waker) => waker.wake(),
+            }
+            return;
+        }
+        self.wakes[self.deferred].write(wake);
+        self.deferred += 1;
     }
 }
 
@@ -345,7 +437,15 @@ impl Locked<'_> {
         node.state.store(WAITING, Ordering::Relaxed);
         let me: *const Node = node;
         let (head, tail) = self.ends(|ends| *ends);
+        let seq = self.queue.seq.with_mut(|seq| {
+            // SAFETY: under the queue lock.
+            let seq = unsafe { &mut *seq };
+            let mine = *seq;
+            *seq = mine.wrapping_add(1);
+            mine
+        });
         self.links(node, |links| {
+            links.seq = seq;
             debug_assert!(!links.linked, "ksync: a wait-queue node queued twice");
             links.linked = true;
             links.exclusive = exclusive;
@@ -398,6 +498,17 @@ impl Locked<'_> {
             false => self.links(unsafe { &*next }, |l| l.prev = prev),
         }
         true
+    }
+
+    /// Sets the primitive's tag of `node` (queued, or woken by this lock's
+    /// holder and not yet seen by its owner).
+    pub(crate) fn set_tag(&mut self, node: &Node, tag: usize) {
+        self.links(node, |links| links.tag = tag);
+    }
+
+    /// The primitive's tag of `node`.
+    pub(crate) fn tag(&mut self, node: &Node) -> usize {
+        self.links(node, |links| links.tag)
     }
 
     /// Whether `node` is queued.
@@ -477,19 +588,14 @@ impl Locked<'_> {
                 // made true, the lock handed over); it waits for PENDING to
                 // clear before it leaves.
                 node.state.store(state | PENDING, Ordering::Release);
-                if self.deferred < DEFERRED_WAKES {
-                    self.wakes[self.deferred] = (node, token);
-                    self.deferred += 1;
-                } else {
-                    node.finish_wake(token);
-                }
+                self.defer(Deferred::Task(node, token));
             }
             Wake::Async(waker) => {
                 // Release: as above. The waker is this context's now: the
                 // future may go away at once.
                 node.state.store(state, Ordering::Release);
                 if let Some(waker) = waker {
-                    waker.wake();
+                    self.defer(Deferred::Async(waker));
                 }
             }
             // Release: as above.
@@ -498,26 +604,43 @@ impl Locked<'_> {
     }
 
     /// Wakes every non-exclusive waiter and the first `exclusive`
-    /// exclusive ones, in queue order; how many it woke.
+    /// exclusive ones, in queue order, among those queued when it began;
+    /// how many it woke. Past a batch of wakes it drops the lock and takes
+    /// it again ([`relock`](Self::relock)) and goes on from the front:
+    /// the waiters it woke are off the queue, and those queued since (a
+    /// later sequence number) are not its to wake.
     pub(crate) fn wake_n(&mut self, mut exclusive: usize) -> usize {
+        let start = self.queue.seq.with(|seq| {
+            // SAFETY: under the queue lock.
+            unsafe { *seq }
+        });
         let mut woken = 0;
-        let mut cursor = self.ends(|ends| ends.0);
-        // SAFETY: queued nodes are valid while queued (enqueue contract),
-        // and `next` is read before the node is woken.
-        while let Some(node) = unsafe { cursor.as_ref() } {
-            let (next, is_exclusive) = self.links(node, |l| (l.next, l.exclusive));
-            if is_exclusive {
-                if exclusive == 0 {
-                    cursor = next;
+        'rounds: loop {
+            let mut cursor = self.ends(|ends| ends.0);
+            // SAFETY: queued nodes are valid while queued (enqueue
+            // contract), and `next` is read before the node is woken.
+            while let Some(node) = unsafe { cursor.as_ref() } {
+                let (next, is_exclusive, seq) = self.links(node, |l| (l.next, l.exclusive, l.seq));
+                cursor = next;
+                // Queued after this wake began (`seq` at or past `start`).
+                if start.wrapping_sub(seq).wrapping_sub(1) >= usize::MAX / 2 {
                     continue;
                 }
-                exclusive -= 1;
+                if is_exclusive && exclusive == 0 {
+                    continue;
+                }
+                if self.batch_full() {
+                    self.relock();
+                    continue 'rounds;
+                }
+                if is_exclusive {
+                    exclusive -= 1;
+                }
+                self.wake(node, WOKEN);
+                woken += 1;
             }
-            self.wake(node, WOKEN);
-            woken += 1;
-            cursor = next;
+            return woken;
         }
-        woken
     }
 }
 
@@ -529,6 +652,7 @@ impl WaitQueue {
             WaitQueue {
                 lock: QueueLock::with_relax(),
                 ends: UnsafeCell::new((ptr::null(), ptr::null())),
+                seq: UnsafeCell::new(0),
             }
         }
     }
@@ -539,7 +663,7 @@ impl WaitQueue {
         self.lock.lock();
         Locked {
             queue: self,
-            wakes: [(ptr::null(), 0); DEFERRED_WAKES],
+            wakes: [const { MaybeUninit::uninit() }; WAKE_BATCH],
             deferred: 0,
         }
     }
@@ -620,10 +744,11 @@ impl WaitQueue {
         exclusive: bool,
         deadline_ns: Option<u64>,
     ) -> bool {
+        might_sleep_entry();
         if cond() {
             return true;
         }
-        might_sleep();
+        might_sleep_slow();
         let node = Node::new();
         // The node does not move from here on, and `Queued` takes it off
         // the queue on every way out (a panicking `cond` included).
@@ -818,21 +943,68 @@ impl<F> Drop for WaitUntil<'_, F> {
 /// [`Kernel::may_sleep`](crate::kernel::Kernel::may_sleep) says no, and
 /// inside an RCU read section on this CPU (every build: the sleep's
 /// context switch is a quiescent state that would end the grace period
-/// under the reader). With `lockdep`, it also reports spinlocks held on
-/// this CPU ([`LocksHeld`](crate::lockdep::ReportKind::LocksHeld), naming
-/// them) and interrupts masked. Every blocking wait of ksync calls it
-/// before it sleeps; call it where a kernel's own code may sleep.
+/// under the reader). Debug builds also panic inside a `call_rcu`
+/// callback, with preemption disabled through ksync
+/// ([`kernel::preempt_disable`], a
+/// [`PerCpu`](crate::percpu::PerCpu) reference, a spinlock held, ...:
+/// ksync counts them per CPU, as Linux's preemption count), and with
+/// interrupts masked ([`Kernel::irqs_disabled`](crate::kernel::Kernel::irqs_disabled)).
+/// With `lockdep`, it also reports spinlocks held on this CPU
+/// ([`LocksHeld`](crate::lockdep::ReportKind::LocksHeld), naming them;
+/// then the preemption check is left to that report) and interrupts
+/// masked. Every sleeping call of ksync calls it on entry in debug builds
+/// (the uncontended path included, as Linux), and before it sleeps in
+/// release builds; call it where a kernel's own code may sleep.
 #[track_caller]
 pub fn might_sleep() {
     if !kernel::may_sleep() {
         cannot_sleep();
     }
+    // The read section (every build) and, in debug builds, a `call_rcu`
+    // callback on this CPU; with lockdep, the spinlocks held.
     crate::rcu::check_may_sleep();
-    crate::lockdep::assert_no_locks_held("a sleeping wait (might_sleep)");
+    #[cfg(debug_assertions)]
+    if kernel::preempt_disabled_by_ksync() && crate::lockdep::held_lock_count() == 0 {
+        preempt_disabled();
+    }
+    #[cfg(all(debug_assertions, not(feature = "lockdep")))]
+    if kernel::irqs_disabled() {
+        irqs_masked();
+    }
     #[cfg(feature = "lockdep")]
     if kernel::irqs_disabled() || kernel::irq::masked_by_ksync() {
         irqs_masked();
     }
+}
+
+/// [`might_sleep`] at the entry of a sleeping call, whether or not it
+/// will have to sleep: debug builds only (the uncontended path stays a
+/// compare-exchange in release builds).
+#[inline(always)]
+#[track_caller]
+pub(crate) fn might_sleep_entry() {
+    #[cfg(debug_assertions)]
+    might_sleep();
+}
+
+/// [`might_sleep`] before a sleeping call actually waits: release builds
+/// only (debug builds checked on entry, [`might_sleep_entry`]).
+#[inline(always)]
+#[track_caller]
+pub(crate) fn might_sleep_slow() {
+    #[cfg(not(debug_assertions))]
+    might_sleep();
+}
+
+#[cfg(debug_assertions)]
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn preempt_disabled() -> ! {
+    panic!(
+        "ksync: a sleeping wait with preemption disabled on this CPU \
+         (kernel::preempt_disable, a PerCpu reference or a spinlock held)"
+    )
 }
 
 #[cold]
@@ -845,7 +1017,7 @@ fn cannot_sleep() -> ! {
     )
 }
 
-#[cfg(feature = "lockdep")]
+#[cfg(any(feature = "lockdep", debug_assertions))]
 #[cold]
 #[inline(never)]
 #[track_caller]

@@ -111,3 +111,52 @@ fn spinlock_inside_a_mutex_is_an_order_like_any_other() {
     });
     no_report();
 }
+
+/// An executor that idles on a ksync wait queue: its waker wakes that
+/// queue. Futures waiting on other ksync primitives are woken through it;
+/// the wake is made after the primitive's own queue lock is dropped, so
+/// it is not a nested lock of the one wait-queue class.
+#[test]
+fn async_wakes_through_an_executor_on_a_wait_queue_are_not_nested_locks() {
+    use std::future::Future;
+    use std::pin::pin;
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicBool, Ordering};
+    use std::task::{Context, Wake, Waker};
+
+    static IDLE: WaitQueue = WaitQueue::new();
+    static READY: AtomicBool = AtomicBool::new(false);
+    struct Exec;
+    impl Wake for Exec {
+        fn wake(self: Arc<Self>) {
+            READY.store(true, Ordering::Release);
+            IDLE.wake_all();
+        }
+    }
+    let _s = start();
+    let sem = ksync::semaphore::Semaphore::new(0);
+    let done = ksync::completion::Completion::new();
+    let m = Mutex::new(0u32);
+    thread::scope(|s| {
+        let guard = m.lock();
+        s.spawn(|| {
+            let waker = Waker::from(Arc::new(Exec));
+            let mut cx = Context::from_waker(&waker);
+            let mut fut = pin!(async {
+                sem.down_async().await;
+                done.wait().await;
+                *ksync::mutex::lock_async(&m).await += 1;
+            });
+            while fut.as_mut().poll(&mut cx).is_pending() {
+                IDLE.wait_event(|| READY.swap(false, Ordering::Acquire));
+            }
+        });
+        thread::sleep(Duration::from_millis(20));
+        sem.up();
+        thread::sleep(Duration::from_millis(20));
+        done.complete();
+        thread::sleep(Duration::from_millis(20));
+        drop(guard);
+    });
+    no_report();
+}

@@ -776,7 +776,7 @@ impl Locked {
         assert_eq!(self.data.with(|d| unsafe { *d }), sections);
         assert_eq!(
             format!("{:?}", self.mutex),
-            "RawMutex { locked: false, waiters: false, handoff: false, .. }"
+            "RawMutex { locked: false, waiters: false, handoff: false, woken_in_flight: false, .. }"
         );
     }
 }

@@ -11,8 +11,11 @@
 //! more than the semaphore's units inside, every token back in the pool,
 //! every `complete` used up once, every ping-pong round played, the
 //! semaphore back at its count, and nothing left queued. A lost wake-up
-//! hangs a thread (in the ping-pong nobody else would wake it): the run
-//! fails on a time bound instead of hanging the suite. The loom models
+//! hangs a thread (in the ping-pong nobody else would wake it), blocking
+//! or async: the executor of the async forms parks without a timeout, so
+//! it is woken only by the future's waker. A watchdog fails the run when
+//! no thread has made a step for [`STALL`], naming what each unfinished
+//! thread waits in (the primitive and the form of the wait). The loom models
 //! (`tests/loom_wait.rs`) are the precise check of each race; this is
 //! the check under load, with real preemption and timeouts running out
 //! (it prints how often they did).
@@ -22,8 +25,8 @@
 
 use std::future::Future;
 use std::pin::pin;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -46,8 +49,10 @@ const UNITS: usize = 3;
 /// Tokens in the wait queue's pool.
 const TOKENS: usize = 8;
 
-/// A bound that turns a hang into a failure (the run takes a few seconds).
-const HANG: Duration = Duration::from_secs(60);
+/// The watchdog's bound: no step by any thread for this long is a hang
+/// (the run takes a few seconds; a step is a fraction of a millisecond,
+/// even on a loaded 2-core machine).
+const STALL: Duration = Duration::from_secs(60);
 
 /// A timeout short enough to run out often under this load.
 const SHORT: Duration = Duration::from_micros(20);
@@ -66,6 +71,11 @@ struct World {
     tokens: AtomicUsize,
     /// Each thread's finished iterations: the hang report.
     progress: Vec<AtomicUsize>,
+    /// What each thread is doing now (the wait it is in): the hang
+    /// report.
+    doing: Vec<StdMutex<&'static str>>,
+    /// Steps made by every thread together: the watchdog's clock.
+    steps: AtomicUsize,
     /// How often a timed wait ran out, and how often a cancelled future
     /// was still pending at its drop: printed, to show the slow paths ran
     /// (how often depends on the timing, so nothing asserts it).
@@ -82,6 +92,13 @@ struct Pair {
 }
 
 impl World {
+    /// Thread `me` is about to do `what` (a wait, named by primitive and
+    /// form): a step, and the hang report's entry for it.
+    fn at(&self, me: usize, what: &'static str) {
+        *self.doing[me].lock().unwrap() = what;
+        self.steps.fetch_add(1, Ordering::Relaxed);
+    }
+
     /// Takes a token if one is free (the waiters' condition, which
     /// consumes).
     fn take_token(&self) -> bool {
@@ -117,19 +134,18 @@ impl Wake for ThreadWaker {
 }
 
 /// Polls `fut` on this thread until it is ready, parking between polls
-/// (a lost wake costs at most the park's timeout; the hang bound catches
-/// a future that never completes).
+/// without a timeout: only the future's waker (or a spurious unpark)
+/// makes it poll again, so a lost async wake hangs this thread, and the
+/// watchdog reports it.
 fn block_on<F: Future>(fut: F) -> F::Output {
     let waker = Waker::from(Arc::new(ThreadWaker(thread::current())));
     let mut cx = Context::from_waker(&waker);
     let mut fut = pin!(fut);
-    let start = Instant::now();
     loop {
         if let Poll::Ready(v) = fut.as_mut().poll(&mut cx) {
             return v;
         }
-        assert!(start.elapsed() < HANG, "a future hung");
-        thread::park_timeout(Duration::from_millis(50));
+        thread::park();
     }
 }
 
@@ -170,21 +186,34 @@ fn cancel<F: Future>(w: &World, fut: F) -> bool {
 }
 
 /// The mutex, one of its forms.
-fn mutex_op(w: &World, rng: &mut Rng) {
+fn mutex_op(w: &World, me: usize, rng: &mut Rng) {
     match rng.pick(4) {
-        0 => bump(&mut w.mutex.lock()),
-        1 => block_on(async { bump(&mut *lock_async(&w.mutex).await) }),
-        2 => loop {
-            if let Some(mut g) = w.mutex.try_lock() {
-                bump(&mut g);
-                break;
+        0 => {
+            w.at(me, "mutex: lock (blocking)");
+            bump(&mut w.mutex.lock());
+        }
+        1 => {
+            w.at(me, "mutex: lock_async (async, block_on)");
+            block_on(async { bump(&mut *lock_async(&w.mutex).await) });
+        }
+        2 => {
+            // One step for the whole loop: it spins while the mutex is
+            // held, which a hand-off to a waiter never woken would make
+            // for ever (a hang the watchdog must see).
+            w.at(me, "mutex: try_lock loop");
+            loop {
+                if let Some(mut g) = w.mutex.try_lock() {
+                    bump(&mut g);
+                    break;
+                }
+                thread::yield_now();
             }
-            thread::yield_now();
-        },
+        }
         _ => {
             // A cancelled async locker: it may have been woken or handed
             // the lock before its drop, which passes either on. Then the
             // section, blocking.
+            w.at(me, "mutex: cancelled lock_async, then lock (blocking)");
             let _ = cancel(w, lock_async(&w.mutex));
             bump(&mut w.mutex.lock());
         }
@@ -193,12 +222,22 @@ fn mutex_op(w: &World, rng: &mut Rng) {
 
 /// The semaphore: take a unit (one of its forms), check the bound, give
 /// it back.
-fn semaphore_op(w: &World, rng: &mut Rng) {
+fn semaphore_op(w: &World, me: usize, rng: &mut Rng) {
     match rng.pick(4) {
-        0 => w.sem.down(),
-        1 => while !timed(w, w.sem.down_timeout(SHORT)) {},
-        2 => block_on(w.sem.down_async()),
+        0 => {
+            w.at(me, "semaphore: down (blocking)");
+            w.sem.down();
+        }
+        1 => {
+            w.at(me, "semaphore: down_timeout loop");
+            while !timed(w, w.sem.down_timeout(SHORT)) {}
+        }
+        2 => {
+            w.at(me, "semaphore: down_async (async, block_on)");
+            block_on(w.sem.down_async());
+        }
         _ => {
+            w.at(me, "semaphore: cancelled down_async, then down (blocking)");
             // A cancelled async down gives back a unit it was handed;
             // one that completed at its only poll holds the unit.
             if !cancel(w, w.sem.down_async()) {
@@ -220,6 +259,7 @@ fn semaphore_op(w: &World, rng: &mut Rng) {
 /// even one often does): with nobody else to wake them, a lost wake-up
 /// hangs the pair.
 fn ping_pong(w: &World, me: usize, iteration: usize, rng: &mut Rng) {
+    let at = |what| w.at(me, what);
     let pair = &w.pairs[me / 2];
     let even = me % 2 == 0;
     if iteration % 2 == 1 {
@@ -228,10 +268,20 @@ fn ping_pong(w: &World, me: usize, iteration: usize, rng: &mut Rng) {
         let turn = 2 * (iteration / 2) + usize::from(!even);
         let my_turn = || pair.turn.load(Ordering::Acquire) == turn;
         match rng.pick(4) {
-            0 => pair.queue.wait_event(my_turn),
-            1 => while !timed(w, pair.queue.wait_event_timeout(my_turn, SHORT)) {},
-            2 => block_on(pair.queue.wait_until(my_turn)),
+            0 => {
+                at("ping-pong wait queue: wait_event (blocking)");
+                pair.queue.wait_event(my_turn);
+            }
+            1 => {
+                at("ping-pong wait queue: wait_event_timeout loop");
+                while !timed(w, pair.queue.wait_event_timeout(my_turn, SHORT)) {}
+            }
+            2 => {
+                at("ping-pong wait queue: wait_until (async, block_on)");
+                block_on(pair.queue.wait_until(my_turn));
+            }
             _ => {
+                at("ping-pong wait queue: cancelled wait_until, then wait_event");
                 if !cancel(w, pair.queue.wait_until(my_turn)) {
                     pair.queue.wait_event(my_turn);
                 }
@@ -254,10 +304,20 @@ fn ping_pong(w: &World, me: usize, iteration: usize, rng: &mut Rng) {
         theirs.complete();
     }
     match rng.pick(4) {
-        0 => mine.wait_for_completion(),
-        1 => while !timed(w, mine.wait_for_completion_timeout(SHORT)) {},
-        2 => block_on(mine.wait()),
+        0 => {
+            at("ping-pong completion: wait_for_completion (blocking)");
+            mine.wait_for_completion();
+        }
+        1 => {
+            at("ping-pong completion: wait_for_completion_timeout loop");
+            while !timed(w, mine.wait_for_completion_timeout(SHORT)) {}
+        }
+        2 => {
+            at("ping-pong completion: wait (async, block_on)");
+            block_on(mine.wait());
+        }
         _ => {
+            at("ping-pong completion: cancelled wait, then wait_for_completion");
             if !cancel(w, mine.wait()) {
                 mine.wait_for_completion();
             }
@@ -272,15 +332,37 @@ fn ping_pong(w: &World, me: usize, iteration: usize, rng: &mut Rng) {
 /// waits), hold it a while, give it back and wake, with exclusive and
 /// plain waiters, timed, async and cancelled ones. With 16 threads and 8
 /// tokens, takers really sleep.
-fn queue_op(w: &World, rng: &mut Rng) {
+fn queue_op(w: &World, me: usize, rng: &mut Rng) {
     let take = || w.take_token();
     match rng.pick(6) {
-        0 => w.queue.wait_event(take),
-        1 => w.queue.wait_event_exclusive(take),
-        2 => while !timed(w, w.queue.wait_event_exclusive_timeout(take, SHORT)) {},
-        3 => while !timed(w, w.queue.wait_event_timeout(take, SHORT)) {},
-        4 => block_on(w.queue.wait_until_exclusive(take)),
+        0 => {
+            w.at(me, "token wait queue: wait_event (blocking)");
+            w.queue.wait_event(take);
+        }
+        1 => {
+            w.at(me, "token wait queue: wait_event_exclusive (blocking)");
+            w.queue.wait_event_exclusive(take);
+        }
+        2 => {
+            w.at(me, "token wait queue: wait_event_exclusive_timeout loop");
+            while !timed(w, w.queue.wait_event_exclusive_timeout(take, SHORT)) {}
+        }
+        3 => {
+            w.at(me, "token wait queue: wait_event_timeout loop");
+            while !timed(w, w.queue.wait_event_timeout(take, SHORT)) {}
+        }
+        4 => {
+            w.at(
+                me,
+                "token wait queue: wait_until_exclusive (async, block_on)",
+            );
+            block_on(w.queue.wait_until_exclusive(take));
+        }
         _ => {
+            w.at(
+                me,
+                "token wait queue: cancelled wait_until_exclusive, then wait_event_exclusive",
+            );
             // Cancelled after one poll: if an exclusive wake reached it,
             // its drop passes the wake on. A poll that found a token took it.
             if !cancel(w, w.queue.wait_until_exclusive(take)) {
@@ -315,6 +397,8 @@ fn sixteen_threads_mix_every_sleeping_primitive() {
         queue: WaitQueue::new(),
         tokens: AtomicUsize::new(TOKENS),
         progress: (0..THREADS).map(|_| AtomicUsize::new(0)).collect(),
+        doing: (0..THREADS).map(|_| StdMutex::new("starting")).collect(),
+        steps: AtomicUsize::new(0),
         timeouts: AtomicUsize::new(0),
         cancelled_pending: AtomicUsize::new(0),
     });
@@ -329,9 +413,9 @@ fn sixteen_threads_mix_every_sleeping_primitive() {
                     let first = rng.pick(3);
                     for k in 0..3 {
                         match (first + k) % 3 {
-                            0 => mutex_op(&w, &mut rng),
-                            1 => semaphore_op(&w, &mut rng),
-                            _ => queue_op(&w, &mut rng),
+                            0 => mutex_op(&w, i, &mut rng),
+                            1 => semaphore_op(&w, i, &mut rng),
+                            _ => queue_op(&w, i, &mut rng),
                         }
                     }
                     // The ping-pong comes at the same place in every
@@ -339,17 +423,32 @@ fn sixteen_threads_mix_every_sleeping_primitive() {
                     ping_pong(&w, i, iteration, &mut rng);
                     w.progress[i].fetch_add(1, Ordering::Relaxed);
                 }
+                w.at(i, "finished");
             })
         })
         .collect();
+    // The watchdog: fails when no thread made a step for STALL.
+    let (mut steps, mut since) = (world.steps.load(Ordering::Relaxed), Instant::now());
     while !threads.iter().all(|t| t.is_finished()) {
-        if start.elapsed() > HANG {
-            let progress: Vec<usize> = world
-                .progress
-                .iter()
-                .map(|p| p.load(Ordering::Relaxed))
+        let now = world.steps.load(Ordering::Relaxed);
+        if now != steps {
+            (steps, since) = (now, Instant::now());
+        } else if since.elapsed() > STALL {
+            let stuck: Vec<String> = (0..THREADS)
+                .filter(|&i| !threads[i].is_finished())
+                .map(|i| {
+                    format!(
+                        "thread {i} (iteration {} of {ITERS}) in {}",
+                        world.progress[i].load(Ordering::Relaxed),
+                        world.doing[i].lock().unwrap()
+                    )
+                })
                 .collect();
-            panic!("threads hung: iterations done per thread {progress:?} of {ITERS}");
+            panic!(
+                "no progress for {} s (a lost wake-up?):\n  {}",
+                STALL.as_secs(),
+                stuck.join("\n  ")
+            );
         }
         thread::sleep(Duration::from_millis(10));
     }

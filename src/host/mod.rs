@@ -70,6 +70,8 @@ use backend as tasks;
 #[cfg(not(ksync_loom))]
 pub use backend::{migrate_to, preempt_at_next_point, preempt_count, preemption_point};
 pub use interrupts::{enter_interrupt, exit_interrupt, irqs_disabled};
+#[cfg(not(ksync_loom))]
+pub use tasks::{blocks, set_wake_latency};
 
 /// Whether the host kernel's preemption hooks are the empty defaults
 /// (built with `KSYNC_HOST_NOOP_PREEMPT`).

@@ -3,6 +3,7 @@
 //! `std::thread::park` (whose token is the "wake pending" flag the
 //! `Kernel::block` contract asks for) and `wake` is `unpark`.
 
+use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock, RwLock, RwLockReadGuard, RwLockWriteGuard};
 use std::thread::Thread;
@@ -73,11 +74,41 @@ std::thread_local! {
     };
 }
 
+std::thread_local! {
+    /// Test hook: how long this thread stays "woken but not yet scheduled"
+    /// after each `block` returns ([`set_wake_latency`]), and how many
+    /// times `block` returned ([`blocks`]). No destructors: usable while
+    /// the thread's other locals are torn down.
+    static LATENCY_NS: Cell<u64> = const { Cell::new(0) };
+    static BLOCKS: Cell<u64> = const { Cell::new(0) };
+}
+
+/// Test hook: from now on, each time this thread's `Kernel::block`
+/// returns, the thread sleeps `latency` more before it goes on, as a task
+/// that was woken and waits to be scheduled (zero: no delay).
+pub fn set_wake_latency(latency: Duration) {
+    LATENCY_NS.with(|l| l.set(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX)));
+}
+
+/// Test hook: how many times this thread's `Kernel::block` has returned.
+pub fn blocks() -> u64 {
+    BLOCKS.with(Cell::get)
+}
+
+/// The token of a thread whose [`SLOT`] is gone (a thread-local destructor
+/// that runs after it): no table slot, so `wake` cannot unpark it and its
+/// `block` yields instead of parking (a wait there spins, with yields).
+/// Stable for the thread: above every slot's token, one per CPU id (which
+/// the thread keeps until its CPU's own destructor runs).
+fn exiting_token() -> usize {
+    usize::MAX / 2 + super::backend::cpu_id()
+}
+
 pub(super) fn current_task() -> usize {
     // While the thread's locals are torn down (an exiting thread's CPU
     // going offline takes locks), a token of its own above every slot's.
     SLOT.try_with(|slot| slot.0)
-        .unwrap_or_else(|_| usize::MAX / 2 + super::backend::cpu_id())
+        .unwrap_or_else(|_| exiting_token())
 }
 
 fn lookup(token: usize) -> Option<Arc<Task>> {
@@ -85,7 +116,16 @@ fn lookup(token: usize) -> Option<Arc<Task>> {
 }
 
 pub(super) fn block(deadline_ns: Option<u64>) {
-    SLOT.with(|slot| {
+    park(deadline_ns);
+    BLOCKS.with(|b| b.set(b.get() + 1));
+    let latency = LATENCY_NS.with(Cell::get);
+    if latency != 0 {
+        std::thread::sleep(Duration::from_nanos(latency));
+    }
+}
+
+fn park(deadline_ns: Option<u64>) {
+    let parked = SLOT.try_with(|slot| {
         slot.1.parked.store(true, Ordering::Relaxed);
         let running = RUNNING.get(slot.0 - 1);
         if let Some(running) = running {
@@ -105,6 +145,14 @@ pub(super) fn block(deadline_ns: Option<u64>) {
             running.store(true, Ordering::Relaxed);
         }
     });
+    if parked.is_err() {
+        // The thread's slot is gone (a wait in a thread-local destructor
+        // that runs after it): nobody can unpark this thread, so it
+        // returns after a yield, and the caller, which re-checks what it
+        // waits for, spins. `block` may return early; the waker's wake
+        // for this token finds no slot and does nothing.
+        std::thread::yield_now();
+    }
 }
 
 pub(super) fn wake(token: usize) {

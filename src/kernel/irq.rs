@@ -351,7 +351,7 @@ static MASKED_DEPTH: [crate::sync::AtomicU32; MAX_CPUS] =
 #[cfg(feature = "lockdep")]
 #[inline]
 pub(crate) fn cpu_id_unchecked() -> usize {
-    super::_ksync_set_kernel_v1_cpu_id()
+    super::ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1()
 }
 
 /// This CPU's masking counter: `None` for a CPU id out of range, which

@@ -478,13 +478,15 @@ pub fn quiescent_state() {
     engine().report(cpu.cpu());
 }
 
-/// Panics if this CPU is inside a read section: a sleeping wait
-/// ([`wait::might_sleep`](crate::wait::might_sleep)) would switch tasks
-/// there, a quiescent state under the reader.
+/// Panics if this CPU is inside a read section (a sleeping wait,
+/// [`wait::might_sleep`](crate::wait::might_sleep), would switch tasks
+/// there, a quiescent state under the reader) or, in debug builds, a
+/// `call_rcu` callback; with lockdep, reports the locks held.
 #[track_caller]
 pub(crate) fn check_may_sleep() {
-    let cpu = this_cpu();
-    check_not_reading(&cpu, "a sleeping wait");
+    // The read section (every build), a `call_rcu` callback (debug
+    // builds), and with lockdep the locks held.
+    check_may_wait("a sleeping wait (might_sleep)");
 }
 
 /// [`quiescent_state`] for RCU's own waits, named `what`, which checked for

@@ -1,0 +1,643 @@
+//! Regression tests of the sleeping primitives' review (issue 38): a grant
+//! from before `reinit` that came back, a waker called under the queue
+//! lock, `might_sleep` blind spots, the mutex hand-off bound, and a wait
+//! at thread exit on the host kernel. Each failed before its fix.
+
+// Under loom the crate is built for the loom models only.
+#![cfg(not(ksync_loom))]
+
+use std::future::Future;
+use std::pin::{Pin, pin};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex};
+use std::task::{Context, Poll, Wake, Waker};
+use std::thread;
+use std::time::{Duration, Instant};
+
+use ksync::completion::Completion;
+use ksync::mutex::Mutex;
+use ksync::semaphore::Semaphore;
+use ksync::wait::WaitQueue;
+
+/// A generous bound that turns a hang into a failure.
+const HANG: Duration = Duration::from_secs(60);
+
+struct NoopWake;
+
+impl Wake for NoopWake {
+    fn wake(self: Arc<Self>) {}
+}
+
+fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
+    let waker = Waker::from(Arc::new(NoopWake));
+    fut.poll(&mut Context::from_waker(&waker))
+}
+
+fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
+    p.downcast_ref::<String>()
+        .cloned()
+        .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+        .unwrap_or_default()
+}
+
+/// Defect 1: an async wait granted by `complete_all` and dropped after
+/// `reinit` must not leave the completion done.
+#[test]
+fn a_grant_from_before_reinit_is_not_given_back() {
+    let c = Completion::new();
+    {
+        let mut wait = pin!(c.wait());
+        assert!(poll_once(wait.as_mut()).is_pending());
+        c.complete_all(); // grants the queued future
+        c.reinit();
+        // Dropped without having seen its grant.
+    }
+    assert!(
+        !c.is_done(),
+        "a grant of complete_all came back after reinit"
+    );
+    assert!(!c.try_wait_for_completion());
+    // The same with `complete`: that "done" was undone by `reinit` too.
+    {
+        let mut wait = pin!(c.wait());
+        assert!(poll_once(wait.as_mut()).is_pending());
+        c.complete();
+        c.reinit();
+    }
+    assert!(!c.is_done(), "a grant of complete came back after reinit");
+    // A semaphore has no reinit: a cancelled grant still goes back.
+    let s = Semaphore::new(0);
+    {
+        let mut down = pin!(s.down_async());
+        assert!(poll_once(down.as_mut()).is_pending());
+        s.up();
+    }
+    assert_eq!(s.count(), 1);
+}
+
+/// A waker that drops the future it wakes (an executor that has shut down
+/// drops its tasks).
+struct DropOnWake(StdMutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>);
+
+impl Wake for DropOnWake {
+    fn wake(self: Arc<Self>) {
+        self.wake_by_ref();
+    }
+    fn wake_by_ref(self: &Arc<Self>) {
+        let fut = self.0.lock().unwrap().take();
+        drop(fut);
+    }
+}
+
+/// Defect 2 (a): `Waker::wake` is called after the queue lock is dropped,
+/// so a waker that drops a waiter of the same queue does not deadlock.
+#[test]
+fn a_waker_that_drops_its_waiter_does_not_deadlock() {
+    static Q: WaitQueue = WaitQueue::new();
+    static FLAG: AtomicBool = AtomicBool::new(false);
+    let done = Arc::new(AtomicBool::new(false));
+    let d = done.clone();
+    thread::spawn(move || {
+        let waker_state = Arc::new(DropOnWake(StdMutex::new(None)));
+        let waker = Waker::from(waker_state.clone());
+        let mut fut: Pin<Box<dyn Future<Output = ()> + Send>> =
+            Box::pin(Q.wait_until(|| FLAG.load(Ordering::Acquire)));
+        assert!(
+            fut.as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+        *waker_state.0.lock().unwrap() = Some(fut);
+        FLAG.store(true, Ordering::Release);
+        Q.wake_all(); // the waker drops the future, whose drop locks Q
+        d.store(true, Ordering::SeqCst);
+    });
+    let start = Instant::now();
+    while !done.load(Ordering::SeqCst) {
+        assert!(
+            start.elapsed() < Duration::from_secs(10),
+            "wake_all deadlocked: the waker ran under the queue lock"
+        );
+        thread::sleep(Duration::from_millis(5));
+    }
+}
+
+/// An async waiter per slot, each counting its wakes.
+struct CountWake(AtomicUsize);
+
+impl Wake for CountWake {
+    fn wake(self: Arc<Self>) {
+        self.0.fetch_add(1, Ordering::SeqCst);
+    }
+}
+
+/// Defect 2: more waiters than one batch of deferred wakes: every one is
+/// woken once, in queue order, blocking and async alike.
+#[test]
+fn wakes_past_one_batch_are_all_done_in_order() {
+    static Q: WaitQueue = WaitQueue::new();
+    static FLAG: AtomicBool = AtomicBool::new(false);
+    static ORDER: StdMutex<Vec<usize>> = StdMutex::new(Vec::new());
+    struct Ordered(usize, AtomicUsize);
+    impl Wake for Ordered {
+        fn wake(self: Arc<Self>) {
+            self.1.fetch_add(1, Ordering::SeqCst);
+            ORDER.lock().unwrap().push(self.0);
+        }
+    }
+    const N: usize = 40;
+    let wakers: Vec<_> = (0..N)
+        .map(|i| Arc::new(Ordered(i, AtomicUsize::new(0))))
+        .collect();
+    let mut futs: Vec<_> = (0..N)
+        .map(|_| Box::pin(Q.wait_until(|| FLAG.load(Ordering::Acquire))))
+        .collect();
+    for (f, w) in futs.iter_mut().zip(&wakers) {
+        let waker = Waker::from(w.clone());
+        assert!(
+            f.as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+    }
+    FLAG.store(true, Ordering::Release);
+    assert_eq!(Q.wake_all(), N);
+    for w in &wakers {
+        assert_eq!(w.1.load(Ordering::SeqCst), 1, "waiter {} woken", w.0);
+    }
+    assert_eq!(*ORDER.lock().unwrap(), (0..N).collect::<Vec<_>>());
+    assert!(!Q.has_waiters());
+
+    // A semaphore handing out more units than a batch holds, and
+    // `complete_all` with more waiters than that.
+    let s = Semaphore::new(0);
+    let c = Completion::new();
+    let counts: Vec<_> = (0..N)
+        .map(|_| Arc::new(CountWake(AtomicUsize::new(0))))
+        .collect();
+    let mut downs: Vec<_> = (0..N).map(|_| Box::pin(s.down_async())).collect();
+    let mut waits: Vec<_> = (0..N).map(|_| Box::pin(c.wait())).collect();
+    for ((d, w), k) in downs.iter_mut().zip(waits.iter_mut()).zip(&counts) {
+        let waker = Waker::from(k.clone());
+        let mut cx = Context::from_waker(&waker);
+        assert!(d.as_mut().poll(&mut cx).is_pending());
+        assert!(w.as_mut().poll(&mut cx).is_pending());
+    }
+    for _ in 0..N {
+        s.up();
+    }
+    c.complete_all();
+    for k in &counts {
+        assert_eq!(k.0.load(Ordering::SeqCst), 2);
+    }
+    for (d, w) in downs.iter_mut().zip(waits.iter_mut()) {
+        assert!(poll_once(d.as_mut()).is_ready());
+        assert!(poll_once(w.as_mut()).is_ready());
+    }
+    assert_eq!(s.count(), 0);
+    // Blocking waiters past a batch, woken by one wake_all.
+    static BQ: WaitQueue = WaitQueue::new();
+    static GO: AtomicBool = AtomicBool::new(false);
+    static QUEUED: AtomicUsize = AtomicUsize::new(0);
+    let threads: Vec<_> = (0..20)
+        .map(|_| {
+            thread::spawn(|| {
+                BQ.wait_event(|| {
+                    QUEUED.fetch_add(1, Ordering::SeqCst);
+                    GO.load(Ordering::Acquire)
+                })
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    while QUEUED.load(Ordering::SeqCst) < 40 {
+        assert!(start.elapsed() < HANG);
+        thread::sleep(Duration::from_millis(1));
+    }
+    GO.store(true, Ordering::Release);
+    BQ.wake_all();
+    for t in threads {
+        t.join().unwrap();
+    }
+}
+
+/// Runs `f` on a fresh thread and returns its panic message ("" if it
+/// did not panic).
+fn panic_of(f: impl FnOnce() + Send + 'static) -> String {
+    match thread::spawn(move || std::panic::catch_unwind(std::panic::AssertUnwindSafe(f)))
+        .join()
+        .unwrap()
+    {
+        Ok(()) => String::new(),
+        Err(p) => panic_text(&p),
+    }
+}
+
+/// A sleeping call to try.
+type EntryPoint = Box<dyn Fn() + Send + Sync>;
+
+/// Every sleeping entry point, uncontended (each would not need to sleep).
+fn entry_points() -> Vec<(&'static str, EntryPoint)> {
+    vec![
+        (
+            "Mutex::lock",
+            Box::new(|| {
+                let m = Mutex::new(0);
+                drop(m.lock());
+            }),
+        ),
+        ("Semaphore::down", Box::new(|| Semaphore::new(1).down())),
+        (
+            "Semaphore::down_timeout",
+            Box::new(|| {
+                let _ = Semaphore::new(1).down_timeout(Duration::from_secs(1));
+            }),
+        ),
+        (
+            "Completion::wait_for_completion",
+            Box::new(|| {
+                let c = Completion::new();
+                c.complete();
+                c.wait_for_completion();
+            }),
+        ),
+        (
+            "WaitQueue::wait_event",
+            Box::new(|| WaitQueue::new().wait_event(|| true)),
+        ),
+        (
+            "WaitQueue::wait_event_timeout",
+            Box::new(|| {
+                let _ = WaitQueue::new().wait_event_timeout(|| true, Duration::from_secs(1));
+            }),
+        ),
+        (
+            "RwSemaphore::read",
+            Box::new(|| {
+                let s = ksync::rwsem::RwSemaphore::new(0);
+                drop(s.read());
+            }),
+        ),
+        (
+            "RwSemaphore::write",
+            Box::new(|| {
+                let s = ksync::rwsem::RwSemaphore::new(0);
+                drop(s.write());
+            }),
+        ),
+        (
+            "PerCpuRwSemaphore::read",
+            Box::new(|| {
+                let s = ksync::percpu_rwsem::PerCpuRwSemaphore::new(0);
+                drop(s.read());
+            }),
+        ),
+        (
+            "PerCpuRwSemaphore::write",
+            Box::new(|| {
+                let s = ksync::percpu_rwsem::PerCpuRwSemaphore::new(0);
+                drop(s.write());
+            }),
+        ),
+    ]
+}
+
+/// Asserts that each entry point panics inside `enter`/`exit`, naming
+/// `what` in the message.
+fn every_entry_point_refuses(context: &str, enter: fn() -> Box<dyn std::any::Any>, what: &str) {
+    for (name, f) in entry_points() {
+        let msg = panic_of(move || {
+            let guard = enter();
+            f();
+            drop(guard);
+        });
+        assert!(
+            !msg.is_empty() && msg.contains(what),
+            "{name} {context}: expected a panic naming {what:?}, got {msg:?}"
+        );
+    }
+}
+
+/// Defect 3: `might_sleep` on every sleeping entry point, uncontended
+/// path included, in debug builds (without lockdep).
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the checks are debug builds'")]
+fn might_sleep_reports_atomic_contexts_on_the_uncontended_path() {
+    struct Irq;
+    impl Drop for Irq {
+        fn drop(&mut self) {
+            ksync::host::exit_interrupt();
+        }
+    }
+    every_entry_point_refuses(
+        "in an interrupt handler",
+        || {
+            ksync::host::enter_interrupt();
+            Box::new(Irq)
+        },
+        "may not sleep",
+    );
+    every_entry_point_refuses(
+        "inside preempt_disable()",
+        || Box::new(ksync::kernel::preempt_disable()),
+        "preemption disabled",
+    );
+    every_entry_point_refuses(
+        "holding a PerCpu::get() reference",
+        || {
+            static P: ksync::percpu::PerCpu<std::sync::atomic::AtomicU32> =
+                ksync::percpu::PerCpu::new();
+            Box::new(P.get())
+        },
+        "preemption disabled",
+    );
+    every_entry_point_refuses(
+        "holding a spinlock",
+        || {
+            static S: ksync::spinlock::TicketMutex<u32> = ksync::spinlock::TicketMutex::new(0);
+            Box::new(S.lock())
+        },
+        "preemption disabled",
+    );
+    every_entry_point_refuses(
+        "with interrupts masked",
+        || {
+            static S: ksync::spinlock::IrqTicketMutex<u32> =
+                ksync::spinlock::IrqTicketMutex::new(0);
+            Box::new(S.lock())
+        },
+        "ksync: a sleeping wait",
+    );
+    // In a call_rcu callback.
+    for (name, f) in entry_points() {
+        let f: Arc<dyn Fn() + Send + Sync> = Arc::from(f);
+        let msg = panic_of(move || {
+            ksync::rcu::cpu_online();
+            static SEEN: StdMutex<Option<String>> = StdMutex::new(None);
+            static F: StdMutex<Option<Arc<dyn Fn() + Send + Sync>>> = StdMutex::new(None);
+            *F.lock().unwrap() = Some(f);
+            let head = Box::leak(Box::new(ksync::rcu::RcuHead::new()));
+            fn cb(_: *mut ksync::rcu::RcuHead) {
+                let f = F.lock().unwrap().take().unwrap();
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| f()));
+                *SEEN.lock().unwrap() = Some(match r {
+                    Ok(()) => String::new(),
+                    Err(p) => panic_text(&p),
+                });
+            }
+            // SAFETY: the head is leaked: valid for ever.
+            unsafe { ksync::rcu::call_rcu(head, cb) };
+            let start = Instant::now();
+            while SEEN.lock().unwrap().is_none() {
+                assert!(start.elapsed() < HANG);
+                ksync::rcu::quiescent_state();
+                ksync::rcu::process_callbacks();
+                thread::yield_now();
+            }
+            ksync::rcu::cpu_offline();
+            let seen = SEEN.lock().unwrap().take().unwrap();
+            panic!("{seen}");
+        });
+        assert!(
+            msg.contains("call_rcu callback"),
+            "{name} in a call_rcu callback: {msg:?}"
+        );
+    }
+}
+
+/// Defect 4: once a waiter reached the front of a mutex's queue, it is
+/// woken without the lock at most once (it then asks for the hand-off,
+/// and the next unlock makes it the owner), even when woken waiters take
+/// a while to run (injected latency after each wake) and lockers that
+/// spin keep taking the lock meanwhile.
+#[test]
+fn a_mutex_waiter_is_woken_without_the_lock_at_most_once() {
+    static M: Mutex<u64> = Mutex::new(0);
+    static STOP: AtomicBool = AtomicBool::new(false);
+    // Holds the lock a while asleep (the holder off its CPU: lockers do
+    // not spin, they queue and sleep).
+    fn hold() {
+        static IDLE: Semaphore = Semaphore::new(0);
+        assert!(!IDLE.down_timeout(Duration::from_micros(300)));
+    }
+    const WAITERS: usize = 6;
+    const ROUNDS: usize = 15;
+    // Lockers that take the lock again and again, spinning for it.
+    let hogs: Vec<_> = (0..2)
+        .map(|_| {
+            thread::spawn(|| {
+                while !STOP.load(Ordering::Relaxed) {
+                    let mut g = M.lock();
+                    *g += 1;
+                    hold();
+                    drop(g);
+                }
+            })
+        })
+        .collect();
+    let waiters: Vec<_> = (0..WAITERS)
+        .map(|_| {
+            thread::spawn(|| {
+                ksync::host::set_wake_latency(Duration::from_millis(5));
+                let mut worst = 0;
+                for _ in 0..ROUNDS {
+                    // No unpark left pending from earlier waits (each
+                    // wait's waker is done with this thread when it
+                    // returns): every sleep below ends with a wake.
+                    thread::park_timeout(Duration::ZERO);
+                    let before = ksync::host::blocks();
+                    let mut g = M.lock();
+                    // Sleeps in this lock: the first ends with a wake at
+                    // the front (without the lock, lost to a spinner) or
+                    // with the hand-off; after a lost race, the second
+                    // ends with the hand-off.
+                    worst = worst.max(ksync::host::blocks() - before);
+                    *g += 1;
+                    hold();
+                    drop(g);
+                }
+                worst
+            })
+        })
+        .collect();
+    let start = Instant::now();
+    while !waiters.iter().all(|w| w.is_finished()) {
+        assert!(start.elapsed() < HANG, "the waiters hung");
+        thread::sleep(Duration::from_millis(5));
+    }
+    STOP.store(true, Ordering::Relaxed);
+    let worst: Vec<u64> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
+    for h in hogs {
+        h.join().unwrap();
+    }
+    eprintln!("most sleeps in one lock, per waiter: {worst:?}");
+    assert!(
+        worst.iter().all(|&w| w <= 2),
+        "a waiter slept more than twice in one lock (woken without the lock more than once): {worst:?}"
+    );
+}
+
+/// Defect 5: a thread-local destructor that waits for a contended ksync
+/// mutex at thread exit (after the host kernel's own task record is
+/// gone) takes it; the process does not abort. Run in a child process:
+/// an abort would take the test binary with it.
+#[test]
+fn a_wait_in_a_thread_local_destructor_at_exit_works() {
+    const CHILD: &str = "KSYNC_TEST_TLS_EXIT_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        tls_exit_child();
+        return;
+    }
+    let out = std::process::Command::new(std::env::current_exe().unwrap())
+        .args([
+            "--exact",
+            "a_wait_in_a_thread_local_destructor_at_exit_works",
+            "--nocapture",
+            "--test-threads=1",
+        ])
+        .env(CHILD, "1")
+        .output()
+        .unwrap();
+    assert!(
+        out.status.success(),
+        "the child failed ({:?}):\n{}",
+        out.status,
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("destructor took the mutex"), "{stdout}");
+}
+
+static EXIT_MUTEX: Mutex<u32> = Mutex::new(0);
+
+struct LockAtExit;
+
+impl Drop for LockAtExit {
+    fn drop(&mut self) {
+        *EXIT_MUTEX.lock() += 1;
+    }
+}
+
+thread_local! {
+    static LOCK_AT_EXIT: LockAtExit = const { LockAtExit };
+}
+
+fn tls_exit_child() {
+    let held = EXIT_MUTEX.lock();
+    let t = thread::spawn(|| {
+        // The thread's CPU id first (freed last), then this destructor,
+        // registered before the host kernel's task record (the first
+        // ksync wait below creates it), so run after that is gone.
+        let _ = ksync::kernel::cpu_id();
+        LOCK_AT_EXIT.with(|_| {});
+        let s = Semaphore::new(0);
+        let _ = s.down_timeout(Duration::from_millis(1));
+    });
+    thread::sleep(Duration::from_millis(200)); // the thread is exiting
+    drop(held);
+    t.join().unwrap();
+    assert_eq!(*EXIT_MUTEX.lock(), 1);
+    println!("destructor took the mutex");
+}
+
+/// Settled: `wake_n(0)` wakes every non-exclusive waiter and no
+/// exclusive one (unlike Linux's `wake_up_nr(0)`, which wakes all: use
+/// `wake_all` for that), and says how many it woke.
+#[test]
+fn wake_n_zero_wakes_only_the_non_exclusive_waiters() {
+    let q = WaitQueue::new();
+    let counts: Vec<_> = (0..3)
+        .map(|_| Arc::new(CountWake(AtomicUsize::new(0))))
+        .collect();
+    let mut excl1 = Box::pin(q.wait_until_exclusive(|| false));
+    let mut plain = Box::pin(q.wait_until(|| false));
+    let mut excl2 = Box::pin(q.wait_until_exclusive(|| false));
+    for (i, w) in counts.iter().enumerate() {
+        let waker = Waker::from(w.clone());
+        let mut cx = Context::from_waker(&waker);
+        let pending = match i {
+            0 => excl1.as_mut().poll(&mut cx),
+            1 => plain.as_mut().poll(&mut cx),
+            _ => excl2.as_mut().poll(&mut cx),
+        };
+        assert!(pending.is_pending());
+    }
+    assert_eq!(q.wake_n(0), 1);
+    let woken: Vec<usize> = counts.iter().map(|c| c.0.load(Ordering::SeqCst)).collect();
+    assert_eq!(woken, [0, 1, 0]);
+    assert_eq!(q.wake_n(0), 0, "only exclusive waiters are left");
+    assert_eq!(q.wake_all(), 2);
+}
+
+/// Settled: a zero timeout is a try that never sleeps. Each timed wait
+/// tries, and at most queues and dequeues again (the deadline is checked
+/// before the kernel's `block`); the rw semaphore first spins a bounded
+/// while (at most `SPIN_LIMIT` relax rounds) if a running writer holds
+/// it. Use the `try_*` forms for no wait at all.
+#[test]
+fn a_zero_timeout_never_sleeps() {
+    let s = Semaphore::new(0);
+    let c = Completion::new();
+    let q = WaitQueue::new();
+    let rw = ksync::rwsem::RwSemaphore::new(0u32);
+    let w = rw.write(); // held by this running thread
+    thread::scope(|scope| {
+        scope
+            .spawn(|| {
+                let before = ksync::host::blocks();
+                let start = Instant::now();
+                assert!(!s.down_timeout(Duration::ZERO));
+                assert!(!c.wait_for_completion_timeout(Duration::ZERO));
+                assert!(!q.wait_event_timeout(|| false, Duration::ZERO));
+                assert!(!q.wait_event_exclusive_timeout(|| false, Duration::ZERO));
+                assert!(rw.try_read_for(Duration::ZERO).is_none());
+                assert!(rw.try_write_for(Duration::ZERO).is_none());
+                assert_eq!(ksync::host::blocks(), before, "a zero timeout slept");
+                assert!(start.elapsed() < Duration::from_secs(10));
+            })
+            .join()
+            .unwrap();
+    });
+    drop(w);
+    assert!(!q.has_waiters());
+    assert_eq!(s.count(), 0);
+    assert!(!c.is_done());
+}
+
+/// Defect 2, rw semaphore: more readers at the front than one batch of
+/// wakes are all granted when the writer leaves (in rounds), each woken
+/// once, and the queue is empty after.
+#[test]
+fn a_writer_release_grants_readers_past_one_batch() {
+    const N: usize = 30;
+    let rw = ksync::rwsem::RawRwSemaphore::new();
+    rw.write();
+    let counts: Vec<_> = (0..N)
+        .map(|_| Arc::new(CountWake(AtomicUsize::new(0))))
+        .collect();
+    let mut reads: Vec<_> = (0..N).map(|_| Box::pin(rw.read_async())).collect();
+    for (r, k) in reads.iter_mut().zip(&counts) {
+        let waker = Waker::from(k.clone());
+        assert!(
+            r.as_mut()
+                .poll(&mut Context::from_waker(&waker))
+                .is_pending()
+        );
+    }
+    // SAFETY: held by this test (the write above).
+    unsafe { rw.unlock_write() };
+    for (i, k) in counts.iter().enumerate() {
+        assert_eq!(k.0.load(Ordering::SeqCst), 1, "reader {i} woken");
+    }
+    for r in reads.iter_mut() {
+        assert!(poll_once(r.as_mut()).is_ready());
+    }
+    assert!(!rw.try_write(), "the readers hold it");
+    for _ in 0..N {
+        // SAFETY: each granted reader holds a read lock.
+        unsafe { rw.unlock_read() };
+    }
+    assert!(rw.try_write(), "free again, nobody queued");
+    // SAFETY: just taken.
+    unsafe { rw.unlock_write() };
+}
