@@ -694,15 +694,24 @@ impl<T> Kref<T> {
     /// The count itself, for the Linux calls on a raw `kref`
     /// (`refcount_dec_and_lock` on `kref.refcount`, ...).
     ///
+    /// # Safety
+    /// Every decrement made through it gives up a counted reference the
+    /// caller owns (as [`put`](Self::put) does), and one that brings the
+    /// count to zero is followed by what `put` does then (the release):
+    /// a decrement of someone else's reference would let the object be
+    /// released while that reference still reads it. Reads are always
+    /// fine ([`read`](Self::read) needs no `unsafe`).
+    ///
     /// ```
     /// # use core::ptr::NonNull;
     /// # fn noop(_: NonNull<ksync::refcount::Kref<u8>>) {}
     /// # static K: ksync::refcount::Kref<u8> = unsafe { ksync::refcount::Kref::new(1, noop) };
-    /// assert_eq!(K.refcount().read(), 1);
+    /// // SAFETY: only read.
+    /// assert_eq!(unsafe { K.refcount() }.read(), 1);
     /// ```
     #[inline]
     #[must_use]
-    pub fn refcount(&self) -> &RefCount {
+    pub unsafe fn refcount(&self) -> &RefCount {
         &self.refs
     }
 
@@ -742,12 +751,33 @@ impl<T> Kref<T> {
     #[doc(alias = "kref_put")]
     #[inline]
     pub unsafe fn put(&self) -> bool {
-        if self.refs.dec_and_test() {
-            (self.release)(NonNull::from(self));
-            true
-        } else {
-            false
+        // SAFETY: forwarded caller contract; `release` gets a pointer
+        // derived from a shared reference, which the release function's
+        // contract (see `new`) must not free through: a `Kref` whose
+        // release frees its storage is put with `put_raw`.
+        unsafe { Self::put_raw(NonNull::from(self)) }
+    }
+
+    /// [`put`](Self::put) through a raw pointer (Linux's `kref_put` on a
+    /// `struct kref *`): `release` gets `this` itself, with the provenance
+    /// the caller's pointer has, so a release that frees the allocation
+    /// (`Box::from_raw`, a slab free) is sound when `this` came from it.
+    ///
+    /// # Safety
+    /// `this` points to a live `Kref`; the caller owns one counted
+    /// reference and uses neither it nor `this` afterwards when this
+    /// returns `true`.
+    #[inline]
+    pub unsafe fn put_raw(this: NonNull<Self>) -> bool {
+        // SAFETY: `this` is live (caller contract); the shared borrow
+        // ends before `release` runs.
+        let last = unsafe { this.as_ref() }.refs.dec_and_test();
+        if last {
+            // SAFETY: as above, `this` is live until `release` frees it.
+            let release = unsafe { this.as_ref() }.release;
+            release(this);
         }
+        last
     }
 }
 
@@ -790,7 +820,10 @@ impl<T> KrefRef<T> {
     ///
     /// # Safety
     /// The caller owns that reference and gives it to the returned value
-    /// (it must not also [`put`](Kref::put) it).
+    /// (it must not also [`put`](Kref::put) it). The pointer `release` gets
+    /// comes from `kref`, a shared reference: a release that frees the
+    /// storage needs [`from_raw`](Self::from_raw) with the allocation's
+    /// pointer instead.
     ///
     /// ```
     /// # use core::ptr::NonNull;
@@ -880,8 +913,9 @@ impl<T> Drop for KrefRef<T> {
     #[inline]
     fn drop(&mut self) {
         // SAFETY: this value owns one counted reference, dropped here and
-        // never used again.
-        unsafe { Self::kref(self).put() };
+        // never used again; `ptr` is the pointer it was built from (with
+        // that pointer's provenance, which a freeing release needs).
+        unsafe { Kref::put_raw(self.ptr) };
     }
 }
 

@@ -32,9 +32,11 @@
 //! zero or interrupts masked, never interrupt with interrupts masked, and
 //! at every voluntary context switch ([`Kernel::block`], [`Kernel::yield_now`])
 //! a count of zero with interrupts enabled (Linux's "scheduling while
-//! atomic"). A preemption count that returns to zero with interrupts
-//! masked is reported too: that preemption point is lost (Linux's
-//! `spin_unlock_irqrestore` restores interrupts first for this reason).
+//! atomic"). In strict mode ([`set_strict`], `KSYNC_HOSTILE_STRICT=1`;
+//! ksync's own suites) a preemption count that returns to zero with
+//! interrupts masked is reported too: that preemption point is lost
+//! (Linux's `spin_unlock_irqrestore` restores interrupts first for this
+//! reason), though Linux allows it in general.
 //!
 //! # The seed
 //!
@@ -151,6 +153,9 @@ fn init() {
                 splitmix(t ^ u64::from(std::process::id()))
             });
         SEED.store(seed, Ordering::Relaxed);
+        if std::env::var("KSYNC_HOSTILE_STRICT").is_ok_and(|v| v != "0") {
+            set_strict(true);
+        }
         if let Ok(rates) = std::env::var("KSYNC_HOSTILE_RATES") {
             let v: std::vec::Vec<u32> = rates
                 .split(',')
@@ -479,33 +484,44 @@ fn deliver_interrupt(count: u32) {
 fn preempt_now(deep: bool, r: u64) {
     contract_preemptible("a preemption");
     PREEMPTIONS.fetch_add(1, Ordering::Relaxed);
-    crate::rcu::kernel_quiescent_state();
     if deep {
-        // Until the other CPUs have run two whole grace periods (or a few
-        // milliseconds more than that took): PCT's priority change, by the
-        // progress the others make rather than by the clock, so that a
-        // loaded host cannot shrink it.
-        // Half of them resume while a later grace period is running (a
-        // task that acts on a stale view of the one it saw), half after
-        // two have ended.
-        let seq = crate::rcu::gp_seq();
-        let start = std::time::Instant::now();
-        let bound = Duration::from_micros(2000 + (r >> 1) % 18_000);
-        let resume = |now: usize| {
-            let passed = now.wrapping_sub(seq);
-            if r & 1 == 0 {
-                passed >= 4 && now & 3 != 0
-            } else {
-                passed >= 8
-            }
-        };
-        while !resume(crate::rcu::gp_seq()) && start.elapsed() < bound {
-            std::thread::sleep(Duration::from_micros(50));
-        }
-    } else if r % 4 == 0 {
+        // Off its CPU for long: the CPU is idle to RCU meanwhile (another
+        // task or the idle loop runs there), so grace periods go on.
+        let watched = crate::rcu::kernel_switch_out();
+        deep_sleep(r);
+        crate::rcu::kernel_switch_in(watched);
+        return;
+    }
+    crate::rcu::kernel_quiescent_state();
+    if r % 4 == 0 {
         std::thread::sleep(Duration::from_micros(1 + (r >> 2) % 50));
     } else {
         std::thread::yield_now();
+    }
+}
+
+/// A deep preemption's wait (`r`: random bits).
+fn deep_sleep(r: u64) {
+    // Until the other CPUs have run two whole grace periods (or a few
+    // milliseconds more than that took): PCT's priority change, by the
+    // progress the others make rather than by the clock, so that a
+    // loaded host cannot shrink it.
+    // Half of them resume while a later grace period is running (a
+    // task that acts on a stale view of the one it saw), half after
+    // two have ended.
+    let seq = crate::rcu::gp_seq();
+    let start = std::time::Instant::now();
+    let bound = Duration::from_micros(2000 + (r >> 1) % 18_000);
+    let resume = |now: usize| {
+        let passed = now.wrapping_sub(seq);
+        if r & 1 == 0 {
+            passed >= 4 && now & 3 != 0
+        } else {
+            passed >= 8
+        }
+    };
+    while !resume(crate::rcu::gp_seq()) && start.elapsed() < bound {
+        std::thread::sleep(Duration::from_micros(50));
     }
 }
 
@@ -561,11 +577,27 @@ pub(super) fn check_switch(what: &str) {
     }
 }
 
+/// Strict mode (`KSYNC_HOSTILE_STRICT=1`, or [`set_strict`]): also a
+/// breach when a preemption count returns to zero with interrupts masked.
+static STRICT: AtomicU32 = AtomicU32::new(0);
+
+/// Strict mode on or off, process-wide: a preemption count that returns to
+/// zero with interrupts masked (outside a handler) is then a breach. Linux
+/// allows it (the preemption waits for the next point: `local_irq_save`
+/// around a per-CPU access is fine), so it is off by default; ksync's own
+/// suites run with it on, because ksync's IRQ-saving locks must restore
+/// interrupts before they enable preemption (`spin_unlock_irqrestore`'s
+/// order) and must not lose that preemption point.
+pub fn set_strict(on: bool) {
+    STRICT.store(u32::from(on), Ordering::Relaxed);
+}
+
 /// The preemption count returned to zero: with interrupts masked, that
-/// preemption point is lost.
+/// preemption point is lost (a breach in strict mode).
 #[inline]
 pub(super) fn check_enable_point() {
     if MODE.load(Ordering::Relaxed) == MODE_ON
+        && STRICT.load(Ordering::Relaxed) != 0
         && interrupts::irqs_disabled()
         && !interrupts::in_interrupt()
         && PAUSED.try_with(Cell::get) == Ok(false)

@@ -179,7 +179,17 @@ unsafe impl Kernel for HostKernel {
     fn block(deadline_ns: Option<u64>) {
         #[cfg(all(feature = "hostile", not(ksync_loom)))]
         hostile::check_switch("block");
-        tasks::block(deadline_ns)
+        // A blocked task's CPU switches to another task or idles: a
+        // quiescent state, and idle to RCU until the task runs again
+        // (else a grace period would wait for a task that sleeps).
+        #[cfg(not(ksync_loom))]
+        let switched = (backend::is_cpu() && backend::preempt_count() == 0)
+            .then(crate::rcu::kernel_switch_out);
+        tasks::block(deadline_ns);
+        #[cfg(not(ksync_loom))]
+        if let Some(watched) = switched {
+            crate::rcu::kernel_switch_in(watched);
+        }
     }
 
     fn wake(task: usize) {

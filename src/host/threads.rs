@@ -225,8 +225,8 @@ pub fn migrate_to(cpu: usize) {
     }
 }
 
-/// Whether this thread plays a CPU (it has read its id).
-#[cfg(feature = "hostile")]
+/// Whether this thread plays a CPU (it has read its id, and its
+/// thread-locals are not torn down).
 pub(super) fn is_cpu() -> bool {
     THIS_CPU.try_with(|c| c.0.get().is_some()).unwrap_or(false)
 }

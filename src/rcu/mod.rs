@@ -250,6 +250,11 @@ struct Engine {
     /// (a scan clears bits only in the grace period whose start ran it).
     lock: RawTicketLock,
     cpus: PerCpu<CpuState>,
+    /// Debug builds: the `gp_seq` of the last grace period whose start
+    /// began (stored before its mask is published), for the unwatched
+    /// read sections' marks (`CpuState::unwatched_since`).
+    #[cfg_attr(not(debug_assertions), allow(dead_code))]
+    starting: AtomicUsize,
 }
 
 model_static! {
@@ -258,6 +263,7 @@ model_static! {
         requested: AtomicUsize::new(0),
         pending: array![AtomicUsize::new(0); WORDS],
         pending_count: AtomicUsize::new(0),
+        starting: AtomicUsize::new(0),
         lock: RawTicketLock::new(),
         cpus: PerCpu::new(),
     };
@@ -284,6 +290,12 @@ impl Engine {
             return false;
         }
         let nr = kernel::nr_cpus();
+        // Debug builds: the start, before the mask that a report may read
+        // (the swaps below are Release): a read section that begins after
+        // such a report is not one this grace period waits for, and its
+        // mark must say so (`check_no_reader_before`).
+        #[cfg(debug_assertions)]
+        self.starting.store(seq + 1, Ordering::Relaxed);
         // The count first, then the mask with a Release read-modify-write:
         // a late report that clears its bit in the new mask (its view of
         // the previous grace period was stale) synchronises with this
@@ -555,6 +567,31 @@ pub(crate) fn kernel_quiescent_state() {
     let cpu = this_cpu();
     check_not_reading(&cpu, "a context switch (the host kernel's preemption)");
     engine().report(cpu.cpu());
+}
+
+/// The host kernel switches the calling task out for a while (it blocks
+/// in `Kernel::block`, or a deep preemption of the hostile kernel): a
+/// context switch, and its CPU runs nothing meanwhile, so it goes idle
+/// to RCU (an extended quiescent state, as the idle task's CPU is).
+/// Returns whether RCU watched it, for [`kernel_switch_in`].
+#[cfg(all(feature = "test-hooks", not(ksync_loom)))]
+#[track_caller]
+pub(crate) fn kernel_switch_out() -> bool {
+    let cpu = this_cpu();
+    check_not_reading(&cpu, "a context switch (the host kernel's)");
+    // Relaxed: only this CPU writes its state.
+    let watched = cpu.watched.load(Ordering::Relaxed);
+    eqs_enter_cpu(cpu.cpu());
+    watched
+}
+
+/// The task switched out by [`kernel_switch_out`] runs again: its CPU
+/// is watched again if it was.
+#[cfg(all(feature = "test-hooks", not(ksync_loom)))]
+pub(crate) fn kernel_switch_in(watched: bool) {
+    if watched {
+        watch(&this_cpu());
+    }
 }
 
 /// The host kernel moves the calling task off `cpu` (its CPU): the CPU

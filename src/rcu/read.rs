@@ -152,12 +152,13 @@ fn unwatched_enter(cpu: &'static CpuState, outer: bool) {
     // sees everything the updater did before the grace period.
     fence(Ordering::SeqCst);
     // Debug builds: the grace periods the outermost section holds up are
-    // those started before the sequence read here (after E2); the end of
+    // those whose start began after the one read here (after E2, against
+    // the start's store before G1: store buffering again); the end of
     // each checks it (`Engine::check_no_reader_before`). Relaxed: E2 orders it.
     #[cfg(debug_assertions)]
     if outer {
         cpu.unwatched_since
-            .store(engine().gp_seq.load(Ordering::Relaxed), Ordering::Relaxed);
+            .store(engine().starting.load(Ordering::Relaxed), Ordering::Relaxed);
     }
     #[cfg(not(debug_assertions))]
     let _ = (cpu, outer);

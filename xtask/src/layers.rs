@@ -51,6 +51,11 @@ pub const LEAVES: &[(&str, &str, &str)] = &[
         "the lockref word's layout is a leaf that imports nothing: the aarch64 LL/SC step checks a word inside its exclusive pair",
     ),
     (
+        "lockdep",
+        "host",
+        "a unit test of lockdep's engine reads the host kernel's interrupt flag (cfg(test) only)",
+    ),
+    (
         "sync",
         "host::hostile",
         "the hostile host kernel (feature `hostile`, host tests only) wraps the shim's atomics so every operation is a point of its schedule",
@@ -60,6 +65,8 @@ pub const LEAVES: &[(&str, &str, &str)] = &[
 /// The crate's exported macros and the module that defines each.
 const MACROS: &[(&str, &str)] = &[
     ("set_kernel", "kernel"),
+    ("__set_kernel_hooks", "kernel"),
+    ("__set_kernel_in_this_build", "kernel"),
     ("lock_class", "lockdep"),
     ("impl_linked", "rcu"),
 ];
