@@ -21,8 +21,16 @@ impl Drop for ThreadCpu {
         if let Some(id) = self.0.get() {
             // An exiting thread is an offline CPU: it must not hold up
             // grace periods, and the next thread with this id starts
-            // offline.
-            crate::rcu::offline_cpu(id);
+            // offline. A thread that panicked inside a read section exits
+            // with the section open: the report of that (a panic) must not
+            // abort the process from a thread-local destructor, which
+            // would hide the first panic's test failure.
+            let offline = std::panic::catch_unwind(|| crate::rcu::offline_cpu(id));
+            if offline.is_err() {
+                std::eprintln!(
+                    "ksync test hooks: CPU {id} went offline with a read section open (see the panic above)"
+                );
+            }
             #[cfg(feature = "lockdep")]
             crate::lockdep::cpu_offline(id);
             let _ = CPU_ID.try_with(|c| c.set(usize::MAX));
