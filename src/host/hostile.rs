@@ -330,7 +330,7 @@ pub fn tick() {
 /// "scheduling while atomic" otherwise), reports the switch to RCU as a
 /// quiescent state and gives the host core away.
 pub fn schedule() {
-    check_switch("schedule");
+    check_switch("hostile::schedule");
     if backend::preempt_count() == 0 && !interrupts::irqs_disabled() {
         crate::rcu::kernel_quiescent_state();
     }
@@ -569,7 +569,7 @@ pub(super) fn check_switch(what: &str) {
     let masked = interrupts::irqs_disabled();
     if count != 0 || masked || interrupts::in_interrupt() {
         breach(&std::format!(
-            "Kernel::{what} (a context switch) with preemption count {count}, interrupts {}, \
+            "{what} (a context switch) with preemption count {count}, interrupts {}, \
              in interrupt: {} (scheduling while atomic)",
             if masked { "masked" } else { "enabled" },
             interrupts::in_interrupt()

@@ -178,7 +178,7 @@ unsafe impl Kernel for HostKernel {
 
     fn block(deadline_ns: Option<u64>) {
         #[cfg(all(feature = "hostile", not(ksync_loom)))]
-        hostile::check_switch("block");
+        hostile::check_switch("Kernel::block");
         // A blocked task's CPU switches to another task or idles: a
         // quiescent state, and idle to RCU until the task runs again
         // (else a grace period would wait for a task that sleeps).
@@ -206,7 +206,7 @@ unsafe impl Kernel for HostKernel {
 
     fn yield_now() {
         #[cfg(all(feature = "hostile", not(ksync_loom)))]
-        hostile::check_switch("yield_now");
+        hostile::check_switch("Kernel::yield_now");
         tasks::yield_now()
     }
 
