@@ -617,7 +617,8 @@ fn check_loom(t: &mut Tally) {
 /// Left out: suites that pin a thread to one CPU or time a step on
 /// purpose (the callbacks' per-CPU batches; `tests/rcu_preempt.rs`, whose
 /// hand-placed points migrate to fixed ids and whose gate test checks
-/// that no grace period passes between two calls), the lockdep suites
+/// that no grace period passes between two calls; `tests/rwsem.rs`, whose
+/// readers migrate to fixed ids), the lockdep suites
 /// (debug tables, their own tests of contexts) and the loom models.
 pub const HOSTILE_SUITES: &[&str] = &[
     "hostile",
@@ -629,6 +630,8 @@ pub const HOSTILE_SUITES: &[&str] = &[
     "spinlock_guard",
     "percpu_rwlock",
     "seqlock",
+    "sleeping",
+    "sleeping_stress",
 ];
 
 /// The seeds CI runs (a failure names its seed; `KSYNC_HOSTILE_SEED=N`
