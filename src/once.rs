@@ -81,7 +81,8 @@ fn running(task: usize) -> usize {
 /// [`call_once`](Self::call_once) (Linux's `DO_ONCE`, `spin::Once`,
 /// `std::sync::OnceLock`). Usable in a `static` (`const fn new`).
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::Once;
 ///
 /// static PAGE_SIZE: Once<usize> = Once::new();
@@ -128,7 +129,8 @@ impl<T: core::panic::UnwindSafe> core::panic::UnwindSafe for Once<T> {}
 impl<T> Once<T> {
     /// An uninitialised `Once`, as a constant (`spin::Once::INIT`).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// static READY: ksync::Once = ksync::Once::INIT;
     /// READY.call_once(|| ());
     /// assert!(READY.is_completed());
@@ -140,7 +142,8 @@ impl<T> Once<T> {
     const_fn! {
         /// An uninitialised `Once`.
         ///
-        /// ```
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
         /// static CONFIG: ksync::Once<u32> = ksync::Once::new();
         /// assert!(!CONFIG.is_completed());
         /// ```
@@ -156,7 +159,8 @@ impl<T> Once<T> {
     const_fn! {
         /// A `Once` that is initialised already (`spin::Once::initialized`).
         ///
-        /// ```
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
         /// let once = ksync::Once::initialized(7);
         /// assert_eq!(once.get(), Some(&7));
         /// ```
@@ -171,7 +175,8 @@ impl<T> Once<T> {
 
     /// The value, if the `Once` is initialised: one `Acquire` load.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let once = ksync::Once::new();
     /// assert_eq!(once.get(), None);
     /// once.call_once(|| 3);
@@ -198,7 +203,8 @@ impl<T> Once<T> {
     /// `Some`, a `call_once` that returned, [`is_completed`](Self::is_completed)
     /// true), or knows it is by other means.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let once = ksync::Once::initialized(1);
     /// // SAFETY: built initialised.
     /// assert_eq!(unsafe { *once.get_unchecked() }, 1);
@@ -213,7 +219,8 @@ impl<T> Once<T> {
     /// The value, mutably, if initialised (no atomic operation: `&mut`
     /// proves nobody else looks).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let mut once = ksync::Once::initialized(1);
     /// *once.get_mut().unwrap() += 1;
     /// assert_eq!(once.get(), Some(&2));
@@ -234,7 +241,8 @@ impl<T> Once<T> {
 
     /// The value, if initialised, consuming the `Once`.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let once = ksync::Once::initialized(String::from("x"));
     /// assert_eq!(once.into_inner().as_deref(), Some("x"));
     /// ```
@@ -255,7 +263,8 @@ impl<T> Once<T> {
     /// Whether the `Once` is initialised (a snapshot: `false` may be
     /// stale the moment it returns; `true` stays true).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let once = ksync::Once::new();
     /// assert!(!once.is_completed());
     /// once.call_once(|| ());
@@ -271,7 +280,8 @@ impl<T> Once<T> {
 
     /// Whether an initialiser panicked and poisoned the `Once`.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let once = ksync::Once::<u8>::new();
     /// assert!(!once.is_poisoned());
     /// ```
@@ -291,7 +301,8 @@ impl<T> Once<T> {
     /// interrupted it): it would wait for itself for ever. See the
     /// [module docs](self).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::Once;
     /// static ROOT: Once<&str> = Once::new();
     ///
@@ -317,7 +328,8 @@ impl<T> Once<T> {
     /// # Panics
     /// As `call_once`.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let once = ksync::Once::new();
     /// assert_eq!(once.try_call_once(|| Err::<u32, _>("not yet")), Err("not yet"));
     /// assert_eq!(once.try_call_once(|| Ok::<_, &str>(5)), Ok(&5));
@@ -338,7 +350,8 @@ impl<T> Once<T> {
     /// # Panics
     /// As `call_once`, and when the caller is the initialiser.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let once = ksync::Once::initialized(9);
     /// assert_eq!(*once.wait(), 9);
     /// ```
@@ -361,7 +374,8 @@ impl<T> Once<T> {
     /// and otherwise waits for the running initialiser (`spin::Once::poll`
     /// that waits only for a started initialisation).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let once = ksync::Once::<u8>::new();
     /// assert_eq!(once.poll(), None);
     /// ```
@@ -556,7 +570,8 @@ impl<T: fmt::Debug> fmt::Debug for Once<T> {
 /// `std::sync::LazyLock`): a [`Once<T>`] and its initialiser. Usable in a
 /// `static`; dereferencing it initialises it.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::Lazy;
 ///
 /// static PRIMES: Lazy<[u32; 4]> = Lazy::new(|| [2, 3, 5, 7]);
@@ -583,7 +598,8 @@ unsafe impl<T: Send + Sync, F: Send> Sync for Lazy<T, F> {}
 impl<T, F> Lazy<T, F> {
     /// The value if it was built, without building it.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lazy = ksync::Lazy::new(|| 1);
     /// assert_eq!(ksync::Lazy::get(&lazy), None);
     /// assert_eq!(*lazy, 1);
@@ -597,7 +613,8 @@ impl<T, F> Lazy<T, F> {
 
     /// The `Once` inside.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lazy = ksync::Lazy::new(|| 1u8);
     /// assert!(!ksync::Lazy::as_once(&lazy).is_completed());
     /// ```
@@ -612,7 +629,8 @@ impl<T, F: FnOnce() -> T> Lazy<T, F> {
     const_fn! {
         /// A `Lazy` that builds its value with `f` on first use.
         ///
-        /// ```
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
         /// static GREETING: ksync::Lazy<&str> = ksync::Lazy::new(|| "hello");
         /// assert_eq!(*GREETING, "hello");
         /// ```
@@ -632,7 +650,8 @@ impl<T, F: FnOnce() -> T> Lazy<T, F> {
     /// As [`Once::call_once`]; also if the initialiser is gone without a
     /// value (it can only be, after a panic poisoned the `Once`).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// static N: ksync::Lazy<u64> = ksync::Lazy::new(|| 40 + 2);
     /// assert_eq!(*ksync::Lazy::force(&N), 42);
     /// ```

@@ -85,7 +85,8 @@ impl Saturation {
 
     /// Linux's message for it.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::refcount::Saturation;
     /// assert!(Saturation::AddUseAfterFree.message().contains("use-after-free"));
     /// ```
@@ -131,7 +132,8 @@ pub struct Stats {
 
 /// The process-wide saturation counts.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// let before = ksync::refcount::stats();
 /// let r = ksync::RefCount::new(1);
 /// r.dec(); // 1 -> 0 without a release: a leak
@@ -154,7 +156,8 @@ pub fn stats() -> Stats {
 /// panic. Called from the saturating operation, on its CPU, maybe with
 /// interrupts off; it must not take a lock the caller may hold.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// fn warn(kind: ksync::refcount::Saturation) {
 ///     let _ = kind; // e.g. println!("{kind}") in a kernel's log
 /// }
@@ -208,7 +211,8 @@ fn warn_saturate(count: &AtomicI32, kind: Saturation) {
 /// Forgets which kinds were reported, so that the next of each is
 /// reported again (for tests).
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// ksync::refcount::rearm_reports();
 /// ```
 pub fn rearm_reports() {
@@ -221,7 +225,8 @@ pub fn rearm_reports() {
 /// `refcount_t`): see the [module docs](self) for the saturation rules
 /// and the orderings.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::RefCount;
 ///
 /// let refs = RefCount::new(1); // the creator's reference
@@ -247,7 +252,8 @@ impl RefCount {
         /// # Panics
         /// If `n` is negative (only [`REFCOUNT_SATURATED`] may be).
         ///
-        /// ```
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
         /// static USERS: ksync::RefCount = ksync::RefCount::new(1);
         /// assert_eq!(USERS.read(), 1);
         /// ```
@@ -261,7 +267,8 @@ impl RefCount {
 
     /// The count (a snapshot; [`REFCOUNT_SATURATED`] once saturated).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// assert_eq!(ksync::RefCount::new(3).read(), 3);
     /// ```
     #[doc(alias = "refcount_read")]
@@ -273,7 +280,8 @@ impl RefCount {
 
     /// Sets the count (for an object nobody else sees yet).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(0);
     /// r.set(1);
     /// assert_eq!(r.read(), 1);
@@ -286,7 +294,8 @@ impl RefCount {
 
     /// Whether the count is saturated (the object leaks).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(0);
     /// r.inc(); // on zero: use-after-free, saturated
     /// assert!(r.is_saturated());
@@ -300,7 +309,8 @@ impl RefCount {
     /// Adds one reference; the caller holds one already. Relaxed.
     /// Saturates on zero ([`Saturation::AddUseAfterFree`]) and on overflow.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(1);
     /// r.inc();
     /// assert_eq!(r.read(), 2);
@@ -313,7 +323,8 @@ impl RefCount {
 
     /// Adds `n` references (Linux's `refcount_add`). Relaxed.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(1);
     /// r.add(4);
     /// assert_eq!(r.read(), 5);
@@ -337,7 +348,8 @@ impl RefCount {
     /// that found the object orders its reads (an RCU dereference, a
     /// lock).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(0);
     /// assert!(!r.inc_not_zero());
     /// r.set(1);
@@ -352,7 +364,8 @@ impl RefCount {
 
     /// [`inc_not_zero`](Self::inc_not_zero) by `n`.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(1);
     /// assert!(r.add_not_zero(2));
     /// assert_eq!(r.read(), 3);
@@ -386,7 +399,8 @@ impl RefCount {
     /// Drops one reference that is not the last (Linux's `refcount_dec`):
     /// reaching zero here is a leak ([`Saturation::DecLeak`]). Release.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(2);
     /// r.dec();
     /// assert_eq!(r.read(), 1);
@@ -406,7 +420,8 @@ impl RefCount {
     /// caller frees the object. Release, and Acquire when it returns
     /// `true`.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(1);
     /// assert!(r.dec_and_test());
     /// ```
@@ -419,7 +434,8 @@ impl RefCount {
 
     /// Drops `n` references; `true` when they were the last.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(3);
     /// assert!(!r.sub_and_test(2));
     /// assert!(r.sub_and_test(1));
@@ -449,7 +465,8 @@ impl RefCount {
     /// and it returns `true`; any other count is left alone. For objects
     /// whose last user may free them while others only look.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(2);
     /// assert!(!r.dec_if_one());
     /// r.dec();
@@ -470,7 +487,8 @@ impl RefCount {
     /// leaves the count at 1, when it is (Linux's `refcount_dec_not_one`).
     /// Release.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(2);
     /// assert!(r.dec_not_one());
     /// assert!(!r.dec_not_one());
@@ -512,7 +530,8 @@ impl RefCount {
     /// ([`SpinLock`](crate::spinlock::SpinLock), the IRQ-saving ones, the
     /// sleeping [`Mutex`](crate::mutex::Mutex)).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::{spinlock::SpinLock, RefCount};
     ///
     /// static TABLE: SpinLock<u32> = SpinLock::new(1); // objects in the table
@@ -557,7 +576,8 @@ impl fmt::Debug for RefCount {
 /// the object lives wherever the kernel put it (a slab, a pool, a
 /// `static`), and `release` gives the storage back.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use core::ptr::NonNull;
 /// use core::sync::atomic::{AtomicUsize, Ordering};
 /// use ksync::refcount::{Kref, KrefRef};
@@ -604,7 +624,8 @@ impl<T> Kref<T> {
     /// ([`call_rcu`](crate::rcu::call_rcu)) when lookups find it under RCU
     /// and take references with [`get_unless_zero`](Self::get_unless_zero).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// fn noop(_: NonNull<ksync::refcount::Kref<u8>>) {}
     /// // SAFETY: a `static` stays valid for ever.
@@ -640,7 +661,8 @@ impl<T> Kref<T> {
     /// released): for lookups that find the object under RCU or a lock
     /// without holding a reference (Linux's `kref_get_unless_zero`).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// # fn noop(_: NonNull<ksync::refcount::Kref<u8>>) {}
     /// # static K: ksync::refcount::Kref<u8> = unsafe { ksync::refcount::Kref::new(1, noop) };
@@ -663,7 +685,8 @@ impl<T> Kref<T> {
 
     /// The count (Linux's `kref_read`; a snapshot).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// # fn noop(_: NonNull<ksync::refcount::Kref<u8>>) {}
     /// # static K: ksync::refcount::Kref<u8> = unsafe { ksync::refcount::Kref::new(1, noop) };
@@ -679,7 +702,8 @@ impl<T> Kref<T> {
     /// The value, through a `&Kref` the caller found (a counted reference
     /// derefs to it too).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// # fn noop(_: NonNull<ksync::refcount::Kref<u8>>) {}
     /// # static K: ksync::refcount::Kref<u8> = unsafe { ksync::refcount::Kref::new(1, noop) };
@@ -702,7 +726,8 @@ impl<T> Kref<T> {
     /// released while that reference still reads it. Reads are always
     /// fine ([`read`](Self::read) needs no `unsafe`).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// # fn noop(_: NonNull<ksync::refcount::Kref<u8>>) {}
     /// # static K: ksync::refcount::Kref<u8> = unsafe { ksync::refcount::Kref::new(1, noop) };
@@ -718,7 +743,8 @@ impl<T> Kref<T> {
     /// Counts one more reference that the caller keeps untracked (Linux's
     /// `kref_get`); give it back with [`put`](Self::put).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// # fn noop(_: NonNull<ksync::refcount::Kref<u8>>) {}
     /// # static K: ksync::refcount::Kref<u8> = unsafe { ksync::refcount::Kref::new(1, noop) };
@@ -740,7 +766,8 @@ impl<T> Kref<T> {
     /// counted with [`get`](Self::get)), and uses neither it nor `self`
     /// afterwards when this returns `true`.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// # fn noop(_: NonNull<ksync::refcount::Kref<u8>>) {}
     /// # static K: ksync::refcount::Kref<u8> = unsafe { ksync::refcount::Kref::new(1, noop) };
@@ -794,7 +821,8 @@ impl<T: fmt::Debug> fmt::Debug for Kref<T> {
 /// `Drop` drops it and runs the release function when it was the last.
 /// Dereferences to `T`.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// # use core::ptr::NonNull;
 /// # use ksync::refcount::{Kref, KrefRef};
 /// # fn noop(_: NonNull<Kref<&str>>) {}
@@ -825,7 +853,8 @@ impl<T> KrefRef<T> {
     /// storage needs [`from_raw`](Self::from_raw) with the allocation's
     /// pointer instead.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// # use ksync::refcount::{Kref, KrefRef};
     /// # fn noop(_: NonNull<Kref<u8>>) {}
@@ -844,7 +873,8 @@ impl<T> KrefRef<T> {
     /// Gives the reference up without dropping it: the caller owns it
     /// again (back with [`from_raw`](Self::from_raw)).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// # use ksync::refcount::{Kref, KrefRef};
     /// # fn noop(_: NonNull<Kref<u8>>) {}
@@ -868,7 +898,8 @@ impl<T> KrefRef<T> {
     /// `ptr` comes from `into_raw`, and each such pointer is turned back
     /// once.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// # use ksync::refcount::{Kref, KrefRef};
     /// # fn noop(_: NonNull<Kref<u8>>) {}
@@ -885,7 +916,8 @@ impl<T> KrefRef<T> {
 
     /// The `Kref` this refers to.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// # use core::ptr::NonNull;
     /// # use ksync::refcount::{Kref, KrefRef};
     /// # fn noop(_: NonNull<Kref<u8>>) {}

@@ -32,7 +32,8 @@ pub const QR_BIAS: u32 = 1 << 9;
 /// that save nothing: [`PreemptDisabled`], [`NoGuard`]) or
 /// [`RwSpinLock`], whose guards carry what any policy saves.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::lock_api::RawRwLock as _;
 /// use ksync::spinlock::RawRwSpinLock;
 ///
@@ -127,7 +128,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     const_fn! {
         /// An unlocked lock, in the lockdep class of the place it is built.
         ///
-        /// ```
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
         /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
         /// assert!(!lock.is_locked());
         /// ```
@@ -150,7 +152,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     const_fn! {
         /// An unlocked lock in `key`'s [lockdep](crate::lockdep) class.
         ///
-        /// ```
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
         /// use ksync::spinlock::{RawRwSpinLock, RwSpinLock};
         /// static ROUTES: RwSpinLock<u32> =
         ///     RwSpinLock::from_raw(RawRwSpinLock::with_class(ksync::lock_class!("routes")), 0);
@@ -174,7 +177,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// Puts the lock in `key`'s [lockdep](crate::lockdep) class (Linux's
     /// `lockdep_set_class`). Nothing without `lockdep`.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let mut lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// lock.set_lock_class(ksync::lock_class!("files"));
     /// ```
@@ -184,7 +188,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     /// Whether anyone holds the lock (a snapshot, not for synchronization).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// assert!(!lock.is_locked());
     /// ```
@@ -196,7 +201,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     /// Whether a writer holds the lock (a snapshot).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// assert!(!lock.is_write_locked());
     /// ```
@@ -208,7 +214,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     /// How many readers hold the lock, or are about to (a snapshot).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// assert_eq!(lock.reader_count(), 0);
     /// ```
@@ -514,7 +521,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// while a writer holds it or (outside interrupt context) one waits.
     /// Returns what `G` saved, for [`read_unlock`](Self::read_unlock).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.read_lock();
     /// // SAFETY: held shared, with what it saved.
@@ -531,7 +539,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     /// Takes the lock shared if no writer holds it or waits.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.try_read_lock().unwrap();
     /// // SAFETY: held shared.
@@ -558,7 +567,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// The caller's context holds the lock shared, and `saved` is what its
     /// `read_lock` returned (on this CPU, in nesting order).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.read_lock();
     /// // SAFETY: held shared.
@@ -576,7 +586,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// Takes the lock exclusive: disables what `G` disables, then queues
     /// and waits for the readers to drain.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.write_lock();
     /// assert!(lock.is_write_locked());
@@ -595,7 +606,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     /// Takes the lock exclusive if it is free.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.try_write_lock().unwrap();
     /// // SAFETY: held exclusive.
@@ -623,7 +635,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// The caller's context holds the lock exclusive, and `saved` is what
     /// its `write_lock` returned.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.write_lock();
     /// // SAFETY: held exclusive.
@@ -642,7 +655,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// Takes the lock upgradeable: shared with readers, exclusive with
     /// writers and other upgradeable readers.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.upgradeable_lock();
     /// assert!(lock.try_read_lock().is_some_and(|s| {
@@ -667,7 +681,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     /// Takes the lock upgradeable if that needs no waiting.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.try_upgradeable_lock().unwrap();
     /// // SAFETY: held upgradeable.
@@ -693,7 +708,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// # Safety
     /// The caller's context holds the lock upgradeable, with `saved`.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.upgradeable_lock();
     /// // SAFETY: held upgradeable.
@@ -717,7 +733,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// The caller's context holds the lock upgradeable; `saved` becomes the
     /// exclusive hold's.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.upgradeable_lock();
     /// // SAFETY: held upgradeable.
@@ -740,7 +757,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// The caller's context holds the lock upgradeable (still, when this
     /// returns `false`).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.upgradeable_lock();
     /// // SAFETY: held upgradeable; on success exclusive.
@@ -765,7 +783,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// The caller's context holds the lock exclusive; its saved state
     /// stays the shared hold's.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.write_lock();
     /// // SAFETY: held exclusive, then shared.
@@ -783,7 +802,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// # Safety
     /// The caller's context holds the lock upgradeable.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::spinlock::RawRwSpinLock::<ksync::spinlock::NoGuard>::new();
     /// let saved = lock.upgradeable_lock();
     /// // SAFETY: held upgradeable, then shared.
@@ -930,7 +950,8 @@ unsafe impl<G: SpinGuardian<Saved = ()>> lock_api::RawRwLockDowngrade for RawRwS
 /// carry what the policy saved, so every policy works, and the method
 /// names are `spin::RwLock`'s.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// use ksync::RwSpinLock;
 ///
 /// static ROUTES: RwSpinLock<Vec<u32>> = RwSpinLock::new(Vec::new());
@@ -952,7 +973,8 @@ pub struct RwSpinLock<T: ?Sized, G: SpinGuardian = PreemptDisabled> {
 /// (Linux's `read_lock_irqsave`/`write_lock_irqsave`), as
 /// [`IrqTicketMutex`](super::IrqTicketMutex) is for the mutexes.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// static STATS: ksync::spinlock::IrqRwSpinLock<u64> = ksync::spinlock::IrqRwSpinLock::new(0);
 /// *STATS.write() += 1; // also taken from an interrupt handler
 /// assert_eq!(*STATS.read(), 1);
@@ -969,7 +991,8 @@ impl<T, G: SpinGuardian> RwSpinLock<T, G> {
     const_fn! {
         /// An unlocked lock around `value`.
         ///
-        /// ```
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
         /// static X: ksync::RwSpinLock<u8> = ksync::RwSpinLock::new(1);
         /// assert_eq!(*X.read(), 1);
         /// ```
@@ -987,7 +1010,8 @@ impl<T, G: SpinGuardian> RwSpinLock<T, G> {
         /// A lock around `value` over `raw` (for a lockdep class:
         /// [`RawRwSpinLock::with_class`]).
         ///
-        /// ```
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
         /// use ksync::spinlock::{NoGuard, RawRwSpinLock, RwSpinLock};
         /// let lock = RwSpinLock::<u8, NoGuard>::from_raw(RawRwSpinLock::new(), 1);
         /// assert_eq!(*lock.read(), 1);
@@ -1003,7 +1027,8 @@ impl<T, G: SpinGuardian> RwSpinLock<T, G> {
 
     /// The value, consuming the lock.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// assert_eq!(ksync::RwSpinLock::<u8>::new(3).into_inner(), 3);
     /// ```
     pub fn into_inner(self) -> T {
@@ -1015,7 +1040,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
     /// Locks for reading (Linux's `read_lock`): waits while a writer holds
     /// the lock, or (outside interrupt context) waits for it.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// std::thread::scope(|s| {
     ///     let other = s.spawn(|| *lock.read()); // another CPU
@@ -1041,7 +1067,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
 
     /// Locks for reading if no writer holds the lock or waits for it.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// let w = lock.write();
     /// assert!(lock.try_read().is_none());
@@ -1062,7 +1089,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
     /// Locks for writing (Linux's `write_lock`): queues, holds new readers
     /// back, and waits for the readers to leave.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// *lock.write() += 1;
     /// assert_eq!(*lock.read(), 2);
@@ -1080,7 +1108,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
 
     /// Locks for writing if the lock is free.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// let r = lock.read();
     /// assert!(lock.try_write().is_none());
@@ -1101,7 +1130,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
     /// Locks for an upgradeable read: shared with readers, exclusive with
     /// writers and other upgradeable readers (`spin::RwLock::upgradeable_read`).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// let up = lock.upgradeable_read();
     /// assert_eq!(*lock.read(), 1); // readers still come in
@@ -1121,7 +1151,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
 
     /// [`upgradeable_read`](Self::upgradeable_read) under `lock_api`'s name.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// assert_eq!(*lock.upgradable_read(), 1);
     /// ```
@@ -1133,7 +1164,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
 
     /// An upgradeable read if that needs no waiting.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// let up = lock.try_upgradeable_read().unwrap();
     /// assert!(lock.try_upgradeable_read().is_none());
@@ -1152,7 +1184,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
 
     /// The value, mutably: `&mut self` proves nobody holds the lock.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let mut lock = ksync::RwSpinLock::<u8>::new(1);
     /// *lock.get_mut() = 5;
     /// assert_eq!(*lock.read(), 5);
@@ -1163,7 +1196,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
 
     /// Whether anyone holds the lock (a snapshot).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// let r = lock.read();
     /// assert!(lock.is_locked());
@@ -1176,7 +1210,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
 
     /// How many readers hold the lock (a snapshot; `spin::RwLock::reader_count`).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// let _r = lock.read();
     /// assert_eq!(lock.reader_count(), 1);
@@ -1189,7 +1224,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
     /// Whether a writer holds the lock: 1 or 0 (a snapshot;
     /// `spin::RwLock::writer_count`).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// let _w = lock.write();
     /// assert_eq!(lock.writer_count(), 1);
@@ -1201,7 +1237,8 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
 
     /// The raw lock (for its lockdep class, or a hand-over).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// assert!(!lock.raw().is_locked());
     /// ```
@@ -1234,7 +1271,8 @@ impl<T: ?Sized + fmt::Debug, G: SpinGuardian> fmt::Debug for RwSpinLock<T, G> {
 
 /// A shared hold of an [`RwSpinLock`]; `Deref`s to the value.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// let lock = ksync::RwSpinLock::<u8>::new(4);
 /// let guard: ksync::spinlock::RwSpinLockReadGuard<'_, u8> = lock.read();
 /// assert_eq!(*guard, 4);
@@ -1249,7 +1287,8 @@ pub struct RwSpinLockReadGuard<'a, T: ?Sized, G: SpinGuardian = PreemptDisabled>
 
 /// An exclusive hold of an [`RwSpinLock`]; `DerefMut`s to the value.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// let lock = ksync::RwSpinLock::<u8>::new(4);
 /// let mut guard = lock.write();
 /// *guard += 1;
@@ -1265,7 +1304,8 @@ pub struct RwSpinLockWriteGuard<'a, T: ?Sized, G: SpinGuardian = PreemptDisabled
 
 /// An upgradeable hold of an [`RwSpinLock`]; `Deref`s to the value.
 ///
-/// ```
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// let lock = ksync::RwSpinLock::<u8>::new(4);
 /// let up = lock.upgradeable_read();
 /// let up = match up.try_upgrade() {
@@ -1292,7 +1332,8 @@ impl<'a, T: ?Sized, G: SpinGuardian> RwSpinLockWriteGuard<'a, T, G> {
     /// Turns the exclusive hold into a shared one without letting another
     /// writer in between.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// let r = lock.write().downgrade();
     /// assert!(lock.try_read().is_some());
@@ -1314,7 +1355,8 @@ impl<'a, T: ?Sized, G: SpinGuardian> RwSpinLockWriteGuard<'a, T, G> {
 impl<'a, T: ?Sized, G: SpinGuardian> RwSpinLockUpgradableGuard<'a, T, G> {
     /// Waits for the other readers to leave and takes the lock exclusive.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// *lock.upgradeable_read().upgrade() += 1;
     /// assert_eq!(*lock.read(), 2);
@@ -1334,7 +1376,8 @@ impl<'a, T: ?Sized, G: SpinGuardian> RwSpinLockUpgradableGuard<'a, T, G> {
     /// Takes the lock exclusive if no other reader holds it; the guard
     /// back otherwise.
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// let up = lock.upgradeable_read();
     /// let r = lock.read();
@@ -1359,7 +1402,8 @@ impl<'a, T: ?Sized, G: SpinGuardian> RwSpinLockUpgradableGuard<'a, T, G> {
     /// Turns the upgradeable hold into a plain shared one (writers and
     /// other upgradeable readers may queue again).
     ///
-    /// ```
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
     /// let r = lock.upgradeable_read().downgrade();
     /// assert!(lock.try_upgradeable_read().is_some());
