@@ -357,7 +357,12 @@ fn might_sleep_reports_atomic_contexts_on_the_uncontended_path() {
             static S: ksync::spinlock::TicketMutex<u32> = ksync::spinlock::TicketMutex::new(0);
             Box::new(S.lock())
         },
-        "preemption disabled",
+        // With lockdep its report of the held lock comes first.
+        if cfg!(feature = "lockdep") {
+            "locks held"
+        } else {
+            "preemption disabled"
+        },
     );
     every_entry_point_refuses(
         "with interrupts masked",
@@ -366,7 +371,9 @@ fn might_sleep_reports_atomic_contexts_on_the_uncontended_path() {
                 ksync::spinlock::IrqTicketMutex::new(0);
             Box::new(S.lock())
         },
-        "ksync: a sleeping wait",
+        // "ksync: a sleeping wait ...", or lockdep's "ksync lockdep: a
+        // sleeping wait ... with locks held", which comes first with it.
+        "a sleeping wait",
     );
     // In a call_rcu callback.
     for (name, f) in entry_points() {
