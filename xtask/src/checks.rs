@@ -263,6 +263,22 @@ fn check_lints(t: &mut Tally) {
         ]),
     );
     t.check("clippy host lockdep", ok);
+    // The hostile host kernel (its atomics wrappers exist only then), in
+    // the hostile check's own target directory.
+    let (ok, _) = run_logged(
+        "clippy (host, all targets, hostile)",
+        cargo(&[
+            "clippy",
+            "--all-targets",
+            "--features",
+            "hostile,alloc",
+            "--",
+            "-D",
+            "warnings",
+        ])
+        .env("CARGO_TARGET_DIR", root().join("target/hostile")),
+    );
+    t.check("clippy host hostile", ok);
     // Each set of rustflags builds in its own directory, or the runs would
     // rebuild each other's artefacts.
     for (target, flags, dir) in [
