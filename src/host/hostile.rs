@@ -582,12 +582,14 @@ pub(super) fn check_switch(what: &str) {
 static STRICT: AtomicU32 = AtomicU32::new(0);
 
 /// Strict mode on or off, process-wide: a preemption count that returns to
-/// zero with interrupts masked (outside a handler) is then a breach. Linux
-/// allows it (the preemption waits for the next point: `local_irq_save`
-/// around a per-CPU access is fine), so it is off by default; ksync's own
-/// suites run with it on, because ksync's IRQ-saving locks must restore
-/// interrupts before they enable preemption (`spin_unlock_irqrestore`'s
-/// order) and must not lose that preemption point.
+/// zero while the masked section that was open when it left zero is still
+/// open (outside a handler) is then a breach: a guard that masked
+/// interrupts, then disabled preemption, and enables preemption first.
+/// Linux allows the pattern in general (the preemption waits for the next
+/// point: `local_irq_save` around a per-CPU access is fine), so it is off
+/// by default; ksync's own suites run with it on, because ksync's
+/// IRQ-saving locks must restore interrupts before they enable preemption
+/// (`spin_unlock_irqrestore`'s order) and must not lose that point.
 pub fn set_strict(on: bool) {
     STRICT.store(u32::from(on), Ordering::Relaxed);
 }
@@ -595,9 +597,18 @@ pub fn set_strict(on: bool) {
 /// The preemption count returned to zero: with interrupts masked, that
 /// preemption point is lost (a breach in strict mode).
 #[inline]
-pub(super) fn check_enable_point() {
+pub(super) fn check_enable_point(open_depth: u32) {
+    // Lost only if a masked section open when the preemption section
+    // opened is still open now: the section nests inside it, and whoever
+    // opened both (one lock's guard: mask, then disable preemption) closes
+    // preemption first. A preemption section opened inside a deeper
+    // masked section that has already closed (an IRQ-saving lock taken
+    // inside the caller's own `local_irq_save`) released in the right
+    // order; the outer section is the caller's.
     if MODE.load(Ordering::Relaxed) == MODE_ON
         && STRICT.load(Ordering::Relaxed) != 0
+        && open_depth > 0
+        && interrupts::mask_depth() >= open_depth
         && interrupts::irqs_disabled()
         && !interrupts::in_interrupt()
         && PAUSED.try_with(Cell::get) == Ok(false)

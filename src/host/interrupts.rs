@@ -7,8 +7,23 @@ use std::cell::Cell;
 
 use super::backend::{IN_IRQ, IRQS_OFF};
 
+#[cfg(all(feature = "hostile", not(ksync_loom)))]
+std::thread_local! {
+    /// The hostile kernel's view: how many `irq_save`s are open on this
+    /// thread (the nesting of masked sections).
+    static MASK_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// How many `irq_save`s are open on this thread (hostile kernel only).
+#[cfg(all(feature = "hostile", not(ksync_loom)))]
+pub(super) fn mask_depth() -> u32 {
+    MASK_DEPTH.with(Cell::get)
+}
+
 #[inline]
 pub(super) fn irq_save() -> usize {
+    #[cfg(all(feature = "hostile", not(ksync_loom)))]
+    MASK_DEPTH.with(|d| d.set(d.get() + 1));
     usize::from(IRQS_OFF.with(|off| off.replace(true)))
 }
 
@@ -18,6 +33,8 @@ pub(super) fn irq_restore(flags: usize) {
         IRQS_OFF.with(Cell::get),
         "ksync test hooks: interrupts restored while not disabled"
     );
+    #[cfg(all(feature = "hostile", not(ksync_loom)))]
+    MASK_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
     IRQS_OFF.with(|off| off.set(flags != 0));
 }
 

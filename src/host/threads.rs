@@ -133,7 +133,21 @@ fn preempt_now() {
 
 #[inline]
 pub(super) fn preempt_disable() {
+    #[cfg(feature = "hostile")]
+    if PREEMPT.with(Cell::get) & !NOT_ARMED == 0 {
+        // The masked sections open where this preemption section opens:
+        // the strict check asks whether the one open here is still open
+        // when the count returns to zero.
+        OPEN_DEPTH.with(|d| d.set(super::interrupts::mask_depth()));
+    }
     PREEMPT.with(|c| c.set(c.get() + 1));
+}
+
+#[cfg(feature = "hostile")]
+std::thread_local! {
+    /// The interrupt-masking depth when the outermost preemption section
+    /// opened (hostile kernel, strict mode).
+    static OPEN_DEPTH: std::cell::Cell<u32> = const { std::cell::Cell::new(0) };
 }
 
 #[inline]
@@ -155,7 +169,7 @@ pub(super) fn preempt_enable() {
     if count & !NOT_ARMED == 0 {
         // The hostile kernel's preemption point (and its contract check:
         // not with interrupts masked).
-        super::hostile::check_enable_point();
+        super::hostile::check_enable_point(OPEN_DEPTH.with(Cell::get));
         super::hostile::point();
     }
 }

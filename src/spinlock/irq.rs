@@ -194,8 +194,23 @@ unsafe impl<L: lock_api::RawMutex, I: IrqControl> lock_api::RawMutex for RawIrqS
     #[cfg_attr(feature = "lockdep", track_caller)]
     fn try_lock(&self) -> bool {
         let irq = IrqState::<I>::save_with();
-        if !self.inner.try_lock() {
-            // `irq` drops here and restores the state.
+        if I::KERNEL_HOOKS {
+            // As in `release`: the inner lock's failed attempt enables
+            // preemption again, which must not happen with interrupts
+            // still masked by us (a lost preemption point).
+            crate::kernel::preempt_disable_hook();
+        }
+        let taken = self.inner.try_lock();
+        if I::KERNEL_HOOKS && taken {
+            // Held: the inner lock's own count keeps preemption off.
+            crate::kernel::preempt_enable_hook();
+        }
+        if !taken {
+            // Interrupts first, then the preemption point.
+            drop(irq);
+            if I::KERNEL_HOOKS {
+                crate::kernel::preempt_enable_hook();
+            }
             return false;
         }
         // SAFETY: the lock is held by this context.
