@@ -640,14 +640,14 @@ pub(crate) mod atomics {
     use core::sync::atomic::{self as a, Ordering};
 
     macro_rules! common {
-        ($name:ident, $inner:ty, $value:ty) => {
+        ($name:ident $(<$g:ident>)?, $inner:ty, $value:ty) => {
             /// A point before every operation of the core atomic it wraps.
             #[repr(transparent)]
             #[derive(Debug, Default)]
-            pub(crate) struct $name($inner);
+            pub(crate) struct $name $(<$g>)? ($inner);
 
             #[allow(dead_code, clippy::missing_const_for_fn)]
-            impl $name {
+            impl $(<$g>)? $name $(<$g>)? {
                 #[inline]
                 pub(crate) const fn new(v: $value) -> Self {
                     Self(<$inner>::new(v))
@@ -806,70 +806,7 @@ pub(crate) mod atomics {
     int!(AtomicI64, a::AtomicI64, i64);
     int!(AtomicU64, a::AtomicU64, u64);
 
-    /// A point before every operation of the `AtomicPtr` it wraps.
-    #[repr(transparent)]
-    #[derive(Debug, Default)]
-    pub(crate) struct AtomicPtr<T>(a::AtomicPtr<T>);
-
-    #[allow(dead_code)]
-    impl<T> AtomicPtr<T> {
-        #[inline]
-        pub(crate) const fn new(v: *mut T) -> Self {
-            Self(a::AtomicPtr::new(v))
-        }
-        #[inline]
-        #[track_caller]
-        pub(crate) fn load(&self, o: Ordering) -> *mut T {
-            point();
-            self.0.load(o)
-        }
-        #[inline]
-        #[track_caller]
-        pub(crate) fn store(&self, v: *mut T, o: Ordering) {
-            point();
-            self.0.store(v, o)
-        }
-        #[inline]
-        #[track_caller]
-        pub(crate) fn swap(&self, v: *mut T, o: Ordering) -> *mut T {
-            point();
-            self.0.swap(v, o)
-        }
-        #[inline]
-        #[track_caller]
-        pub(crate) fn compare_exchange(
-            &self,
-            c: *mut T,
-            n: *mut T,
-            s: Ordering,
-            f: Ordering,
-        ) -> Result<*mut T, *mut T> {
-            point();
-            self.0.compare_exchange(c, n, s, f)
-        }
-        #[inline]
-        #[track_caller]
-        pub(crate) fn compare_exchange_weak(
-            &self,
-            c: *mut T,
-            n: *mut T,
-            s: Ordering,
-            f: Ordering,
-        ) -> Result<*mut T, *mut T> {
-            point();
-            self.0.compare_exchange_weak(c, n, s, f)
-        }
-        #[inline]
-        #[track_caller]
-        pub(crate) fn get_mut(&mut self) -> &mut *mut T {
-            self.0.get_mut()
-        }
-        #[inline]
-        #[track_caller]
-        pub(crate) fn into_inner(self) -> *mut T {
-            self.0.into_inner()
-        }
-    }
+    common!(AtomicPtr<T>, a::AtomicPtr<T>, *mut T);
 
     /// A point, then the fence.
     #[inline]
