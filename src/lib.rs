@@ -171,27 +171,26 @@ extern crate alloc;
 mod arch;
 mod sync;
 
-pub mod brlock;
-pub mod completion;
 #[cfg(feature = "test-hooks")]
 #[cfg_attr(docsrs, doc(cfg(feature = "test-hooks")))]
 pub mod host;
 pub mod kernel;
 pub mod lockdep;
 pub mod lockref;
-pub mod mutex;
 pub mod once;
 pub mod percpu;
-pub mod percpu_counter;
-pub mod percpu_rwlock;
-pub mod percpu_rwsem;
 pub mod rcu;
 pub mod refcount;
-pub mod rwsem;
-pub mod semaphore;
 pub mod seqlock;
+pub mod sleeping;
 pub mod spinlock;
-pub mod wait;
+
+// The families' modules at the crate root, where earlier versions had them
+// (and where the crate's own code names them).
+pub use percpu::brlock;
+pub use percpu::counter as percpu_counter;
+pub use percpu::rwlock as percpu_rwlock;
+pub use sleeping::{completion, mutex, percpu_rwsem, rwsem, semaphore, wait};
 #[cfg(all(feature = "bytemuck", not(ksync_loom)))]
 mod zeroable;
 

@@ -21,6 +21,12 @@
 //! `KSYNC_MAX_CPUS` (see [`kernel`]); the CPU ids come from
 //! the kernel hooks.
 //!
+//! The types built on it live in this module's children, also reachable at
+//! the crate root as before: [`counter`] (`ksync::percpu_counter`, Linux's
+//! `percpu_counter`), [`rwlock`] (`ksync::percpu_rwlock`, the scalable
+//! reader-writer lock) and [`brlock`] (`ksync::brlock`, one spinlock per
+//! CPU).
+//!
 #![cfg_attr(feature = "test-hooks", doc = " ```")]
 #![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 //! use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
@@ -42,6 +48,10 @@ use crate::kernel::{self, MAX_CPUS, PreemptGuard};
 use crate::sync::{AtomicBool, AtomicI32, AtomicU32, AtomicUsize, array, const_fn, init};
 
 pub use crate::sync::ConstInit;
+
+pub mod brlock;
+pub mod counter;
+pub mod rwlock;
 
 crate::sync::const_init! {
     impl for AtomicBool = AtomicBool::new(false);

@@ -25,7 +25,7 @@
 //! 103 s).
 //!
 //! The wait queue's lock is a blocking lock under loom (`QueueLock` in
-//! `src/wait.rs`; the ticket lock it is otherwise has its own models in
+//! `src/sleeping/wait.rs`; the ticket lock it is otherwise has its own models in
 //! `tests/loom.rs`): with the spinlock, every spin round of a thread
 //! waiting for it was a point where loom tried every other thread, and
 //! `e_mutex_three_lockers` took 312 s against 6 s now.

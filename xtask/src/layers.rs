@@ -33,12 +33,9 @@ pub const LAYERS: &[&str] = &[
     "completion",
     "mutex",
     "percpu_rwlock",
-    "wait",
-    "semaphore",
-    "completion",
-    "mutex",
     "rwsem",
     "percpu_rwsem",
+    "sleeping",
     "zeroable",
     "host",
 ];
@@ -156,7 +153,30 @@ pub fn check_qemu_boot(root: &Path) -> Result<Vec<(PathBuf, usize, String)>, Str
     Ok(out)
 }
 
-/// `src/foo.rs`, `src/foo/...` -> `foo`; `arch/...` -> `arch`; `src/lib.rs`
+/// Family folders whose files are each a module of its own layer: the
+/// folder, its file, and the module (the crate-root name it is re-exported
+/// as, which the crate's own code uses).
+const FAMILIES: &[(&str, &str, &str)] = &[
+    ("sleeping", "completion", "completion"),
+    ("sleeping", "mutex", "mutex"),
+    ("sleeping", "percpu_rwsem", "percpu_rwsem"),
+    ("sleeping", "rwsem", "rwsem"),
+    ("sleeping", "semaphore", "semaphore"),
+    ("sleeping", "wait", "wait"),
+    ("percpu", "brlock", "brlock"),
+    ("percpu", "counter", "percpu_counter"),
+    ("percpu", "rwlock", "percpu_rwlock"),
+];
+
+fn family_member(folder: &str, file: &str) -> Option<&'static str> {
+    FAMILIES
+        .iter()
+        .find(|(f, m, _)| *f == folder && *m == file)
+        .map(|(_, _, module)| *module)
+}
+
+/// `src/foo.rs`, `src/foo/...` -> `foo` (but a family member
+/// `src/sleeping/mutex.rs` -> `mutex`); `arch/...` -> `arch`; `src/lib.rs`
 /// (the root, which declares every module) -> none.
 fn module_of(root: &Path, file: &Path) -> Option<String> {
     let rel = file.strip_prefix(root).ok()?;
@@ -170,7 +190,13 @@ fn module_of(root: &Path, file: &Path) -> Option<String> {
             if first == "lib.rs" {
                 return None;
             }
-            Some(first.trim_end_matches(".rs").into())
+            let first = first.trim_end_matches(".rs").to_string();
+            if let Some(file) = parts.next() {
+                if let Some(module) = family_member(&first, file.trim_end_matches(".rs")) {
+                    return Some(module.into());
+                }
+            }
+            Some(first)
         }
         _ => None,
     }
@@ -188,7 +214,11 @@ fn crate_paths(line: &str) -> Vec<(String, String)> {
             .chars()
             .take_while(|c| c.is_ascii_alphanumeric() || *c == '_' || *c == ':')
             .collect();
-        let head = path.split("::").next().unwrap_or("").to_string();
+        let mut segments = path.split("::");
+        let mut head = segments.next().unwrap_or("").to_string();
+        if let Some(module) = segments.next().and_then(|file| family_member(&head, file)) {
+            head = module.to_string();
+        }
         if !head.is_empty() {
             let module = MACROS
                 .iter()
@@ -241,6 +271,9 @@ mod tests {
         assert_eq!(modules, ["lockdep", "kernel", "percpu"]);
         let found = crate_paths("$crate::sync::const_fn! {");
         assert_eq!(found[0].0, "sync");
+        let found = crate_paths("use crate::sleeping::wait::WaitQueue; crate::percpu::counter::X");
+        let modules: Vec<_> = found.iter().map(|(m, _)| m.as_str()).collect();
+        assert_eq!(modules, ["wait", "percpu_counter"]);
     }
 
     #[test]
