@@ -63,22 +63,6 @@ pub(crate) fn local_add(slot: &crate::sync::AtomicI32, amount: i32) {
     slot.fetch_add(amount, crate::sync::Ordering::Relaxed);
 }
 
-/// Releases a queued lock: clears the locked byte (the word's low byte,
-/// which holds 1) with a Release `fetch_sub` on the whole word, the
-/// portable form of the native paths' byte store (Rust's model has no
-/// mixed-size atomics; loom checks this one).
-///
-/// # Safety
-/// `word` is a queued lock's word whose locked byte is 1 and is this
-/// caller's to clear (it holds the lock).
-#[inline(always)]
-pub(crate) unsafe fn queued_unlock(word: &crate::sync::AtomicU32) {
-    // Release pairs with the queued lock's Acquire loads and
-    // read-modify-writes of the word. Subtracting clears the locked byte
-    // without touching pending or the tail, which others may be changing.
-    word.fetch_sub(1, crate::sync::Ordering::Release);
-}
-
 /// Saved local interrupt state: whatever the `critical-section`
 /// implementation restores.
 #[cfg(not(ksync_loom))]

@@ -53,17 +53,6 @@
 //!     one `amoadd.w`; aarch64 without LSE: an LL/SC loop; loom sees the
 //!     real interleavings).
 //!
-//! * **the queued lock's unlock** — clear the locked byte of the lock
-//!   word with release ordering:
-//!   - loom, Miri and `--cfg ksync_generic`: a Release `fetch_sub` on the
-//!     whole word (Rust's model has no mixed-size atomics);
-//!   - aarch64, riscv64 bare metal: a release store of the byte alone
-//!     (`stlrb`, `fence rw,w; sb`), as Linux's `queued_spin_unlock`: no
-//!     read-modify-write on the uncontended path;
-//!   - x86_64 and everything else: the `fetch_sub` (on x86_64 the byte
-//!     store measured slower: a store-forwarding stall in the next lock's
-//!     `lock cmpxchg`, see below).
-//!
 //! The portable module is compiled under `cfg(test)` on every arch, so the
 //! fallback is exercised by the unit tests on x86_64 and aarch64 too.
 //!
@@ -269,42 +258,6 @@ pub(crate) use aarch64::local_add;
 pub(crate) use generic::local_add;
 #[cfg(all(target_arch = "x86_64", not(any(ksync_loom, miri, ksync_generic))))]
 pub(crate) use x86_64::local_add;
-
-// ---- the queued lock's unlock -------------------------------------------------
-
-// First match wins:
-// 1. loom and Miri run no `asm!`; loom checks the portable RMW;
-// 2. `--cfg ksync_generic`: the portable RMW everywhere, to torture it
-//    under SMP;
-// 3. aarch64, riscv64 bare metal (little-endian both): a release store of
-//    the locked byte alone (Linux's `queued_spin_unlock`), in `asm!`
-//    because Rust's model has no mixed-size atomics;
-// 4. x86_64 and everything else: a Release `fetch_sub` on the word. On
-//    x86_64 the byte store (`mov byte`) was measured slower, not faster:
-//    the next `lock cmpxchg` on the word cannot take its value from the
-//    narrower store still in the store buffer (a store-forwarding stall),
-//    so an uncontended lock+unlock took 6.0 ns against 4.1 ns with the
-//    `lock xadd` (`cargo bench --bench locks -- --per-op`, thread CPU
-//    time, median of 15; the ticket lock 2.2 ns).
-#[cfg(all(target_arch = "aarch64", not(any(ksync_loom, miri, ksync_generic))))]
-pub(crate) use aarch64::queued_unlock;
-#[cfg(not(all(
-    not(any(ksync_loom, miri, ksync_generic)),
-    any(
-        target_arch = "aarch64",
-        all(target_arch = "riscv64", target_os = "none")
-    )
-)))]
-pub(crate) use generic::queued_unlock;
-#[cfg(all(
-    target_arch = "riscv64",
-    target_os = "none",
-    not(any(ksync_loom, miri, ksync_generic))
-))]
-pub(crate) use riscv64::queued_unlock;
-
-/// Keeps every backend's queued unlock the same shape.
-const _: unsafe fn(&crate::sync::AtomicU32) = queued_unlock;
 
 /// Keeps the signature of every backend's step identical (checked at
 /// compile time on every target that has one).

@@ -12,7 +12,7 @@
 //! | lock | hand-off | cost uncontended | under contention | use it for |
 //! |---|---|---|---|---|
 //! | [`RawTicketLock`] | FIFO: strict arrival order | one `fetch_add` on `next` to lock, a load and a store of `owner` to unlock (the two are separate 32-bit words: Rust has no mixed-size atomics for Linux's halfword store) | every waiter spins on the same line; no starvation | locks that several CPUs fight over, where a starving CPU would be a bug (run queues, shared allocators) |
-//! | [`RawQueuedLock`] | FIFO: the pending CPU, then an MCS queue of per-CPU nodes | one compare-exchange to lock, one `fetch_sub` to unlock | each waiter spins on its own node's line: a hand-off costs one line transfer however many wait | heavily contended locks on many CPUs; needs [`set_kernel!`](crate::set_kernel) |
+//! | [`RawQueuedLock`] | FIFO: the pending CPU, then an MCS queue of per-CPU nodes | a load and one compare-exchange to lock, one store to unlock | each waiter spins on its own node's line: a hand-off costs one line transfer however many wait | heavily contended locks on many CPUs; needs [`set_kernel!`](crate::set_kernel) |
 //! | [`RawTtasLock`] | none: whoever wins the race | one compare-exchange, a plain store | waiters only read until it looks free; the holder often re-takes it (good throughput, unfair) | rarely contended locks, and locks taken mostly by one CPU |
 //! | [`SpinLock<T, IrqDisabled, A>`](SpinLock) (the `Irq*Mutex` aliases) | as `A` | plus saving and masking local interrupts | as `A` | any lock also taken from an interrupt handler |
 //! | [`RawIrqSave<R>`] | as `R` | plus saving and masking local interrupts, and two preemption hook calls | as `R` | the same, around a raw lock that is not a [`RawSpinlock`] |

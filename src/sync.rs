@@ -22,7 +22,8 @@ pub(crate) use core::sync::atomic::fence;
 // preempt, migrate or interrupt the task (see `host::hostile`).
 #[cfg(all(not(ksync_loom), feature = "hostile"))]
 pub(crate) use crate::host::hostile::atomics::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, fence,
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize,
+    fence,
 };
 
 /// A fence against the compiler only (loom has none, and needs none: its
@@ -30,10 +31,14 @@ pub(crate) use crate::host::hostile::atomics::{
 pub(crate) use core::sync::atomic::compiler_fence;
 
 #[cfg(all(not(ksync_loom), not(feature = "hostile"), target_has_atomic = "32"))]
-pub(crate) use core::sync::atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize};
+pub(crate) use core::sync::atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU16, AtomicU32, AtomicUsize,
+};
 
 #[cfg(all(not(ksync_loom), not(target_has_atomic = "32")))]
-pub(crate) use portable_atomic::{AtomicBool, AtomicI32, AtomicPtr, AtomicU32, AtomicUsize};
+pub(crate) use portable_atomic::{
+    AtomicBool, AtomicI32, AtomicPtr, AtomicU16, AtomicU32, AtomicUsize,
+};
 
 // 64-bit atomics only where the hardware has them: lockref must never be
 // routed through a hidden global lock (see `lockref`'s module docs).
@@ -42,7 +47,8 @@ pub(crate) use core::sync::atomic::{AtomicI64, AtomicU64};
 
 #[cfg(ksync_loom)]
 pub(crate) use loom::sync::atomic::{
-    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU32, AtomicU64, AtomicUsize, Ordering, fence,
+    AtomicBool, AtomicI32, AtomicI64, AtomicPtr, AtomicU16, AtomicU32, AtomicU64, AtomicUsize,
+    Ordering, fence,
 };
 
 /// Statistics counters that are never part of a modelled algorithm (for

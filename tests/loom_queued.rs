@@ -24,6 +24,8 @@ use std::sync::Mutex;
 
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
+use loom::sync::atomic::AtomicBool;
+use loom::sync::atomic::Ordering::SeqCst;
 use loom::thread;
 
 use ksync::kernel::{self, SpinWait, set_vcpu_preemptible};
@@ -186,6 +188,67 @@ fn mcs_node_hand_off() {
     outcomes.assert_all_seen(3);
 }
 
+impl Locked {
+    /// The critical section of `bump`, returning whether the lock's
+    /// `Debug` text showed a pending CPU while held, and the data's value
+    /// after this bump (its place in the order of acquisitions).
+    fn bump_seeing_pending(&self) -> (bool, usize) {
+        self.lock.lock();
+        let pending = format!("{:?}", self.lock).contains("pending: true");
+        // SAFETY: the lock is held (that is what the model checks).
+        let place = self.data.with_mut(|d| unsafe {
+            *d += 1;
+            *d
+        });
+        // SAFETY: locked above on this thread.
+        unsafe { self.lock.unlock() };
+        (pending, place)
+    }
+}
+
+/// The uncontended path is two steps (read `pending_tail`, then take
+/// `locked`), so a CPU whose read came before another CPU set the pending
+/// bit may take the lock ahead of it; but only once: a CPU that has seen
+/// the bit (here: while holding the lock) never passes that pending CPU
+/// again (the bound of "The price" in `QueuedLock`'s docs). The main
+/// thread holds the lock while a CPU becomes pending and another takes it
+/// twice; the second CPU's later acquisition must come after the pending
+/// CPU's whenever it saw the bit. Both orders of the first two
+/// acquisitions are reached.
+#[test]
+fn fast_path_passes_a_pending_cpu_at_most_once() {
+    let _serial = serial();
+    let outcomes = Outcomes::new();
+    let seen = outcomes.clone();
+    three_cpus().check(move || {
+        set_vcpu_preemptible(false);
+        let l = Locked::new();
+        l.lock.lock();
+        let pending = {
+            let l = Arc::clone(&l);
+            thread::spawn(move || l.bump_seeing_pending().1)
+        };
+        let twice = {
+            let l = Arc::clone(&l);
+            thread::spawn(move || [l.bump_seeing_pending(), l.bump_seeing_pending()])
+        };
+        // SAFETY: locked above on this thread.
+        unsafe { l.lock.unlock() };
+        let p = pending.join().unwrap();
+        let [(saw, first), (_, second)] = twice.join().unwrap();
+        assert_eq!(l.value(), 3);
+        if saw {
+            assert!(
+                p < second,
+                "a CPU that saw the pending bit took the lock again before the pending CPU \
+                 (pending CPU's place {p}, its places {first} and {second})"
+            );
+        }
+        seen.record(usize::from(first < p));
+    });
+    outcomes.assert_all_seen(2);
+}
+
 loom::thread_local! {
     /// What this thread's "interrupt" does, once, from the spin-wait hook
     /// while it waits for another lock.
@@ -318,22 +381,52 @@ fn test_and_set_mode() {
 }
 
 /// The CPUs of the current halting model: every modelled thread that may
-/// halt registers itself, and a kick unparks them all.
+/// halt registers itself, and its place in this list names its event
+/// register.
 static HALTABLE: Mutex<Vec<thread::Thread>> = Mutex::new(Vec::new());
 
-/// `SpinWait::wait` that really halts: loom's `park`, whose unpark token
-/// is latched exactly like the `WFE` event register (an unpark that comes
-/// before the park makes it return at once). A model in which every
-/// thread is parked is reported by loom as a deadlock: a lost wake-up.
-fn halt() {
-    thread::park();
+loom::lazy_static! {
+    /// Each halting CPU's event register (`WFE`'s), set by a kick; one set
+    /// per execution.
+    static ref EVENT: [AtomicBool; 4] = std::array::from_fn(|_| AtomicBool::new(false));
 }
 
-/// `SpinWait::kick`: unparks every registered CPU (loom's unpark orders
-/// the kicker's earlier accesses before the woken thread's later ones).
+loom::thread_local! {
+    /// This thread's place in `HALTABLE`.
+    static SLOT: std::cell::Cell<usize> = std::cell::Cell::new(usize::MAX);
+}
+
+/// Registers this thread as a CPU that may halt.
+fn haltable() {
+    let mut all = HALTABLE.lock().unwrap();
+    SLOT.with(|s| s.set(all.len()));
+    all.push(thread::current());
+}
+
+/// `SpinWait::wait` that really halts, as `WFE` does: returns at once if
+/// this CPU's event register is set (clearing it), else parks until a kick
+/// (whose register it leaves set: one stale return later, as `WFE`). The
+/// register is what latches a kick: loom's own unpark token is dropped when
+/// the unpark lands while the thread is in a `yield_now` (the relax round
+/// just before a halt), which `SpinWait`'s contract does not allow. A model
+/// in which every thread is parked is reported by loom as a deadlock: a
+/// lost wake-up.
+fn halt() {
+    // SeqCst: one total order for the register; the kicker's earlier
+    // writes are ordered before us by the swap reading its store, or by
+    // loom's unpark.
+    if !EVENT[SLOT.with(std::cell::Cell::get)].swap(false, SeqCst) {
+        thread::park();
+    }
+}
+
+/// `SpinWait::kick`: sets every registered CPU's event register, then
+/// unparks it (loom's unpark orders the kicker's earlier accesses before
+/// the woken thread's later ones).
 fn kick_all() {
     let all = HALTABLE.lock().unwrap().clone();
-    for t in all {
+    for (slot, t) in all.into_iter().enumerate() {
+        EVENT[slot].store(true, SeqCst);
         t.unpark();
     }
 }
@@ -373,7 +466,7 @@ fn halting_waiters_fifo() {
             .map(|_| {
                 let l = Arc::clone(&l);
                 thread::spawn(move || {
-                    HALTABLE.lock().unwrap().push(thread::current());
+                    haltable();
                     l.bump();
                 })
             })

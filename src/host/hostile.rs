@@ -800,6 +800,7 @@ pub(crate) mod atomics {
 
     common!(AtomicBool, a::AtomicBool, bool);
     bits!(AtomicBool, bool);
+    int!(AtomicU16, a::AtomicU16, u16);
     int!(AtomicI32, a::AtomicI32, i32);
     int!(AtomicU32, a::AtomicU32, u32);
     int!(AtomicUsize, a::AtomicUsize, usize);

@@ -26,34 +26,62 @@ pub type QueuedMutex<T> = lock_api::Mutex<RawQueuedLock, T>;
 /// [`IrqTicketMutex`](super::IrqTicketMutex).
 pub type IrqQueuedMutex<T> = super::SpinLock<T, IrqDisabled, QueuedLock>;
 
-// ---- the word (the layout table is in `QueuedLock`'s docs) -------------------
+// ---- the two halves (the layout table is in `QueuedLock`'s docs) -----------
 
-/// The locked byte.
-const LOCKED_MASK: u32 = 0xff;
-/// The locked byte's "held" value.
-const LOCKED: u32 = 1;
-/// The pending bit (bit 8; bits 9-15 stay zero).
-const PENDING: u32 = 1 << 8;
-/// The locked and pending bytes: what the queue head waits to see clear.
-const LOCKED_PENDING_MASK: u32 = 0xffff;
+/// Below this many CPUs each half of the lock is 16 bits wide and the lock
+/// one 32-bit word, as Linux's: a tail of 13 CPU bits names them all.
+/// From here on (up to [`kernel::MAX_CPUS_LIMIT`]) each half is 32 bits
+/// and the lock two words (Linux, too, widens its tail with `NR_CPUS`).
+const NARROW_CPUS: usize = 1 << 13;
+
+/// The width of the lock's halves, chosen by [`MAX_CPUS`].
+struct Width<const NARROW: bool>;
+
+/// The atomic and integer types of one half.
+trait Half {
+    type Atomic;
+    type Bits;
+}
+
+impl Half for Width<true> {
+    type Atomic = crate::sync::AtomicU16;
+    type Bits = u16;
+}
+
+impl Half for Width<false> {
+    type Atomic = AtomicU32;
+    type Bits = u32;
+}
+
+type ThisWidth = Width<{ MAX_CPUS < NARROW_CPUS }>;
+/// One half of the lock: `locked`, or `pending_tail`.
+type HalfAtomic = <ThisWidth as Half>::Atomic;
+/// A half's value.
+type Bits = <ThisWidth as Half>::Bits;
+
+/// `locked`'s "held" value (it is 0 or 1).
+const LOCKED: Bits = 1;
+/// The pending bit of `pending_tail`.
+const PENDING: Bits = 1;
 /// The tail: index and CPU.
-const TAIL_MASK: u32 = !LOCKED_PENDING_MASK;
-const TAIL_IDX_SHIFT: u32 = 16;
-const TAIL_IDX_MASK: u32 = 0b11;
-const TAIL_CPU_SHIFT: u32 = 18;
+const TAIL_MASK: Bits = !PENDING;
+const TAIL_IDX_SHIFT: u32 = 1;
+const TAIL_IDX_MASK: Bits = 0b11;
+const TAIL_CPU_SHIFT: u32 = 3;
 /// Nodes per CPU: thread, softirq, hardirq, NMI.
 const NODES_PER_CPU: usize = 4;
 
 /// The tail value naming node `idx` of `cpu`.
 #[inline]
-fn encode_tail(cpu: usize, idx: usize) -> u32 {
-    // `CPUS_FIT` bounds `cpu + 1` to 14 bits; `idx < NODES_PER_CPU`.
-    ((cpu as u32 + 1) << TAIL_CPU_SHIFT) | ((idx as u32) << TAIL_IDX_SHIFT)
+fn encode_tail(cpu: usize, idx: usize) -> Bits {
+    // `CPUS_FIT` bounds `cpu + 1` to the tail's CPU bits; `idx <
+    // NODES_PER_CPU`.
+    (((cpu + 1) << TAIL_CPU_SHIFT) | (idx << TAIL_IDX_SHIFT)) as Bits
 }
 
 /// `(cpu, idx)` of a non-zero tail.
 #[inline]
-fn decode_tail(tail: u32) -> (usize, usize) {
+fn decode_tail(tail: Bits) -> (usize, usize) {
     let cpu = (tail >> TAIL_CPU_SHIFT) as usize - 1;
     let idx = ((tail >> TAIL_IDX_SHIFT) & TAIL_IDX_MASK) as usize;
     (cpu, idx)
@@ -67,7 +95,7 @@ struct Node {
     /// Set to 1 by the predecessor when this node becomes the queue head.
     locked: AtomicU32,
     /// The successor's tail value, 0 until it links itself.
-    next: AtomicU32,
+    next: HalfAtomic,
     /// Node 0 only: how many of this CPU's nodes are in use (Linux's
     /// `node->count`). Only this CPU and its interrupt handlers touch it.
     count: AtomicU32,
@@ -85,7 +113,7 @@ impl Node {
         fn new() -> Self {
             Self {
                 locked: AtomicU32::new(0),
-                next: AtomicU32::new(0),
+                next: HalfAtomic::new(0),
                 count: AtomicU32::new(0),
                 handoffs: AtomicU32::new(0),
             }
@@ -152,7 +180,7 @@ loom::lazy_static! {
 
 /// The node a non-zero tail value names.
 #[inline]
-fn node_of(tail: u32) -> &'static Node {
+fn node_of(tail: Bits) -> &'static Node {
     let nodes: &'static PerCpu<CpuNodes> = &NODES;
     let (cpu, idx) = decode_tail(tail);
     &nodes.cpu(cpu).0[idx]
@@ -219,44 +247,66 @@ impl Drop for Nesting {
 ///   hardirq and NMI, so four nodes per CPU are enough. Each CPU counts how
 ///   deep it is nested (the count lives in its first node); an interrupt
 ///   arriving while this CPU is queued takes the next node. Deeper nesting
-///   (a fifth level) has no node, so it spins on the lock word with
+///   (a fifth level) has no node, so it spins on the lock with
 ///   test-and-set instead of corrupting a node in use.
-/// * The list is named by its tail only, written into the lock word as
+/// * The list is named by its tail only, written into the lock as
 ///   `(CPU + 1, nesting index)`; zero means no queue. A newcomer swaps
 ///   itself in as the tail and links itself behind the old one.
 /// * The first waiter never queues: it sets the *pending* bit and spins on
-///   the word itself (a second cache line is not worth it for one waiter);
+///   the lock itself (a second cache line is not worth it for one waiter);
 ///   only the second and later waiters build the queue. The queue head, in
-///   turn, spins on the word until the owner and the pending CPU are gone.
+///   turn, spins on the lock until the owner and the pending CPU are gone.
 /// * The node is needed only while waiting: the new owner has left the
-///   queue before it returns, so `unlock` is one store of the locked byte
-///   and a guard carries nothing.
+///   queue before it returns, so `unlock` is one store and a guard carries
+///   nothing.
 ///
-/// # The lock word
+/// # The lock word: two halves
 ///
-/// | bits | field | meaning |
-/// |---|---|---|
-/// | 0-7 | locked byte | 1 while held (only bit 0 is ever set) |
-/// | 8 | pending | the first waiter, spinning on this word |
-/// | 9-15 | (zero) | the rest of the pending byte |
-/// | 16-17 | tail index | nesting level of the last queued waiter's node (0 thread, 1 softirq, 2 hardirq, 3 NMI) |
-/// | 18-31 | tail CPU | that waiter's CPU + 1; 0 (with index 0) means no queue |
+/// | half | bits | field | meaning |
+/// |---|---|---|---|
+/// | `locked` | all | locked | 1 while held, else 0 |
+/// | `pending_tail` | 0 | pending | the first waiter, spinning on the lock |
+/// | `pending_tail` | 1-2 | tail index | nesting level of the last queued waiter's node (0 thread, 1 softirq, 2 hardirq, 3 NMI) |
+/// | `pending_tail` | 3- | tail CPU | that waiter's CPU + 1; 0 (with index 0) means no queue |
 ///
-/// Linux updates the locked byte and the pending byte with byte and
-/// halfword stores into this word. Rust's memory model has no mixed-size
-/// atomic accesses to one location, so every update in Rust here is a
-/// 32-bit atomic on the whole word: compare-exchange, `fetch_or`,
-/// `fetch_and`, `fetch_add`. The one exception is `unlock` on aarch64 and
-/// riscv64 (bare metal): Linux's release store of the locked byte alone
-/// (`stlrb`, `fence rw,w; sb`), in `asm!` with the hardware's argument for
-/// it, so that an uncontended lock costs one atomic read-modify-write, as
-/// the ticket lock does. On x86_64, and elsewhere and under loom, unlock
-/// is a Release `fetch_sub`: on x86_64 the byte store measured slower (the
-/// next `lock cmpxchg` stalls on the narrower store; see `arch`), so the
-/// queued lock's uncontended pair costs two locked instructions there
-/// against the ticket lock's one.
-/// Fourteen CPU bits limit the lock to 16 383 CPUs: using it with a larger
-/// [`MAX_CPUS`] fails the build.
+/// Each half is a 16-bit atomic, together one naturally aligned 32-bit
+/// word, while [`MAX_CPUS`] is below 8192 (13 tail CPU bits); with more
+/// CPUs each half is 32 bits and the lock 8 bytes.
+///
+/// Linux keeps the locked byte, the pending byte and the tail in one word
+/// and updates it both whole (the fast path's compare-exchange of the
+/// word, the tail exchange) and in parts (`unlock`'s byte store). Here no
+/// operation spans both halves, which splits the lock's two jobs:
+///
+/// * `locked` alone is the mutual exclusion. Every acquisition, on every
+///   path, is a compare-exchange of `locked` from 0 to 1 (Acquire), and
+///   only the holder clears it, with a Release store of the same width:
+///   `unlock` is a plain store (`mov`, `stlrh`, `fence rw,w; sh`), as
+///   Linux's, with no mixed-size access (which Rust's memory model does
+///   not have). On x86_64 the mixed sizes also cost: Linux's byte store
+///   followed by the next lock's 32-bit `lock cmpxchg` of the same word
+///   measured 6.0 ns per uncontended lock+unlock on this project's host,
+///   the ticket lock 2.1 ns, this lock 2.2 ns (see the README's lock
+///   costs).
+/// * `pending_tail` is the queueing: who may try for `locked`, in which
+///   order. The pending CPU and the queue head wait on both halves.
+///
+/// The price: the uncontended `lock` (and [`try_lock`](Self::try_lock),
+/// and the test-and-set mode) is two steps, a read of `pending_tail` and,
+/// if that was zero, the compare-exchange of `locked`, where Linux's is
+/// one compare-exchange of the word. A CPU whose read came just before a
+/// waiter set pending or queued can still take the lock ahead of that
+/// waiter. That is bounded: from a waiter's update of `pending_tail` until
+/// it has the lock, the half is never zero (its own pending bit, or a
+/// tail: the last queue head clears the tail only once it holds the
+/// lock), and a CPU that took the lock reads `pending_tail` again only
+/// after its Acquire, so after the waiter's update (the three
+/// architectures' memory models are multi-copy atomic: a read-modify-write
+/// that completed is seen by every later read). So a waiter can lose the
+/// lock at most once to each context (thread, softirq, hardirq, NMI of
+/// each CPU) that was between its read and its compare-exchange when the
+/// waiter arrived; the pending CPU and the queue head retry their
+/// compare-exchange after such a loss.
 ///
 /// # Oversubscribed CPUs
 ///
@@ -264,12 +314,12 @@ impl Drop for Nesting {
 /// waits (a guest with more vCPUs than host cores, host tests): the lock is
 /// passed to a queued CPU that is not running, and everyone behind it waits
 /// for the host to schedule it. When [`vcpu_preemptible`] says so, a
-/// contended `lock` does not queue at all: it waits until the whole word is
-/// zero and takes it with one compare-exchange, backing off exponentially
-/// between attempts, as Linux's `virt_spin_lock` does. Fairness is traded
-/// for progress. Both modes may run on one lock at once (a test-and-set
-/// taker only succeeds when nobody is queued), so changing the setting
-/// never breaks exclusion.
+/// contended `lock` does not queue at all: it waits until both halves are
+/// zero and takes `locked` with one compare-exchange, backing off
+/// exponentially between attempts, as Linux's `virt_spin_lock` does.
+/// Fairness is traded for progress. Both modes may run on one lock at once
+/// (a test-and-set taker only tries when nobody is pending or queued), so
+/// changing the setting never breaks exclusion.
 ///
 /// In either mode a waiter that has spun for
 /// [`SPIN_LIMIT`](crate::kernel::SPIN_LIMIT) rounds calls the kernel's
@@ -287,33 +337,33 @@ impl Drop for Nesting {
 ///
 /// | store | whose wait it ends |
 /// |---|---|
-/// | `unlock`'s store of the locked byte | the pending CPU (locked byte clear), the queue head (locked and pending clear), test-and-set waiters (word zero) |
-/// | the pending-bit undo (`fetch_and`) | the queue head (pending clear) |
+/// | `unlock`'s store of `locked` | the pending CPU (`locked` clear), the queue head (`locked` and pending clear), test-and-set waiters (both halves zero) |
+/// | the pending-bit undo (`fetch_and`) | the queue head (pending clear), test-and-set waiters |
 /// | a newcomer's link into its predecessor's `next` | the queue head, which holds the lock and waits for it |
 /// | the head's hand-off to its successor's `locked` | that successor |
 ///
-/// The other updates make no waiter's condition true: the pending CPU's
-/// `fetch_add` and the head's compare-exchange or `fetch_or` set the
-/// locked byte, and a tail exchange only adds a waiter.
+/// The other updates make no waiter's condition true: every
+/// compare-exchange of `locked` sets it; the pending CPU clears its bit and
+/// the last queue head its tail only while holding the lock (`locked` is
+/// set); a tail exchange only adds a waiter.
 ///
 /// # The fifth nesting level
 ///
-/// A CPU nested five deep has no node: it waits on the word by
-/// test-and-set and never joins the queue. It does pass through the pending
-/// step first, so its `fetch_or(PENDING)` can land after a queue formed,
-/// between the queue head's load of the word (locked and pending clear, the
-/// tail its own) and its "last in the queue" compare-exchange, which then
-/// fails. Linux's head takes such a failure to mean that a successor is
-/// linking (`set_locked`, then wait for `next`), which the fifth-level CPU
-/// never does: the head would hold the lock and wait for ever, and so would
-/// the fifth-level CPU (Linux has the same hazard, for NMIs nested in
-/// NMIs). Here the head takes nothing for granted: after a failed exchange
-/// it reads the word again, waits while pending is set (a pending bit set
-/// while a tail exists is always transient: its setter saw the tail and
-/// clears it, with a kick), and either exchanges again or, if the tail is
-/// no longer its own, locks and waits for the successor that put it there.
-/// The retries are bounded: only a CPU whose first look at the word saw no
-/// tail can set pending once a tail exists.
+/// A CPU nested five deep has no node: it waits by test-and-set and never
+/// joins the queue. It does pass through the pending step first, so its
+/// `fetch_or(PENDING)` can land after a queue formed, between the queue
+/// head's read of `pending_tail` (the tail its own) and its
+/// compare-exchange clearing that tail, which then fails. Linux's head
+/// takes such a failure to mean that a successor is linking (`set_locked`,
+/// then wait for `next`), which the fifth-level CPU never does: the head
+/// would wait for ever, and so would the fifth-level CPU (Linux has the
+/// same hazard, for NMIs nested in NMIs). Here the head takes nothing for
+/// granted: after a failed exchange it reads the half again, and either
+/// clears its tail (keeping a pending bit, which, set while a tail exists,
+/// is always transient: its setter saw the tail and clears it, with a
+/// kick) or, if the tail is no longer its own, waits for the successor
+/// that put it there. The retries are bounded: only a CPU whose read of
+/// `pending_tail` saw no tail sets pending once a tail exists.
 ///
 /// # Kernel hooks
 ///
@@ -339,10 +389,11 @@ impl Drop for Nesting {
 /// nothing. [`RawQueuedLock`] is the same lock with its class.
 ///
 /// # Invariants
-/// The locked byte is 0 or 1 and only its holder clears it; the pending
-/// bit is set by at most one CPU at a time as its owner (others may set it
-/// for an instant and clear it again when they see it was theirs to clear);
-/// a non-zero tail names a node whose CPU is queued on this lock.
+/// `locked` is 0 or 1, set only by a compare-exchange from 0 and cleared
+/// only by its holder; the pending bit is set by at most one CPU at a time
+/// as its owner (others may set it for an instant and clear it again when
+/// they see it was theirs to clear), and only while no tail is in the
+/// half; a non-zero tail names a node whose CPU is queued on this lock.
 ///
 /// # Zeroed memory
 ///
@@ -350,10 +401,21 @@ impl Drop for Nesting {
 /// builds (not locked, not pending, no tail). `bytemuck::Zeroable` with the
 /// `bytemuck` feature.
 #[doc(alias("qspinlock", "arch_spinlock_t", "queued_spin_lock"))]
-#[repr(transparent)]
+#[repr(C, align(4))]
 pub struct QueuedLock<R = Spin> {
-    val: AtomicU32,
+    /// The mutual exclusion: 1 while held.
+    locked: HalfAtomic,
+    /// The pending bit and the queue's tail.
+    pending_tail: HalfAtomic,
     relax: PhantomData<R>,
+}
+
+/// The lock's state as one value, for the stall watches, which only
+/// compare values (with 32-bit halves two states may give one value: a
+/// hand-off that goes unseen only delays a restart of the watch's clock).
+#[inline]
+fn snapshot(locked: Bits, pending_tail: Bits) -> u32 {
+    u32::from(pending_tail).rotate_left(16) ^ u32::from(locked)
 }
 
 impl QueuedLock {
@@ -366,21 +428,27 @@ impl QueuedLock {
 }
 
 impl<R> QueuedLock<R> {
-    /// Fails the build if a tail cannot name every CPU.
+    /// Fails the build if a tail cannot name every CPU (the halves' width
+    /// is chosen so that it can: a check of that choice).
     const CPUS_FIT: () = assert!(
-        MAX_CPUS < 1 << (32 - TAIL_CPU_SHIFT),
-        "QueuedLock names CPUs in 14 bits: KSYNC_MAX_CPUS must be below 16384"
+        MAX_CPUS < 1 << (Bits::BITS - TAIL_CPU_SHIFT),
+        "QueuedLock's tail cannot name KSYNC_MAX_CPUS CPUs"
     );
 
     const_fn! {
         /// A new, unlocked queued lock with the relax strategy `R`.
         pub fn with_relax() -> Self {
-            Self { val: AtomicU32::new(0), relax: PhantomData }
+            Self {
+                locked: HalfAtomic::new(0),
+                pending_tail: HalfAtomic::new(0),
+                relax: PhantomData,
+            }
         }
     }
 
     /// Tries to take the lock without waiting: succeeds only when nobody
-    /// holds it, is about to, or is queued for it.
+    /// holds it, is about to, or is queued for it (as far as this CPU has
+    /// seen: see "The price" in the type's docs).
     #[doc(alias = "queued_spin_trylock")]
     #[inline]
     #[must_use = "the lock is held when this returns `true` and must be unlocked"]
@@ -389,11 +457,13 @@ impl<R> QueuedLock<R> {
             return self.try_lock_up();
         }
         // Read first: a failed compare-exchange would still take the line
-        // exclusively. Acquire pairs with the release in
-        // `unlock` (directly, or through the read-modify-writes after it).
-        self.val.load(Relaxed) == 0
+        // exclusively. Relaxed loads: only the compare-exchange decides.
+        // Acquire pairs with the Release store in `unlock`, the only store
+        // that clears `locked`.
+        self.pending_tail.load(Relaxed) == 0
+            && self.locked.load(Relaxed) == 0
             && self
-                .val
+                .locked
                 .compare_exchange(0, LOCKED, Acquire, Relaxed)
                 .is_ok()
     }
@@ -404,17 +474,17 @@ impl<R> QueuedLock<R> {
     #[doc(alias = "queued_spin_is_locked")]
     #[inline]
     pub fn is_locked(&self) -> bool {
-        self.val.load(Relaxed) != 0
+        self.locked.load(Relaxed) != 0 || self.pending_tail.load(Relaxed) != 0
     }
 
     /// Whether CPUs wait for the lock in FIFO mode (pending or queued; a
     /// snapshot, like [`is_locked`](Self::is_locked)). Test-and-set waiters
-    /// ([`vcpu_preemptible`] mode) leave no mark in the word and are not
+    /// ([`vcpu_preemptible`] mode) leave no mark in the lock and are not
     /// seen.
     #[doc(alias = "queued_spin_is_contended")]
     #[inline]
     pub fn is_contended(&self) -> bool {
-        self.val.load(Relaxed) & !LOCKED_MASK != 0
+        self.pending_tail.load(Relaxed) != 0
     }
 
     /// Releases the lock.
@@ -424,31 +494,22 @@ impl<R> QueuedLock<R> {
     #[doc(alias = "queued_spin_unlock")]
     #[inline]
     pub unsafe fn unlock(&self) {
-        if UP {
-            debug_assert!(
-                self.val.load(Relaxed) == LOCKED,
-                "unlock of a queued lock that is not held"
-            );
-            up::releasing();
-            // Relaxed, a store: on one CPU nobody sets pending or a tail
-            // (that is the contended path, which a recursion never takes
-            // here), and `releasing` keeps the critical section above it.
-            self.val.store(0, Relaxed);
-            return;
-        }
         debug_assert!(
-            self.val.load(Relaxed) & LOCKED_MASK == LOCKED,
+            self.locked.load(Relaxed) == LOCKED,
             "unlock of a queued lock that is not held"
         );
-        // Clears the locked byte, leaving pending and the tail, which
-        // others may be changing: a release store of that byte alone where
-        // the architecture has one (Linux's `queued_spin_unlock`), else a
-        // Release `fetch_sub` (see `arch`). Release pairs with the Acquire
-        // in `lock`, `try_lock` and the waiters' loads of the word.
-        // SAFETY: the caller holds the lock (contract), so the locked byte
-        // is 1 and ours to clear; every other access to the word here is a
-        // 32-bit atomic.
-        unsafe { crate::arch::queued_unlock(&self.val) };
+        if UP {
+            up::releasing();
+            // Relaxed, a store: on one CPU `releasing` keeps the critical
+            // section above it.
+            self.locked.store(0, Relaxed);
+            return;
+        }
+        // One store of `locked` (Linux's `queued_spin_unlock`): only the
+        // holder writes it while it is 1, and the pending bit and the tail,
+        // which others may be changing, are in the other half. Release
+        // pairs with the Acquire compare-exchange of every acquisition.
+        self.locked.store(0, Release);
         // Always (one flag load when nobody may halt): a pending CPU, the
         // queue head, or a test-and-set waiter (from either mode, or the
         // fifth nesting level) may be halted on this store.
@@ -459,7 +520,7 @@ impl<R> QueuedLock<R> {
 impl<R: RelaxStrategy> QueuedLock<R> {
     /// Spins until the lock is taken: FIFO through the pending bit and the
     /// queue, or by test-and-set when CPUs may be descheduled while they
-    /// spin ([`vcpu_preemptible`]; see the module docs).
+    /// spin ([`vcpu_preemptible`]; see the type's docs).
     #[doc(alias = "queued_spin_lock")]
     #[inline]
     pub fn lock(&self) {
@@ -469,24 +530,33 @@ impl<R: RelaxStrategy> QueuedLock<R> {
             }
             return;
         }
-        // Acquire pairs with the release in `unlock`.
-        if let Err(val) = self.val.compare_exchange(0, LOCKED, Acquire, Relaxed) {
-            self.lock_slow(val);
+        // Nobody pending or queued, then take `locked`: two steps (the
+        // bound on what slips between them is "The price" in the type's
+        // docs). Relaxed load: the compare-exchange decides. Acquire pairs
+        // with the Release store in `unlock`.
+        let pending_tail = self.pending_tail.load(Relaxed);
+        if pending_tail != 0
+            || self
+                .locked
+                .compare_exchange(0, LOCKED, Acquire, Relaxed)
+                .is_err()
+        {
+            self.lock_slow(pending_tail);
         }
     }
 
     #[cold]
     #[inline(never)]
-    fn lock_slow(&self, val: u32) {
+    fn lock_slow(&self, pending_tail: Bits) {
         if vcpu_preemptible() {
             return self.lock_word();
         }
-        self.lock_pending(val);
+        self.lock_pending(pending_tail);
     }
 
-    /// Test-and-set on the whole word (Linux's `virt_spin_lock`): wait,
-    /// reading, with bounded exponential backoff until nobody holds, is
-    /// pending or is queued, then compare-exchange from zero.
+    /// Test-and-set (Linux's `virt_spin_lock`): wait, reading, with
+    /// bounded exponential backoff until nobody holds, is pending or is
+    /// queued, then compare-exchange `locked` from zero.
     #[doc(alias = "virt_spin_lock")]
     fn lock_word(&self) {
         let mut backoff = Backoff::new();
@@ -495,46 +565,51 @@ impl<R: RelaxStrategy> QueuedLock<R> {
         }
     }
 
-    /// The first waiter: owns the pending bit and spins on the word. Joins
+    /// The first waiter: owns the pending bit and spins on the lock. Joins
     /// the queue if someone is pending or queued already.
-    fn lock_pending(&self, mut val: u32) {
-        // Pending set, locked clear: the pending CPU is taking the lock
-        // this instant. Look once more before queueing behind it.
-        if val == PENDING {
-            val = self.val.load(Relaxed);
+    fn lock_pending(&self, mut pending_tail: Bits) {
+        // Pending set, nobody queued: the pending CPU is taking the lock
+        // this instant, or has it and is clearing its bit. Look once more
+        // before queueing behind it.
+        if pending_tail == PENDING {
+            pending_tail = self.pending_tail.load(Relaxed);
         }
-        if val & !LOCKED_MASK == 0 {
-            // Acquire: if the lock is free already, this is where we
-            // synchronize with its last unlock (its release of the locked byte,
-            // through any read-modify-writes after it).
-            let prev = self.val.fetch_or(PENDING, Acquire);
-            if prev & !LOCKED_MASK == 0 {
-                // Ours. Wait for the owner to go.
-                if prev & LOCKED_MASK != 0 {
-                    let mut watch = StallWatch::new(StallSite::Queued);
-                    loop {
-                        // Acquire pairs with the release in
-                        // `unlock`.
-                        let val = self.val.load(Acquire);
-                        if val & LOCKED_MASK == 0 {
-                            break;
-                        }
-                        watch.wait::<R>(|| val, true);
+        if pending_tail == 0 {
+            // Relaxed: the bit publishes nothing; the lock is taken on
+            // `locked`, with Acquire.
+            let prev = self.pending_tail.fetch_or(PENDING, Relaxed);
+            if prev == 0 {
+                // Ours: nobody queues ahead of us now, and the queue head
+                // waits for the bit to clear. Wait for the owner to go.
+                let mut watch = StallWatch::new(StallSite::Queued);
+                loop {
+                    let locked = self.locked.load(Relaxed);
+                    // Acquire pairs with the Release store in `unlock`.
+                    if locked == 0
+                        && self
+                            .locked
+                            .compare_exchange(0, LOCKED, Acquire, Relaxed)
+                            .is_ok()
+                    {
+                        break;
                     }
+                    // Held, or taken under us by a CPU that read
+                    // `pending_tail` before our bit (bounded: "The price").
+                    watch.wait::<R>(|| snapshot(locked, self.pending_tail.load(Relaxed)), true);
                 }
-                // Clear pending and set locked in one add (the locked byte
-                // is 0, pending is 1). Relaxed: the Acquire above ordered
-                // us after the unlock. Nobody else sets locked meanwhile:
-                // the queue head waits for pending to clear, `try_lock`
-                // for a zero word.
-                self.val.fetch_add(LOCKED.wrapping_sub(PENDING), Relaxed);
+                // The lock is ours: let the queue head see it. Relaxed: the
+                // head takes `locked` by its own Acquire compare-exchange;
+                // `locked` is set, so no waiter's condition becomes true
+                // here and nobody needs a kick.
+                self.pending_tail.fetch_and(!PENDING, Relaxed);
                 return;
             }
             // Someone else is pending or queued. Undo our bit if we set it.
             // Relaxed: the bit was never ours, it published nothing. A
-            // queue head may be waiting (even halted) for it to clear.
+            // queue head (or a test-and-set waiter) may be waiting, even
+            // halted, for it to clear.
             if prev & PENDING == 0 {
-                self.val.fetch_and(!PENDING, Relaxed);
+                self.pending_tail.fetch_and(!PENDING, Relaxed);
                 kick_waiters();
             }
         }
@@ -551,7 +626,7 @@ impl<R: RelaxStrategy> QueuedLock<R> {
         let idx = nesting.idx as usize;
         if idx >= NODES_PER_CPU {
             // Nested deeper than thread, softirq, hardirq and NMI: no node
-            // left. Spin on the word rather than reuse one.
+            // left. Take the lock by test-and-set rather than reuse one.
             return self.lock_word();
         }
         let tail = encode_tail(cpu, idx);
@@ -565,31 +640,34 @@ impl<R: RelaxStrategy> QueuedLock<R> {
             return;
         }
 
-        // Swap our tail in, keeping the locked and pending bytes. Release:
-        // our successor reads this tail (Acquire) before it writes our
-        // `next`, so our initialisation above cannot overwrite its link.
-        // Acquire: likewise for our predecessor's node, which we link to.
-        let mut val = self.val.load(Relaxed);
+        // Swap our tail in, keeping the pending bit. Release: our successor
+        // reads this tail (Acquire) before it writes our `next`, so our
+        // initialisation above cannot overwrite its link. Acquire: likewise
+        // for our predecessor's node, which we link to.
+        let mut pending_tail = self.pending_tail.load(Relaxed);
         let old = loop {
-            let new = (val & LOCKED_PENDING_MASK) | tail;
-            match self.val.compare_exchange_weak(val, new, AcqRel, Relaxed) {
+            let new = (pending_tail & PENDING) | tail;
+            match self
+                .pending_tail
+                .compare_exchange_weak(pending_tail, new, AcqRel, Relaxed)
+            {
                 Ok(old) => break old,
-                Err(now) => val = now,
+                Err(now) => pending_tail = now,
             }
         };
 
         // Every stage below watches for a stall (the kernel's
         // `StallWatch`): time in which this CPU saw no hand-off ahead of
         // it, never the length of the queue. A queued CPU cannot see the
-        // hand-offs at the head from its own node, and the lock word reads
-        // the same (`tail | LOCKED`) after each of them; so it watches its
+        // hand-offs at the head from its own node, and the lock reads the
+        // same (held, a tail) after each of them; so it watches its
         // predecessor's hand-off count, which moves whenever the
         // predecessor saw one (see `Node::handoffs`), and moves its own for
-        // its successor. The head watches the word, which changes when its
+        // its successor. The head watches the lock, which changes when its
         // owner or the pending CPU lets go.
         let mut watch = StallWatch::new(StallSite::Queued);
         if old & TAIL_MASK != 0 {
-            let pred = node_of(old);
+            let pred = node_of(old & TAIL_MASK);
             let mut ahead = Ahead {
                 node: pred,
                 seen: if cfg!(ksync_loom) {
@@ -615,51 +693,65 @@ impl<R: RelaxStrategy> QueuedLock<R> {
         }
 
         // Queue head: wait for the owner and the pending CPU to go, then
-        // take the lock. Acquire pairs with the release in
-        // `unlock`.
-        let mut word = None;
+        // take `locked`.
+        let mut seen = None;
         loop {
-            let val = self.val.load(Acquire);
-            if val & LOCKED_PENDING_MASK != 0 {
-                watch.wait::<R>(
-                    || {
-                        // The owner or the pending CPU let go (or a CPU
-                        // queued behind us): tell our successor.
-                        if word.replace(val).is_some_and(|w| w != val) {
-                            node.saw_handoff();
-                        }
-                        val
-                    },
-                    true,
-                );
-                continue;
-            }
-            if val & TAIL_MASK != tail {
-                // Someone queued behind us.
+            let pending_tail = self.pending_tail.load(Relaxed);
+            let locked = self.locked.load(Relaxed);
+            // Acquire pairs with the Release store in `unlock`.
+            if pending_tail & PENDING == 0
+                && locked == 0
+                && self
+                    .locked
+                    .compare_exchange(0, LOCKED, Acquire, Relaxed)
+                    .is_ok()
+            {
                 break;
             }
-            // Last in the queue: clear the tail and lock in one step.
-            // Relaxed: the Acquire load above ordered us after the unlock.
-            if self
-                .val
-                .compare_exchange(val, LOCKED, Relaxed, Relaxed)
-                .is_ok()
-            {
-                return;
-            }
-            // A successor swapped its tail in, or a CPU set pending for an
-            // instant (it saw the tail and clears the bit again): look
-            // again. Not "assume a successor": the CPU that set pending may
-            // be at the fifth nesting level, which never links behind us
-            // (see "The fifth nesting level" in the type's docs).
+            // Held, a CPU pending ahead of us, or the lock taken under us
+            // by a CPU that read `pending_tail` before the queue formed
+            // (bounded: "The price" in the type's docs).
+            watch.wait::<R>(
+                || {
+                    // The owner or the pending CPU let go (or a CPU queued
+                    // behind us): tell our successor.
+                    let now = snapshot(locked, pending_tail);
+                    if seen.replace(now).is_some_and(|s| s != now) {
+                        node.saw_handoff();
+                    }
+                    now
+                },
+                true,
+            );
         }
-        // Someone queued behind us: lock and keep the tail. Relaxed as
-        // above; nobody else sets locked while a tail is queued.
-        self.val.fetch_or(LOCKED, Relaxed);
         // The lock is ours: a hand-off. Our successor (linked, or about
         // to) watches our count; our own wait for its link starts afresh.
         node.saw_handoff();
         watch.restart();
+
+        // Leave the queue. Last in it: clear the tail, keeping a pending
+        // bit (set while a tail exists, it is transient: its setter saw a
+        // tail and clears it). Relaxed: we hold the lock; a newcomer that
+        // read our tail has changed the half, and the exchange fails.
+        loop {
+            let pending_tail = self.pending_tail.load(Relaxed);
+            if pending_tail & TAIL_MASK != tail {
+                // Someone queued behind us.
+                break;
+            }
+            if self
+                .pending_tail
+                .compare_exchange(pending_tail, pending_tail & PENDING, Relaxed, Relaxed)
+                .is_ok()
+            {
+                return;
+            }
+            // A successor swapped its tail in, or a CPU set or cleared
+            // pending for an instant: look again. Not "assume a
+            // successor": the CPU that set pending may be at the fifth
+            // nesting level, which never links behind us (see "The fifth
+            // nesting level" in the type's docs).
+        }
 
         // Hand the head over once the successor has linked itself (it is
         // between its tail exchange and its link store). Acquire pairs with
@@ -669,7 +761,7 @@ impl<R: RelaxStrategy> QueuedLock<R> {
             if next != 0 {
                 break next;
             }
-            watch.wait::<R>(|| next, true);
+            watch.wait::<R>(|| u32::from(next), true);
         };
         // Release pairs with the successor's Acquire load of `locked`: our
         // last reads of our node happen-before it can reuse the queue.
@@ -683,17 +775,17 @@ impl<R: RelaxStrategy> QueuedLock<R> {
 // ---- the single-CPU build (`KSYNC_MAX_CPUS=1`, see `up`) -------------------
 
 impl<R> QueuedLock<R> {
-    /// [`try_lock`](Self::try_lock) on one CPU: a load and a store. The
-    /// word is only ever 0 or `LOCKED` in this build.
+    /// [`try_lock`](Self::try_lock) on one CPU: a load and a store of
+    /// `locked`; nobody is ever pending or queued in this build.
     #[inline(always)]
     fn try_lock_up(&self) -> bool {
         // Relaxed load and store: on one CPU only an interrupt handler can
-        // run between them, and it leaves the word as it found it (the
+        // run between them, and it leaves the lock as it found it (the
         // `up` module's argument).
-        if self.val.load(Relaxed) != 0 {
+        if self.locked.load(Relaxed) != 0 {
             return false;
         }
-        self.val.store(LOCKED, Relaxed);
+        self.locked.store(LOCKED, Relaxed);
         up::acquired();
         true
     }
@@ -701,7 +793,7 @@ impl<R> QueuedLock<R> {
 
 impl<R: RelaxStrategy> QueuedLock<R> {
     /// The lock is held on the only CPU: a recursion (panics in debug
-    /// builds); release builds spin, as the SMP lock would (on the word:
+    /// builds); release builds spin, as the SMP lock would (on `locked`:
     /// there is no other CPU to queue behind).
     #[cold]
     #[inline(never)]
@@ -721,11 +813,11 @@ impl<R> Default for QueuedLock<R> {
 
 impl<R> fmt::Debug for QueuedLock<R> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        let val = self.val.load(Relaxed);
-        let tail = (val & TAIL_MASK != 0).then(|| decode_tail(val));
+        let (locked, pending_tail) = (self.locked.load(Relaxed), self.pending_tail.load(Relaxed));
+        let tail = (pending_tail & TAIL_MASK != 0).then(|| decode_tail(pending_tail));
         f.debug_struct("QueuedLock")
-            .field("locked", &(val & LOCKED_MASK != 0))
-            .field("pending", &(val & PENDING != 0))
+            .field("locked", &(locked != 0))
+            .field("pending", &(pending_tail & PENDING != 0))
             .field("tail", &tail)
             .finish()
     }
@@ -734,13 +826,13 @@ impl<R> fmt::Debug for QueuedLock<R> {
 #[cfg(feature = "defmt")]
 impl<R> defmt::Format for QueuedLock<R> {
     fn format(&self, f: defmt::Formatter<'_>) {
-        let val = self.val.load(Relaxed);
+        let (locked, pending_tail) = (self.locked.load(Relaxed), self.pending_tail.load(Relaxed));
         defmt::write!(
             f,
             "QueuedLock {{ locked: {}, pending: {}, tail: {:#x} }}",
-            val & LOCKED_MASK != 0,
-            val & PENDING != 0,
-            val >> TAIL_IDX_SHIFT
+            locked != 0,
+            pending_tail & PENDING != 0,
+            u32::from(pending_tail >> TAIL_IDX_SHIFT)
         )
     }
 }
@@ -761,10 +853,10 @@ tracked_constructors!(QueuedLock, RawQueuedLock, "queued lock");
 #[doc(alias("qspinlock", "queued_spin_lock"))]
 pub type RawQueuedLock<R = Spin, G = PreemptDisabled> = RawSpinlock<QueuedLock<R>, G>;
 
-// SAFETY: `lock` and `try_lock` return only once this context set the
-// locked byte from 0 (by compare-exchange from a free word, by the pending
-// owner's add, or by the queue head after both owner and pending left),
-// and only the holder clears it: one holder at a time. Acquire on taking,
+// SAFETY: `lock` and `try_lock` return only once this context set
+// `locked` from 0 by compare-exchange (on every path: the fast path,
+// `try_lock`, test-and-set, the pending CPU, the queue head), and only the
+// holder clears it: one holder at a time. Acquire on taking,
 // Release on unlock, as documented on the methods. No node is in use once
 // `lock` returns, so a held lock may be unlocked on another CPU, or never
 // (it stays held, which is safe).
@@ -796,8 +888,10 @@ unsafe impl<R: RelaxStrategy> ArchSpinlock for QueuedLock<R> {
 }
 
 // SAFETY: in FIFO mode the plain unlock hands the lock to the pending CPU
-// or the queue head in arrival order; in test-and-set mode there is no
-// order to keep. `is_contended` sees pending and queued CPUs.
+// or the queue head in arrival order (a CPU whose read of `pending_tail`
+// came before a waiter's update of it arrived first, unmarked, and may go
+// first, at most once per context per waiter: "The price" in
+// `QueuedLock`'s docs); in test-and-set mode there is no order to keep. `is_contended` sees pending and queued CPUs.
 unsafe impl<R: RelaxStrategy> FairArchSpinlock for QueuedLock<R> {
     #[inline]
     fn is_contended(&self) -> bool {
