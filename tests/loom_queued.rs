@@ -214,7 +214,8 @@ impl Locked {
 /// thread holds the lock while a CPU becomes pending and another takes it
 /// twice; the second CPU's later acquisition must come after the pending
 /// CPU's whenever it saw the bit. Both orders of the first two
-/// acquisitions are reached.
+/// acquisitions are reached. (A preemption bound of 1, as the other
+/// three-CPU models: at 2 loom reports its branch limit, the spinning.)
 #[test]
 fn fast_path_passes_a_pending_cpu_at_most_once() {
     let _serial = serial();

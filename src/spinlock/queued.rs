@@ -286,8 +286,7 @@ impl Drop for Nesting {
 ///   not have). On x86_64 the mixed sizes also cost: Linux's byte store
 ///   followed by the next lock's 32-bit `lock cmpxchg` of the same word
 ///   measured 6.0 ns per uncontended lock+unlock on this project's host,
-///   the ticket lock 2.1 ns, this lock 2.2 ns (see the README's lock
-///   costs).
+///   the ticket lock 2.1 ns, this lock 2.2 ns (`docs/lock-costs.md`).
 /// * `pending_tail` is the queueing: who may try for `locked`, in which
 ///   order. The pending CPU and the queue head wait on both halves.
 ///
