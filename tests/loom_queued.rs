@@ -450,6 +450,16 @@ static YIELD: SpinWait = SpinWait {
 /// and halts; before the link store kicked, nobody woke it (loom reports
 /// the deadlock: every thread parked). Also covers the unlock's kicks in
 /// FIFO mode and the pending CPU's wait.
+///
+/// OPEN (issue 41, point 1, branch `queued`): with the two-halves queued
+/// lock this model reports a deadlock after about 1.5 min at preemption
+/// bound 2 (threads 2 and 3 parked: the queue head and its successor). In
+/// the traced execution the head's last `halt` found its event register
+/// clear although two kicks (main's unlock, the pending CPU's unlock) had
+/// set it after the head last consumed it, which points at this model
+/// rather than the lock; not settled. With loom's bare `park` instead of
+/// the register, the deadlock is a kick dropped while the head was in its
+/// relax `yield_now` (traced), which the `SpinWait` contract forbids.
 #[test]
 fn halting_waiters_fifo() {
     let _serial = serial();
