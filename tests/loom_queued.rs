@@ -24,8 +24,6 @@ use std::sync::Mutex;
 
 use loom::cell::UnsafeCell;
 use loom::sync::Arc;
-use loom::sync::atomic::AtomicBool;
-use loom::sync::atomic::Ordering::SeqCst;
 use loom::thread;
 
 use ksync::kernel::{self, SpinWait, set_vcpu_preemptible};
@@ -386,11 +384,26 @@ fn test_and_set_mode() {
 /// register.
 static HALTABLE: Mutex<Vec<thread::Thread>> = Mutex::new(Vec::new());
 
-loom::lazy_static! {
-    /// Each halting CPU's event register (`WFE`'s), set by a kick; one set
-    /// per execution.
-    static ref EVENT: [AtomicBool; 4] = std::array::from_fn(|_| AtomicBool::new(false));
-}
+/// Each halting CPU's event register (`WFE`'s), set by a kick and
+/// consumed by a halt; cleared at the start of every execution.
+///
+/// A `std` atomic on purpose, not a loom one. loom runs one thread at a
+/// time, so a set here is seen by every later halt: the register keeps
+/// the real-time order of kicks and halts, as the hardware's does. As a
+/// loom atomic it could lose a kick: a kick's `store(true)` that no
+/// happens-before orders after a halt's `swap(false)` may be placed before
+/// it in the location's modification order (the C++ model allows it, loom
+/// explores it), so a halt after both reads the cleared register; and
+/// loom's own unpark token, which would cover that halt, is dropped when
+/// the unpark lands while the thread is in the `yield_now` of its relax
+/// round. Both were traced as the deadlock this model reported (branch
+/// `queued`, 2026-12-06): the queue head halted on a clear register after
+/// two unlocks had kicked it. The memory ordering a kick gives (the kicker's
+/// stores before it are seen by the kicked CPU after it) is loom's
+/// `unpark`, which joins the kicker's history into the target's at once,
+/// whatever the target is doing.
+static EVENT: [std::sync::atomic::AtomicBool; 4] =
+    [const { std::sync::atomic::AtomicBool::new(false) }; 4];
 
 loom::thread_local! {
     /// This thread's place in `HALTABLE`.
@@ -407,27 +420,25 @@ fn haltable() {
 /// `SpinWait::wait` that really halts, as `WFE` does: returns at once if
 /// this CPU's event register is set (clearing it), else parks until a kick
 /// (whose register it leaves set: one stale return later, as `WFE`). The
-/// register is what latches a kick: loom's own unpark token is dropped when
-/// the unpark lands while the thread is in a `yield_now` (the relax round
-/// just before a halt), which `SpinWait`'s contract does not allow. A model
-/// in which every thread is parked is reported by loom as a deadlock: a
-/// lost wake-up.
+/// register, not loom's unpark token, is what latches a kick (see
+/// [`EVENT`]); a stale token only makes a later park return at once. A
+/// model in which every thread is parked is reported by loom as a
+/// deadlock: a lost wake-up.
 fn halt() {
-    // SeqCst: one total order for the register; the kicker's earlier
-    // writes are ordered before us by the swap reading its store, or by
-    // loom's unpark.
-    if !EVENT[SLOT.with(std::cell::Cell::get)].swap(false, SeqCst) {
+    // (Not a loom operation: no scheduling point between the test and the
+    // park, as between `WFE`'s test of the register and the sleep.)
+    if !EVENT[SLOT.with(std::cell::Cell::get)].swap(false, std::sync::atomic::Ordering::SeqCst) {
         thread::park();
     }
 }
 
 /// `SpinWait::kick`: sets every registered CPU's event register, then
 /// unparks it (loom's unpark orders the kicker's earlier accesses before
-/// the woken thread's later ones).
+/// the kicked thread's later ones, whether it is parked or not).
 fn kick_all() {
     let all = HALTABLE.lock().unwrap().clone();
     for (slot, t) in all.into_iter().enumerate() {
-        EVENT[slot].store(true, SeqCst);
+        EVENT[slot].store(true, std::sync::atomic::Ordering::SeqCst);
         t.unpark();
     }
 }
@@ -451,15 +462,10 @@ static YIELD: SpinWait = SpinWait {
 /// the deadlock: every thread parked). Also covers the unlock's kicks in
 /// FIFO mode and the pending CPU's wait.
 ///
-/// OPEN (issue 41, point 1, branch `queued`): with the two-halves queued
-/// lock this model reports a deadlock after about 1.5 min at preemption
-/// bound 2 (threads 2 and 3 parked: the queue head and its successor). In
-/// the traced execution the head's last `halt` found its event register
-/// clear although two kicks (main's unlock, the pending CPU's unlock) had
-/// set it after the head last consumed it, which points at this model
-/// rather than the lock; not settled. With loom's bare `park` instead of
-/// the register, the deadlock is a kick dropped while the head was in its
-/// relax `yield_now` (traced), which the `SpinWait` contract forbids.
+/// The event register (see [`EVENT`]) must not lose a kick itself: a
+/// register kept in a loom atomic did (a kick's store ordered before an
+/// earlier halt's clear), and this model then reported a deadlock of the
+/// queue head and its successor that was the register's, not the lock's.
 #[test]
 fn halting_waiters_fifo() {
     let _serial = serial();
@@ -471,6 +477,9 @@ fn halting_waiters_fifo() {
         // Not the main thread: it never waits for the lock, and an unpark
         // would wake it from its `join` (loom's unpark wakes any block).
         HALTABLE.lock().unwrap().clear();
+        for e in &EVENT {
+            e.store(false, std::sync::atomic::Ordering::SeqCst);
+        }
         let l = Locked::new();
         l.lock.lock();
         let cpus: Vec<_> = (0..3)
