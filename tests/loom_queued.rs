@@ -466,6 +466,15 @@ static YIELD: SpinWait = SpinWait {
 /// register kept in a loom atomic did (a kick's store ordered before an
 /// earlier halt's clear), and this model then reported a deadlock of the
 /// queue head and its successor that was the register's, not the lock's.
+///
+/// The model can fail: without the kick after the link store (the bug
+/// above) it reports the head and its successor parked after 8 s at
+/// preemption bound 2 (2026-12-06, load ~7 on 2 cores); at bound 1 it
+/// passes that bug, so it needs the driver's bound 2. At bound 2 the
+/// previous queued lock (one word, merge-base 530b15c) passes in 69 s
+/// wall (18 s CPU). OPEN (issue 41, point 1): the two-halves lock had
+/// not finished at bound 2 after 11 min (6.5 min CPU), with no deadlock
+/// reported so far: its state space here is much larger.
 #[test]
 fn halting_waiters_fifo() {
     let _serial = serial();
