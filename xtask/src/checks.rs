@@ -366,9 +366,9 @@ fn check_builds(t: &mut Tally) {
     check_embedding_example(t);
 }
 
-/// The README's embedding example (examples/embedding): a bare-metal
+/// The embedding checklist's example (examples/embedding): a bare-metal
 /// kernel that links for x86_64-unknown-none, debug and release, shown in
-/// the README unchanged.
+/// docs/embedding.md unchanged.
 fn check_embedding_example(t: &mut Tally) {
     let dir = root().join("examples/embedding");
     for profile in [&[][..], &["--release"][..]] {
@@ -386,16 +386,16 @@ fn check_embedding_example(t: &mut Tally) {
         t.check(name.trim_end(), ok);
     }
     let example = std::fs::read_to_string(dir.join("src/main.rs")).unwrap_or_default();
-    let readme = std::fs::read_to_string(root().join("README.md")).unwrap_or_default();
+    let page = std::fs::read_to_string(root().join("docs/embedding.md")).unwrap_or_default();
     let shown = format!("```rust,ignore\n{example}```");
-    let same = !example.is_empty() && readme.contains(&shown);
+    let same = !example.is_empty() && page.contains(&shown);
     if !same {
         println!(
-            "  README.md must show examples/embedding/src/main.rs whole, in a ```rust,ignore block"
+            "  docs/embedding.md must show examples/embedding/src/main.rs whole, in a ```rust,ignore block"
         );
     }
     t.check(
-        "README shows examples/embedding/src/main.rs unchanged",
+        "docs/embedding.md shows examples/embedding/src/main.rs unchanged",
         same,
     );
 }
