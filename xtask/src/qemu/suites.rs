@@ -77,7 +77,7 @@ pub fn test_all(kvm: bool) -> Vec<Outcome> {
 }
 
 /// The scheduler configurations alone (`cargo xtask check qemu-sched`):
-/// every architecture at -smp 4 and 8 with 3 threads per CPU.
+/// every architecture at -smp 8 (aarch64 LL/SC also at 4) with 3 threads per CPU.
 pub fn test_sched() -> Vec<Outcome> {
     run_configs(&Config::all_scheduled())
 }
