@@ -51,6 +51,24 @@ use crate::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell, fence, model_st
 /// on another CPU), always with preemption disabled, as Linux runs its
 /// callbacks in softirq context: it must not block or sleep, and it stays
 /// on one CPU (the debug builds' "inside a callback" mark is that CPU's).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicUsize, Ordering};
+/// use ksync::rcu::{self, Callback, RcuHead};
+///
+/// static FREED: AtomicUsize = AtomicUsize::new(0);
+/// static HEAD: RcuHead = RcuHead::new();
+///
+/// unsafe fn count_free(_head: *mut RcuHead) {
+///     FREED.fetch_add(1, Ordering::Relaxed); // no sleeping here
+/// }
+/// let cb: Callback = count_free;
+/// // SAFETY: a static head; the callback only counts.
+/// unsafe { rcu::call_rcu(&HEAD as *const RcuHead as *mut RcuHead, cb) };
+/// rcu::barrier();
+/// assert_eq!(FREED.load(Ordering::Relaxed), 1);
+/// ```
 pub type Callback = unsafe fn(*mut RcuHead);
 
 /// The intrusive link for [`call_rcu`] (Linux's `struct rcu_head`): embed

@@ -183,8 +183,35 @@ impl Default for RawMutex {
 }
 
 /// A mutex whose waiters sleep (see the [module docs](self)).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::mutex::Mutex;
+///
+/// struct Device {
+///     config: Mutex<[u8; 16]>, // its holder may sleep (wait for the device)
+/// }
+/// let dev = Device { config: Mutex::new([0; 16]) };
+/// let mut config = dev.config.lock(); // mutex_lock
+/// config[0] = 1;
+/// drop(config); // mutex_unlock
+/// # }
+/// ```
 pub type Mutex<T> = lock_api::Mutex<RawMutex, T>;
 /// The guard of [`Mutex`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::mutex::{Mutex, MutexGuard};
+///
+/// // Takes the guard: the caller must hold the lock (lockdep_assert_held).
+/// fn flush(queue: &mut MutexGuard<'_, Vec<u32>>) -> usize {
+///     queue.drain(..).count()
+/// }
+/// let queue = Mutex::new(vec![1, 2, 3]);
+/// assert_eq!(flush(&mut queue.lock()), 3);
+/// # }
+/// ```
 pub type MutexGuard<'a, T> = lock_api::MutexGuard<'a, RawMutex, T>;
 
 impl RawMutex {

@@ -203,10 +203,48 @@ impl Default for RawPerCpuRwSemaphore {
 
 /// A scalable reader-writer lock whose waiters sleep and whose readers
 /// may sleep holding it (see the [module docs](self)).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::percpu_rwsem::PerCpuRwSemaphore;
+///
+/// // Read on every fork, written on a rare cgroup migration.
+/// static THREADGROUP: PerCpuRwSemaphore<u32> = PerCpuRwSemaphore::new(0);
+///
+/// let forks = THREADGROUP.read(); // this CPU's count only
+/// drop(forks);
+/// *THREADGROUP.write() += 1; // one grace period, then waits for readers
+/// # }
+/// ```
 pub type PerCpuRwSemaphore<T> = lock_api::RwLock<RawPerCpuRwSemaphore, T>;
 /// The read guard of [`PerCpuRwSemaphore`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::percpu_rwsem::{PerCpuRwSemaphore, PerCpuRwSemaphoreReadGuard};
+///
+/// fn frozen(state: &PerCpuRwSemaphoreReadGuard<'_, bool>) -> bool {
+///     **state // the caller holds a read lock
+/// }
+/// let sb_state = PerCpuRwSemaphore::new(false);
+/// assert!(!frozen(&sb_state.read()));
+/// # }
+/// ```
 pub type PerCpuRwSemaphoreReadGuard<'a, T> = lock_api::RwLockReadGuard<'a, RawPerCpuRwSemaphore, T>;
 /// The write guard of [`PerCpuRwSemaphore`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::percpu_rwsem::{PerCpuRwSemaphore, PerCpuRwSemaphoreWriteGuard};
+///
+/// fn freeze(mut state: PerCpuRwSemaphoreWriteGuard<'_, bool>) {
+///     *state = true; // no reader is inside
+/// }
+/// let sb_state = PerCpuRwSemaphore::new(false);
+/// freeze(sb_state.write());
+/// assert!(*sb_state.read());
+/// # }
+/// ```
 pub type PerCpuRwSemaphoreWriteGuard<'a, T> =
     lock_api::RwLockWriteGuard<'a, RawPerCpuRwSemaphore, T>;
 

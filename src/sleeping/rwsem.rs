@@ -207,10 +207,47 @@ impl Default for RawRwSemaphore {
 }
 
 /// A reader-writer lock whose waiters sleep (see the [module docs](self)).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::rwsem::RwSemaphore;
+///
+/// static MOUNTS: RwSemaphore<Vec<&str>> = RwSemaphore::new(Vec::new());
+///
+/// MOUNTS.write().push("/"); // down_write ... up_write
+/// let mounts = MOUNTS.read(); // readers share it, and may sleep holding it
+/// assert_eq!(mounts.len(), 1);
+/// # }
+/// ```
 pub type RwSemaphore<T> = lock_api::RwLock<RawRwSemaphore, T>;
 /// The read guard of [`RwSemaphore`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::rwsem::{RwSemaphore, RwSemaphoreReadGuard};
+///
+/// fn mount_count(mounts: &RwSemaphoreReadGuard<'_, Vec<&str>>) -> usize {
+///     mounts.len() // the caller holds a read lock
+/// }
+/// let mounts = RwSemaphore::new(vec!["/", "/proc"]);
+/// assert_eq!(mount_count(&mounts.read()), 2);
+/// # }
+/// ```
 pub type RwSemaphoreReadGuard<'a, T> = lock_api::RwLockReadGuard<'a, RawRwSemaphore, T>;
 /// The write guard of [`RwSemaphore`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::rwsem::{RwSemaphore, RwSemaphoreWriteGuard};
+///
+/// let mounts = RwSemaphore::new(vec!["/"]);
+/// let mut w: RwSemaphoreWriteGuard<'_, Vec<&str>> = mounts.write();
+/// w.push("/tmp");
+/// // Done changing, still reading: downgrade_write, no writer in between.
+/// let r = RwSemaphoreWriteGuard::downgrade(w);
+/// assert_eq!(r.len(), 2);
+/// # }
+/// ```
 pub type RwSemaphoreWriteGuard<'a, T> = lock_api::RwLockWriteGuard<'a, RawRwSemaphore, T>;
 
 impl RawRwSemaphore {
