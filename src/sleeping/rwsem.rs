@@ -501,10 +501,15 @@ impl RawRwSemaphore {
     ///
     /// static MM_LOCK: RawRwSemaphore = RawRwSemaphore::new();
     ///
-    /// MM_LOCK.read(); // two page faults at once: readers share it
-    /// MM_LOCK.read();
-    /// // SAFETY: the two read locks taken above.
-    /// unsafe { MM_LOCK.unlock_read() };
+    /// fn page_fault() {
+    ///     MM_LOCK.read();
+    ///     // ... walk the mappings, maybe sleeping on I/O ...
+    ///     // SAFETY: the read lock taken above.
+    ///     unsafe { MM_LOCK.unlock_read() };
+    /// }
+    /// MM_LOCK.read(); // this task's fault...
+    /// std::thread::spawn(page_fault).join().unwrap(); // ...does not stop another's
+    /// // SAFETY: the read lock taken above.
     /// unsafe { MM_LOCK.unlock_read() };
     /// # }
     /// ```
@@ -566,8 +571,11 @@ impl RawRwSemaphore {
     ///
     /// let sem = RawRwSemaphore::new();
     /// sem.write();
-    /// // A writer is inside: give up after the timeout (here zero, at once).
-    /// assert!(!sem.try_read_for(Duration::ZERO));
+    /// std::thread::scope(|s| {
+    ///     // A writer is inside: another task gives up after the timeout
+    ///     // (here zero, at once).
+    ///     s.spawn(|| assert!(!sem.try_read_for(Duration::ZERO)));
+    /// });
     /// // SAFETY: the write lock taken above.
     /// unsafe { sem.unlock_write() };
     /// assert!(sem.try_read_for(Duration::from_millis(10)));
@@ -615,7 +623,10 @@ impl RawRwSemaphore {
     ///
     /// let sem = RawRwSemaphore::new();
     /// sem.read();
-    /// assert!(!sem.try_write_for(Duration::ZERO)); // a reader is inside
+    /// std::thread::scope(|s| {
+    ///     // A reader is inside: another task gives up (here at once).
+    ///     s.spawn(|| assert!(!sem.try_write_for(Duration::ZERO)));
+    /// });
     /// // SAFETY: the read lock taken above.
     /// unsafe { sem.unlock_read() };
     /// assert!(sem.try_write_for(Duration::from_millis(10)));
@@ -639,12 +650,15 @@ impl RawRwSemaphore {
     /// use ksync::rwsem::RawRwSemaphore;
     ///
     /// let sem = RawRwSemaphore::new();
-    /// sem.read();
     /// let now = MyKernel::clock_ns();
-    /// assert!(!sem.try_write_until(now)); // the deadline has passed
+    /// sem.read();
+    /// std::thread::scope(|s| {
+    ///     // A reader is inside and the deadline has passed: give up.
+    ///     s.spawn(|| assert!(!sem.try_write_until(now)));
+    /// });
     /// // SAFETY: the read lock taken above.
     /// unsafe { sem.unlock_read() };
-    /// assert!(sem.try_write_until(now + 5_000_000));
+    /// assert!(sem.try_write_until(now + 5_000_000)); // free: at once
     /// # unsafe { sem.unlock_write() };
     /// # }
     /// ```
@@ -888,12 +902,11 @@ impl RawRwSemaphore {
     ///
     /// let sem = RawRwSemaphore::new();
     /// sem.read();
-    /// sem.read();
-    /// // SAFETY: each releases one of the read locks taken above.
+    /// assert!(!sem.try_write()); // a reader is inside
+    /// // SAFETY: releases the read lock taken above.
     /// unsafe { sem.unlock_read() };
-    /// assert!(sem.is_locked()); // one reader is still inside
-    /// unsafe { sem.unlock_read() };
-    /// assert!(!sem.is_locked());
+    /// assert!(sem.try_write()); // the last reader is out
+    /// # unsafe { sem.unlock_write() };
     /// # }
     /// ```
     ///
