@@ -79,10 +79,7 @@ pub type Callback = unsafe fn(*mut RcuHead);
 /// use core::mem::offset_of;
 /// use ksync::rcu::{self, RcuHead};
 ///
-/// struct Inode {
-///     ino: u64,
-///     i_rcu: RcuHead,
-/// }
+/// struct Inode { ino: u64, i_rcu: RcuHead }
 /// unsafe fn i_callback(head: *mut RcuHead) {
 ///     // SAFETY: the `i_rcu` of a boxed `Inode` (below): container_of, free.
 ///     drop(unsafe { Box::from_raw(head.byte_sub(offset_of!(Inode, i_rcu)).cast::<Inode>()) });

@@ -146,11 +146,7 @@ pub use self::table::RcuHashTable;
 /// # use ksync::spinlock::TicketMutex;
 ///
 /// // A network device: on the list of all devices, and on a hash chain.
-/// struct NetDevice {
-///     ifindex: u32,
-///     dev_list: Link,
-///     index_hlist: Link,
-/// }
+/// struct NetDevice { ifindex: u32, dev_list: Link, index_hlist: Link }
 /// struct ByIndex; // tells the second link apart
 /// ksync::impl_linked!(NetDevice, dev_list);
 /// ksync::impl_linked!(NetDevice, index_hlist, ByIndex);
@@ -297,11 +293,8 @@ pub unsafe trait Linked<Tag = ()> {
 /// use ksync::rcu::{Link, RcuList};
 /// # use ksync::spinlock::TicketMutex;
 ///
-/// struct Task {
-///     pid: u32,
-///     tasks: Link, // on the list of all tasks
-///     sibling: Link, // on its parent's list of children
-/// }
+/// // On the list of all tasks, and on its parent's list of children.
+/// struct Task { pid: u32, tasks: Link, sibling: Link }
 /// struct Siblings;
 /// ksync::impl_linked!(Task, tasks);
 /// ksync::impl_linked!(Task, sibling, Siblings);

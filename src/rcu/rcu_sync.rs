@@ -66,7 +66,7 @@ const EXIT: u32 = 3;
 /// reader();
 /// GATE.enter(); // waits for the readers that saw the gate idle
 /// reader();
-/// GATE.exit();
+/// # GATE.exit();
 /// assert_eq!(SLOW_PATHS.load(Ordering::Relaxed), 1);
 /// ```
 ///

@@ -192,8 +192,8 @@ impl Completion {
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
-    /// use core::pin::pin;
-    /// use core::task::{Context, Waker};
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
     /// use ksync::completion::Completion;
     ///
     /// let link_up = Completion::new();

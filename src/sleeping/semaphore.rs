@@ -196,8 +196,8 @@ impl Units {
 ///
 /// ```
 /// # #[cfg(feature = "test-hooks")] {
-/// use core::pin::pin;
-/// use core::task::{Context, Waker};
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
 /// use ksync::semaphore::Semaphore;
 ///
 /// let slots = Semaphore::new(0);
@@ -403,8 +403,8 @@ impl Semaphore {
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
-    /// use core::pin::pin;
-    /// use core::task::{Context, Waker};
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
     /// use ksync::semaphore::Semaphore;
     ///
     /// let slots = Semaphore::new(0);

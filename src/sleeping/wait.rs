@@ -877,9 +877,9 @@ impl WaitQueue {
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
-    /// use core::pin::pin;
+    /// # use core::pin::pin;
     /// use core::sync::atomic::{AtomicBool, Ordering};
-    /// use core::task::{Context, Waker};
+    /// # use core::task::{Context, Waker};
     /// use ksync::wait::WaitQueue;
     ///
     /// let ready = AtomicBool::new(false);
@@ -910,8 +910,8 @@ impl WaitQueue {
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
-    /// use core::pin::pin;
-    /// use core::task::{Context, Waker};
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
     /// use ksync::wait::WaitQueue;
     ///
     /// let queue = WaitQueue::new();
@@ -933,8 +933,8 @@ impl WaitQueue {
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
-    /// use core::pin::pin;
-    /// use core::task::{Context, Waker};
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
     /// use ksync::wait::WaitQueue;
     ///
     /// let queue = WaitQueue::new();
@@ -960,8 +960,8 @@ impl WaitQueue {
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
-    /// use core::pin::pin;
-    /// use core::task::{Context, Waker};
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
     /// use ksync::wait::WaitQueue;
     ///
     /// // Three workers wait for packets; two packets came in.
@@ -986,8 +986,8 @@ impl WaitQueue {
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
-    /// use core::pin::pin;
-    /// use core::task::{Context, Waker};
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
     /// use ksync::wait::WaitQueue;
     ///
     /// // The device is going away: wake everyone so they see the error.
@@ -1015,8 +1015,8 @@ impl WaitQueue {
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
-    /// use core::pin::pin;
-    /// use core::task::{Context, Waker};
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
     /// use ksync::wait::WaitQueue;
     ///
     /// let queue = WaitQueue::new();
