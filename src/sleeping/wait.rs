@@ -812,13 +812,14 @@ impl WaitQueue {
     /// use core::time::Duration;
     /// use ksync::wait::WaitQueue;
     ///
-    /// let free_tags = AtomicUsize::new(1);
+    /// // Every request tag in use: one waiter per tag freed, for a while.
+    /// let free_tags = AtomicUsize::new(0);
     /// let tag_wait = WaitQueue::new();
     /// let got_tag = tag_wait.wait_event_exclusive_timeout(
     ///     || free_tags.load(Ordering::Acquire) > 0,
-    ///     Duration::from_millis(10),
+    ///     Duration::ZERO, // (here: give up at once)
     /// );
-    /// assert!(got_tag); // a tag was free: no wait at all
+    /// assert!(!got_tag); // none came free in time: -EBUSY
     /// # }
     /// ```
     #[track_caller]
