@@ -56,6 +56,23 @@ pub const REFCOUNT_MAX: i32 = i32::MAX;
 
 /// Which misuse saturated a [`RefCount`] (Linux's
 /// `refcount_saturation_type`); see the [module docs](self#saturation).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::refcount::{self, RefCount, Saturation};
+///
+/// fn refcount_warn(kind: Saturation) {
+///     match kind {
+///         // A use after free: worth a stack dump.
+///         Saturation::AddUseAfterFree | Saturation::SubUseAfterFree => {}
+///         _ => {} // a leak: log `kind.message()`
+///     }
+/// }
+/// refcount::set_saturation_hook(refcount_warn);
+/// let refs = RefCount::new(0); // the object is being freed
+/// refs.inc(); // a late user: the count saturates, the object is not revived
+/// assert!(refs.is_saturated());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -114,6 +131,17 @@ static HOOK: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
 /// How often each kind of saturation happened so far, in all
 /// [`RefCount`]s.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::refcount::{self, RefCount};
+///
+/// let before = refcount::stats();
+/// let refs = RefCount::new(0);
+/// assert!(!refs.dec_and_test()); // below zero, a put without a get: never "free"
+/// let after = refcount::stats();
+/// assert_eq!(after.sub_use_after_free, before.sub_use_after_free + 1);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -789,6 +817,23 @@ impl<T> Kref<T> {
     /// `struct kref *`): `release` gets `this` itself, with the provenance
     /// the caller's pointer has, so a release that frees the allocation
     /// (`Box::from_raw`, a slab free) is sound when `this` came from it.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::ptr::NonNull;
+    /// use ksync::refcount::Kref;
+    ///
+    /// struct Urb { len: usize }
+    /// fn urb_release(urb: NonNull<Kref<Urb>>) {
+    ///     // SAFETY: the last reference is gone; the Kref came from the box below.
+    ///     drop(unsafe { Box::from_raw(urb.as_ptr()) });
+    /// }
+    /// // SAFETY: boxed, freed only by `urb_release`, once the count is zero.
+    /// let urb = Box::new(unsafe { Kref::new(Urb { len: 512 }, urb_release) });
+    /// let urb = NonNull::from(Box::leak(urb));
+    /// // SAFETY: the creator's reference; `urb` is not used afterwards.
+    /// assert!(unsafe { Kref::put_raw(urb) }); // it was the last: freed
+    /// ```
     ///
     /// # Safety
     /// `this` points to a live `Kref`; the caller owns one counted

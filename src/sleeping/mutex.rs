@@ -132,6 +132,20 @@ const ASYNC_HOLDER: usize = usize::MAX;
 
 /// The lock under [`Mutex`] (Linux's `struct mutex`). See the
 /// [module docs](self).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::mutex::RawMutex;
+///
+/// // A lock with no data inside: it serialises firmware uploads.
+/// static FW_UPLOAD: RawMutex = RawMutex::new();
+///
+/// FW_UPLOAD.lock();
+/// // ... program the flash controller, maybe sleeping ...
+/// // SAFETY: this task holds it.
+/// unsafe { FW_UPLOAD.unlock() };
+/// # }
+/// ```
 pub struct RawMutex {
     state: AtomicUsize,
     /// The holder's task token (0 while free or unknown, [`ASYNC_HOLDER`]
@@ -169,14 +183,58 @@ impl Default for RawMutex {
 }
 
 /// A mutex whose waiters sleep (see the [module docs](self)).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::mutex::Mutex;
+///
+/// struct Device {
+///     config: Mutex<[u8; 16]>, // its holder may sleep (wait for the device)
+/// }
+/// let dev = Device { config: Mutex::new([0; 16]) };
+/// let mut config = dev.config.lock(); // mutex_lock
+/// config[0] = 1;
+/// drop(config); // mutex_unlock
+/// # }
+/// ```
 pub type Mutex<T> = lock_api::Mutex<RawMutex, T>;
 /// The guard of [`Mutex`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::mutex::{Mutex, MutexGuard};
+///
+/// // Takes the guard: the caller must hold the lock (lockdep_assert_held).
+/// fn flush(queue: &mut MutexGuard<'_, Vec<u32>>) -> usize {
+///     queue.drain(..).count()
+/// }
+/// let queue = Mutex::new(vec![1, 2, 3]);
+/// assert_eq!(flush(&mut queue.lock()), 3);
+/// # }
+/// ```
 pub type MutexGuard<'a, T> = lock_api::MutexGuard<'a, RawMutex, T>;
 
 impl RawMutex {
     crate::sync::const_fn! {
         /// A new, unlocked mutex, in the [lockdep](crate::lockdep) class
         /// of the place it is built.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::mutex::{Mutex, RawMutex};
+        ///
+        /// struct Device {
+        ///     cfg: Mutex<u32>,
+        /// }
+        /// // Every device's lock is built on this line: one lockdep class for all.
+        /// fn probe() -> Device {
+        ///     Device { cfg: Mutex::from_raw(RawMutex::new(), 0) }
+        /// }
+        /// let (eth0, eth1) = (probe(), probe());
+        /// *eth0.cfg.lock() = 1500;
+        /// assert_eq!(*eth1.cfg.lock(), 0);
+        /// # }
+        /// ```
         #[must_use]
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
@@ -188,6 +246,16 @@ impl RawMutex {
         /// A new, unlocked mutex in `key`'s [lockdep](crate::lockdep)
         /// class (Linux's `lockdep_set_class`); exactly `new` without
         /// `lockdep`.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::mutex::{Mutex, RawMutex};
+        ///
+        /// static DEVICES: Mutex<Vec<&str>> =
+        ///     Mutex::from_raw(RawMutex::with_class(ksync::lock_class!("devices")), Vec::new());
+        /// DEVICES.lock().push("eth0"); // lockdep reports name the class "devices"
+        /// # }
+        /// ```
         #[must_use]
         pub fn with_class(key: &'static LockClassKey) -> Self {
             Self::with_map(Map::with_key(key))
@@ -225,6 +293,19 @@ impl RawMutex {
     }
 
     /// Whether anyone holds it (a snapshot).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::mutex::RawMutex;
+    ///
+    /// let dev_lock = RawMutex::new();
+    /// dev_lock.lock();
+    /// assert!(dev_lock.is_locked()); // for assertions: "the caller holds it"
+    /// // SAFETY: held by this task.
+    /// unsafe { dev_lock.unlock() };
+    /// assert!(!dev_lock.is_locked());
+    /// # }
+    /// ```
     #[doc(alias = "mutex_is_locked")]
     #[must_use]
     pub fn is_locked(&self) -> bool {
@@ -233,6 +314,18 @@ impl RawMutex {
 
     /// Takes the lock if that needs no waiting (Linux's
     /// `mutex_trylock`); whether it did. Never sleeps.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::mutex::RawMutex;
+    ///
+    /// let reset_lock = RawMutex::new();
+    /// assert!(reset_lock.try_lock());
+    /// assert!(!reset_lock.try_lock()); // a reset is already under way: skip it
+    /// // SAFETY: taken above, by this task.
+    /// unsafe { reset_lock.unlock() };
+    /// # }
+    /// ```
     #[doc(alias = "mutex_trylock")]
     #[inline]
     #[must_use = "true means the lock is held and must be unlocked"]
@@ -272,6 +365,19 @@ impl RawMutex {
 
     /// Takes the lock, spinning while its holder runs and then sleeping
     /// (Linux's `mutex_lock`).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::mutex::Mutex;
+    ///
+    /// static CONFIG: Mutex<[u8; 4]> = Mutex::new([0; 4]);
+    ///
+    /// let writer = std::thread::spawn(|| CONFIG.lock()[0] = 1);
+    /// CONFIG.lock()[1] = 2; // sleeps (or spins) while the other task holds it
+    /// writer.join().unwrap();
+    /// assert_eq!(*CONFIG.lock(), [1, 2, 0, 0]);
+    /// # }
+    /// ```
     ///
     /// # Panics
     /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
@@ -473,6 +579,19 @@ impl RawMutex {
     /// Releases the lock (Linux's `mutex_unlock`): frees it and wakes the
     /// first waiter, or hands it to that waiter if it asked.
     ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::mutex::RawMutex;
+    ///
+    /// let i2c_bus = RawMutex::new();
+    /// i2c_bus.lock();
+    /// // ... a transfer on the bus ...
+    /// // SAFETY: this task took it above and releases it once.
+    /// unsafe { i2c_bus.unlock() };
+    /// assert!(!i2c_bus.is_locked());
+    /// # }
+    /// ```
+    ///
     /// # Safety
     /// The lock is held (by the caller's task, as Linux requires; the
     /// lock itself only needs it held).
@@ -537,6 +656,24 @@ impl RawMutex {
 
     /// Takes the lock, as a future: the async form of
     /// [`lock`](Self::lock) on the same lock and queue (no spinning).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::mutex::RawMutex;
+    ///
+    /// let lock = RawMutex::new();
+    /// lock.lock();
+    /// let mut cx = Context::from_waker(Waker::noop()); // an executor's waker
+    /// let mut locking = pin!(lock.lock_async());
+    /// assert!(locking.as_mut().poll(&mut cx).is_pending()); // queued, no spinning
+    /// // SAFETY: held by this task.
+    /// unsafe { lock.unlock() }; // wakes the future's task
+    /// assert!(locking.as_mut().poll(&mut cx).is_ready()); // now it holds it
+    /// # unsafe { lock.unlock() };
+    /// # }
+    /// ```
     pub fn lock_async(&self) -> RawLock<'_> {
         RawLock {
             mutex: self,
@@ -551,6 +688,25 @@ impl RawMutex {
 /// The future of [`RawMutex::lock_async`]: ready once the lock is held.
 /// Dropped before that, it leaves the queue (and passes on a wake or a
 /// hand-off it got).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
+/// use ksync::mutex::RawMutex;
+///
+/// let lock = RawMutex::new();
+/// lock.lock();
+/// let mut cx = Context::from_waker(Waker::noop());
+/// {
+///     let mut locking = pin!(lock.lock_async());
+///     assert!(locking.as_mut().poll(&mut cx).is_pending());
+/// } // dropped: cancelled, off the queue
+/// // SAFETY: held by this task.
+/// unsafe { lock.unlock() };
+/// assert!(!lock.is_locked()); // nobody was handed the lock
+/// # }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct RawLock<'a> {
     mutex: &'a RawMutex,
@@ -657,6 +813,23 @@ impl Drop for RawLock<'_> {
 
 /// Takes `mutex`, as a future, and gives its guard: the async form of
 /// `mutex.lock()`.
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
+/// use ksync::mutex::{Mutex, lock_async};
+///
+/// static RX_STATS: Mutex<u64> = Mutex::new(0);
+///
+/// async fn count_packet() {
+///     *lock_async(&RX_STATS).await += 1;
+/// }
+/// # let mut cx = Context::from_waker(Waker::noop());
+/// # assert!(pin!(count_packet()).poll(&mut cx).is_ready());
+/// assert_eq!(*RX_STATS.lock(), 1);
+/// # }
+/// ```
 #[cfg(not(ksync_loom))] // lock_api's `RawMutex` is not implemented under loom
 pub async fn lock_async<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // SAFETY: `raw` is only used to take the lock, which the guard made

@@ -193,6 +193,23 @@ impl Units {
 
 /// Future of an async `down`: ready once it holds a unit. Dropped after a
 /// hand-off and before it completed, it gives the unit back.
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
+/// use ksync::semaphore::Semaphore;
+///
+/// let slots = Semaphore::new(0);
+/// let mut cx = Context::from_waker(Waker::noop());
+/// {
+///     let mut take = pin!(slots.down_async());
+///     assert!(take.as_mut().poll(&mut cx).is_pending()); // queued
+/// } // dropped: cancelled, off the queue, nothing taken
+/// slots.up();
+/// assert_eq!(slots.count(), 1);
+/// # }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct Take<'a> {
     units: &'a Units,
@@ -263,6 +280,19 @@ impl Drop for Take<'_> {
 
 /// A counting semaphore whose waiters sleep (Linux's `struct semaphore`).
 /// See the [module docs](self).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::semaphore::Semaphore;
+///
+/// // A pool of four DMA buffers: a driver sleeps while all are in flight.
+/// static DMA_BUFFERS: Semaphore = Semaphore::new(4);
+///
+/// DMA_BUFFERS.down();
+/// // ... fill a buffer and start the transfer ...
+/// DMA_BUFFERS.up(); // the transfer's end gives the buffer back
+/// # }
+/// ```
 pub struct Semaphore {
     units: Units,
 }
@@ -279,6 +309,16 @@ impl Semaphore {
     crate::sync::const_fn! {
         /// A semaphore with `count` units (Linux's `sema_init`). At most
         /// `usize::MAX - 1`.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::semaphore::Semaphore;
+        ///
+        /// static FW_LOAD: Semaphore = Semaphore::new(1); // Linux's DEFINE_SEMAPHORE
+        /// let tx_slots = Semaphore::new(8);
+        /// assert_eq!((FW_LOAD.count(), tx_slots.count()), (1, 8));
+        /// # }
+        /// ```
         #[doc(alias = "sema_init")]
         #[must_use]
         pub fn new(count: usize) -> Self {
@@ -295,6 +335,20 @@ impl Semaphore {
     /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
     /// on every call in debug builds, when it would have to sleep in
     /// release builds.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// static CMD_SLOTS: Semaphore = Semaphore::new(0);
+    ///
+    /// // The controller's "command done" interrupt frees a slot.
+    /// let irq = std::thread::spawn(|| CMD_SLOTS.up());
+    /// CMD_SLOTS.down(); // sleeps until the `up`
+    /// irq.join().unwrap();
+    /// assert_eq!(CMD_SLOTS.count(), 0);
+    /// # }
+    /// ```
     #[track_caller]
     pub fn down(&self) {
         wait::might_sleep_entry();
@@ -303,6 +357,18 @@ impl Semaphore {
 
     /// Takes a unit if one is free now (Linux's `down_trylock`, which
     /// returns the opposite): whether it did. Never sleeps.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// let rx_buffers = Semaphore::new(1);
+    /// // In the receive interrupt, which must not sleep:
+    /// assert!(rx_buffers.try_down()); // got a buffer
+    /// assert!(!rx_buffers.try_down()); // none left: drop the packet
+    /// rx_buffers.up();
+    /// # }
+    /// ```
     #[doc(alias = "down_trylock")]
     #[must_use = "true means a unit was taken and must be given back with `up`"]
     pub fn try_down(&self) -> bool {
@@ -312,6 +378,19 @@ impl Semaphore {
     /// [`down`](Self::down) for at most `timeout` (Linux's
     /// `down_timeout`): whether it took a unit. Needs
     /// [`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::time::Duration;
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// let mailbox = Semaphore::new(1);
+    /// assert!(mailbox.down_timeout(Duration::from_millis(100))); // free: at once
+    /// // Held: give up once the (here zero) timeout has passed.
+    /// assert!(!mailbox.down_timeout(Duration::ZERO));
+    /// mailbox.up();
+    /// # }
+    /// ```
     #[track_caller]
     #[must_use = "true means a unit was taken and must be given back with `up`"]
     pub fn down_timeout(&self, timeout: Duration) -> bool {
@@ -321,6 +400,22 @@ impl Semaphore {
 
     /// Takes a unit, as a future (no executor assumed): the async form of
     /// [`down`](Self::down), on the same queue.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// let slots = Semaphore::new(0);
+    /// let mut cx = Context::from_waker(Waker::noop()); // an executor's waker
+    /// let mut down = pin!(slots.down_async());
+    /// assert!(down.as_mut().poll(&mut cx).is_pending()); // queued
+    /// slots.up(); // hands the unit to the queued future and wakes it
+    /// assert!(down.as_mut().poll(&mut cx).is_ready());
+    /// assert_eq!(slots.count(), 0);
+    /// # }
+    /// ```
     pub fn down_async(&self) -> Take<'_> {
         self.units.take_async()
     }
@@ -328,11 +423,34 @@ impl Semaphore {
     /// Gives a unit back (Linux's `up`): to the first waiter if there is
     /// one, otherwise to the count. Never sleeps; callable from interrupt
     /// handlers. The count saturates at `usize::MAX - 1`.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// let free_descriptors = Semaphore::new(0);
+    /// // The NIC's completion interrupt returns two descriptors:
+    /// free_descriptors.up();
+    /// free_descriptors.up();
+    /// assert_eq!(free_descriptors.count(), 2);
+    /// # }
+    /// ```
     pub fn up(&self) {
         self.units.give(1);
     }
 
     /// The units free now (a snapshot).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// let pool = Semaphore::new(3);
+    /// pool.down();
+    /// assert_eq!(pool.count(), 2); // for statistics: stale at once
+    /// pool.up();
+    /// # }
+    /// ```
     #[must_use]
     pub fn count(&self) -> usize {
         self.units.count()

@@ -267,6 +267,25 @@ impl QueueLock {
 
 /// A queue of sleeping tasks (Linux's `wait_queue_head_t`). See the
 /// [module docs](self).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use core::sync::atomic::{AtomicUsize, Ordering};
+/// use ksync::wait::WaitQueue;
+///
+/// // A UART's receive buffer: readers sleep until bytes arrive.
+/// struct Uart {
+///     rx_count: AtomicUsize,
+///     rx_wait: WaitQueue,
+/// }
+/// let uart = Uart { rx_count: AtomicUsize::new(0), rx_wait: WaitQueue::new() };
+/// std::thread::scope(|s| {
+///     s.spawn(|| uart.rx_wait.wait_event(|| uart.rx_count.load(Ordering::Acquire) > 0));
+///     uart.rx_count.store(1, Ordering::Release); // the receive interrupt...
+///     uart.rx_wait.wake_one(); // ...then wakes the reader
+/// });
+/// # }
+/// ```
 pub struct WaitQueue {
     /// Interrupts off while held: handlers wake.
     lock: QueueLock,
@@ -647,6 +666,15 @@ impl Locked<'_> {
 impl WaitQueue {
     const_fn! {
         /// An empty wait queue.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::wait::WaitQueue;
+        ///
+        /// static KEYBOARD_WAIT: WaitQueue = WaitQueue::new(); // DECLARE_WAIT_QUEUE_HEAD
+        /// assert!(!KEYBOARD_WAIT.has_waiters());
+        /// # }
+        /// ```
         #[must_use]
         pub fn new() -> Self {
             WaitQueue {
@@ -701,6 +729,23 @@ impl WaitQueue {
     /// true. `cond` runs without the queue lock, on this task, any number
     /// of times.
     ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::sync::atomic::{AtomicBool, Ordering};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// static LINK_UP: AtomicBool = AtomicBool::new(false);
+    /// static LINK_WAIT: WaitQueue = WaitQueue::new();
+    ///
+    /// let phy_irq = std::thread::spawn(|| {
+    ///     LINK_UP.store(true, Ordering::Release);
+    ///     LINK_WAIT.wake_one();
+    /// });
+    /// LINK_WAIT.wait_event(|| LINK_UP.load(Ordering::Acquire)); // sleeps until then
+    /// phy_irq.join().unwrap();
+    /// # }
+    /// ```
+    ///
     /// # Panics
     /// Where sleeping is not allowed ([`might_sleep`]).
     #[track_caller]
@@ -711,6 +756,24 @@ impl WaitQueue {
     /// [`wait_event`](Self::wait_event) as an exclusive waiter (Linux's
     /// `wait_event_exclusive`): [`wake_one`](Self::wake_one) wakes only
     /// the first of these.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::sync::atomic::{AtomicUsize, Ordering};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// // Workers wait for requests; one request needs one worker, not all.
+    /// static PENDING: AtomicUsize = AtomicUsize::new(0);
+    /// static WORK_WAIT: WaitQueue = WaitQueue::new();
+    ///
+    /// let worker = std::thread::spawn(|| {
+    ///     WORK_WAIT.wait_event_exclusive(|| PENDING.load(Ordering::Acquire) > 0);
+    /// });
+    /// PENDING.fetch_add(1, Ordering::Release);
+    /// WORK_WAIT.wake_one(); // one exclusive waiter at most
+    /// worker.join().unwrap();
+    /// # }
+    /// ```
     #[track_caller]
     pub fn wait_event_exclusive(&self, cond: impl FnMut() -> bool) {
         self.wait_inner(cond, true, None);
@@ -719,6 +782,21 @@ impl WaitQueue {
     /// [`wait_event`](Self::wait_event) for at most `timeout` (Linux's
     /// `wait_event_timeout`): whether `cond` was true (checked once more
     /// when the time is up). Needs [`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::sync::atomic::{AtomicBool, Ordering};
+    /// use core::time::Duration;
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// let ack = AtomicBool::new(false);
+    /// let ack_wait = WaitQueue::new();
+    /// // No answer from the device (here with a zero timeout, at once): give up.
+    /// assert!(!ack_wait.wait_event_timeout(|| ack.load(Ordering::Acquire), Duration::ZERO));
+    /// ack.store(true, Ordering::Release);
+    /// assert!(ack_wait.wait_event_timeout(|| ack.load(Ordering::Acquire), Duration::from_secs(1)));
+    /// # }
+    /// ```
     #[track_caller]
     #[must_use = "false means the condition did not become true in time"]
     pub fn wait_event_timeout(&self, cond: impl FnMut() -> bool, timeout: Duration) -> bool {
@@ -727,6 +805,23 @@ impl WaitQueue {
 
     /// [`wait_event_exclusive`](Self::wait_event_exclusive) for at most
     /// `timeout`; whether `cond` was true.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::sync::atomic::{AtomicUsize, Ordering};
+    /// use core::time::Duration;
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// // Every request tag in use: one waiter per tag freed, for a while.
+    /// let free_tags = AtomicUsize::new(0);
+    /// let tag_wait = WaitQueue::new();
+    /// let got_tag = tag_wait.wait_event_exclusive_timeout(
+    ///     || free_tags.load(Ordering::Acquire) > 0,
+    ///     Duration::ZERO, // (here: give up at once)
+    /// );
+    /// assert!(!got_tag); // none came free in time: -EBUSY
+    /// # }
+    /// ```
     #[track_caller]
     #[must_use = "false means the condition did not become true in time"]
     pub fn wait_event_exclusive_timeout(
@@ -780,6 +875,24 @@ impl WaitQueue {
     /// takes it off the queue; one that was woken as an exclusive waiter
     /// and dropped before it completed passes the wake on to the next
     /// exclusive waiter.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// use core::sync::atomic::{AtomicBool, Ordering};
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// let ready = AtomicBool::new(false);
+    /// let queue = WaitQueue::new();
+    /// let mut cx = Context::from_waker(Waker::noop()); // an executor's waker
+    /// let mut wait = pin!(queue.wait_until(|| ready.load(Ordering::Acquire)));
+    /// assert!(wait.as_mut().poll(&mut cx).is_pending()); // queued
+    /// ready.store(true, Ordering::Release);
+    /// assert_eq!(queue.wake_one(), 1); // wakes the future's task
+    /// assert!(wait.as_mut().poll(&mut cx).is_ready());
+    /// # }
+    /// ```
     pub fn wait_until<F: FnMut() -> bool>(&self, cond: F) -> WaitUntil<'_, F> {
         self.future(cond, false)
     }
@@ -795,6 +908,22 @@ impl WaitQueue {
     }
 
     /// [`wait_until`](Self::wait_until) as an exclusive waiter.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// let queue = WaitQueue::new();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let mut first = pin!(queue.wait_until_exclusive(|| false));
+    /// let mut second = pin!(queue.wait_until_exclusive(|| false));
+    /// assert!(first.as_mut().poll(&mut cx).is_pending());
+    /// assert!(second.as_mut().poll(&mut cx).is_pending());
+    /// assert_eq!(queue.wake_one(), 1); // only the first exclusive waiter
+    /// # }
+    /// ```
     pub fn wait_until_exclusive<F: FnMut() -> bool>(&self, cond: F) -> WaitUntil<'_, F> {
         self.future(cond, true)
     }
@@ -802,6 +931,26 @@ impl WaitQueue {
     /// Wakes every non-exclusive waiter and the first exclusive one
     /// (Linux's `wake_up`); how many it woke. Make the condition true
     /// first.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// let queue = WaitQueue::new();
+    /// assert_eq!(queue.wake_one(), 0); // nobody waits: nothing to do
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let not_yet = || false;
+    /// let mut reader = pin!(queue.wait_until(not_yet));
+    /// let mut worker = pin!(queue.wait_until_exclusive(not_yet));
+    /// let mut other = pin!(queue.wait_until_exclusive(not_yet));
+    /// for w in [reader.as_mut(), worker.as_mut(), other.as_mut()] {
+    ///     assert!(w.poll(&mut cx).is_pending());
+    /// }
+    /// assert_eq!(queue.wake_one(), 2); // the reader and the first worker
+    /// # }
+    /// ```
     #[doc(alias = "wake_up")]
     pub fn wake_one(&self) -> usize {
         self.wake_n(1)
@@ -809,12 +958,52 @@ impl WaitQueue {
 
     /// Wakes every non-exclusive waiter and the first `n` exclusive ones
     /// (Linux's `wake_up_nr`); how many it woke.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// // Three workers wait for packets; two packets came in.
+    /// let rx_wait = WaitQueue::new();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let not_yet = || false;
+    /// let mut w1 = pin!(rx_wait.wait_until_exclusive(not_yet));
+    /// let mut w2 = pin!(rx_wait.wait_until_exclusive(not_yet));
+    /// let mut w3 = pin!(rx_wait.wait_until_exclusive(not_yet));
+    /// for w in [w1.as_mut(), w2.as_mut(), w3.as_mut()] {
+    ///     assert!(w.poll(&mut cx).is_pending());
+    /// }
+    /// assert_eq!(rx_wait.wake_n(2), 2);
+    /// # }
+    /// ```
     #[doc(alias = "wake_up_nr")]
     pub fn wake_n(&self, n: usize) -> usize {
         self.lock().wake_n(n)
     }
 
     /// Wakes every waiter (Linux's `wake_up_all`); how many.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// // The device is going away: wake everyone so they see the error.
+    /// let dev_wait = WaitQueue::new();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let not_yet = || false;
+    /// let mut a = pin!(dev_wait.wait_until(not_yet));
+    /// let mut b = pin!(dev_wait.wait_until_exclusive(not_yet));
+    /// let mut c = pin!(dev_wait.wait_until_exclusive(not_yet));
+    /// for w in [a.as_mut(), b.as_mut(), c.as_mut()] {
+    ///     assert!(w.poll(&mut cx).is_pending());
+    /// }
+    /// assert_eq!(dev_wait.wake_all(), 3);
+    /// # }
+    /// ```
     #[doc(alias = "wake_up_all")]
     pub fn wake_all(&self) -> usize {
         self.wake_n(usize::MAX)
@@ -824,6 +1013,21 @@ impl WaitQueue {
     /// A waker that skips `wake_*` when it is false must order its
     /// condition store before this check with a full fence, as Linux's
     /// `wq_has_sleeper` does; `wake_*` needs no such care.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// let queue = WaitQueue::new();
+    /// assert!(!queue.has_waiters());
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let mut wait = pin!(queue.wait_until(|| false));
+    /// assert!(wait.as_mut().poll(&mut cx).is_pending());
+    /// assert!(queue.has_waiters());
+    /// # }
+    /// ```
     #[doc(alias("waitqueue_active", "wq_has_sleeper"))]
     pub fn has_waiters(&self) -> bool {
         crate::sync::fence(Ordering::SeqCst);
@@ -864,6 +1068,24 @@ impl Drop for Queued<'_> {
 
 /// The future of [`WaitQueue::wait_until`]: ready once its condition is
 /// true.
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use core::sync::atomic::{AtomicBool, Ordering};
+/// use ksync::wait::{WaitQueue, WaitUntil};
+///
+/// static FLUSHED: AtomicBool = AtomicBool::new(false);
+/// static FLUSH_WAIT: WaitQueue = WaitQueue::new();
+///
+/// // An async task awaits it: `FLUSH_WAIT.wait_until(..).await`.
+/// fn wait_flushed() -> WaitUntil<'static, impl FnMut() -> bool> {
+///     FLUSH_WAIT.wait_until(|| FLUSHED.load(Ordering::Acquire))
+/// }
+/// FLUSHED.store(true, Ordering::Release);
+/// let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+/// assert!(core::pin::pin!(wait_flushed()).poll(&mut cx).is_ready());
+/// # }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct WaitUntil<'q, F> {
     queue: &'q WaitQueue,
@@ -955,6 +1177,25 @@ impl<F> Drop for WaitUntil<'_, F> {
 /// masked. Every sleeping call of ksync calls it on entry in debug builds
 /// (the uncontended path included, as Linux), and before it sleeps in
 /// release builds; call it where a kernel's own code may sleep.
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::{rcu, wait};
+///
+/// // A function that may sleep says so, so that a call from atomic
+/// // context panics at once, not only when it happens to sleep.
+/// fn load_firmware() {
+///     wait::might_sleep();
+///     // ... read the file, maybe sleeping ...
+/// }
+/// load_firmware(); // task context: fine
+/// # rcu::cpu_online();
+/// let reader = rcu::read_lock();
+/// assert!(std::panic::catch_unwind(load_firmware).is_err()); // in a read section
+/// drop(reader);
+/// # rcu::cpu_offline();
+/// # }
+/// ```
 #[track_caller]
 pub fn might_sleep() {
     if !kernel::may_sleep() {
