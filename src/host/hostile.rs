@@ -30,9 +30,10 @@
 //! The kernel checks its own contract at every point and panics on a
 //! breach, naming the seed: never preempt with a preemption count above
 //! zero or interrupts masked, never interrupt with interrupts masked, and
-//! at every voluntary context switch ([`Kernel::block`], [`Kernel::yield_now`])
-//! a count of zero with interrupts enabled (Linux's "scheduling while
-//! atomic"). In strict mode ([`set_strict`], `KSYNC_HOSTILE_STRICT=1`;
+//! at every voluntary context switch
+//! ([`Kernel::block`](crate::kernel::Kernel::block),
+//! [`Kernel::yield_now`](crate::kernel::Kernel::yield_now)) a count of
+//! zero with interrupts enabled (Linux's "scheduling while atomic"). In strict mode ([`set_strict`], `KSYNC_HOSTILE_STRICT=1`;
 //! ksync's own suites) a preemption count that returns to zero with
 //! interrupts masked is reported too: that preemption point is lost
 //! (Linux's `spin_unlock_irqrestore` restores interrupts first for this
