@@ -219,15 +219,17 @@ unsafe impl IrqControl for ArchIrq {
 ///
 #[cfg_attr(feature = "test-hooks", doc = " ```")]
 #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
 /// use ksync::kernel::irq::IrqState;
-/// use ksync::spinlock::TicketMutex;
 ///
-/// // The NIC's interrupt handler pushes to this queue too.
-/// static RX_QUEUE: TicketMutex<Vec<u32>> = TicketMutex::new(Vec::new());
+/// // This CPU's timer interrupt handler reads both: it must never run
+/// // between the two updates.
+/// static TICKS: AtomicU64 = AtomicU64::new(0);
+/// static CLOCK_NS: AtomicU64 = AtomicU64::new(0);
 ///
 /// let _irqs = IrqState::save(); // `local_irq_save(flags)`
-/// let packets: Vec<u32> = RX_QUEUE.lock().drain(..).collect();
-/// # assert!(packets.is_empty());
+/// TICKS.fetch_add(1, Relaxed);
+/// CLOCK_NS.fetch_add(1_000_000, Relaxed);
 /// // `local_irq_restore(flags)` when `_irqs` drops
 /// ```
 #[must_use = "dropping the state restores interrupts at once"]

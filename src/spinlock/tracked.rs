@@ -348,6 +348,7 @@ impl<A, G: SpinGuardian> RawSpinlock<A, G> {
     /// use ksync::spinlock::{IrqDisabled, RawTicketLock, Spin};
     ///
     /// let lock: RawTicketLock<Spin, IrqDisabled> = RawTicketLock::with_relax();
+    /// let preempt = ksync::kernel::preempt_disable(); // as in `__schedule`
     /// lock.lock(); // saved: interrupts were on
     /// // Keep interrupts off past the unlock: the unlock restores "off",
     /// // and the "on" state is ours to restore later.
@@ -361,6 +362,7 @@ impl<A, G: SpinGuardian> RawSpinlock<A, G> {
     /// let restored: IrqState = unsafe { IrqState::from_flags(on) };
     /// drop(restored);
     /// assert!(!ksync::host::irqs_disabled());
+    /// drop(preempt);
     /// ```
     ///
     /// # Safety
