@@ -239,11 +239,12 @@ impl<T> PerCpu<T> {
     /// use ksync::percpu::PerCpu;
     ///
     /// static IRQS: PerCpu<AtomicU64> = PerCpu::new();
-    /// IRQS.get().fetch_add(1, Relaxed);
+    /// let this_cpu = IRQS.get();
+    /// this_cpu.fetch_add(1, Relaxed);
     ///
     /// // `for_each_possible_cpu`: the busiest CPU, for /proc/interrupts.
     /// let busiest = IRQS.iter().enumerate().max_by_key(|(_, n)| n.load(Relaxed));
-    /// assert_eq!(busiest.map(|(cpu, _)| cpu), Some(ksync::kernel::cpu_id()));
+    /// assert_eq!(busiest.map(|(cpu, _)| cpu), Some(this_cpu.cpu()));
     /// ```
     #[doc(alias = "for_each_possible_cpu")]
     #[inline]

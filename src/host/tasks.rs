@@ -113,6 +113,9 @@ pub fn set_wake_latency(latency: Duration) {
 /// use ksync::host;
 /// use ksync::semaphore::Semaphore;
 ///
+/// # // A deep hostile preemption may eat the whole timeout before it blocks.
+/// # #[cfg(feature = "hostile")]
+/// # ksync::host::hostile::set_enabled(false);
 /// // A test that a timed `down` really sleeps rather than spins:
 /// let sem = Semaphore::new(0);
 /// assert!(!sem.down_timeout(Duration::from_millis(1)));
