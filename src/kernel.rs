@@ -205,7 +205,7 @@ pub(crate) const fn parse_setting(text: &str, max: usize) -> Option<usize> {
 /// # mod arch { pub fn this_cpu_index() -> usize { 0 } }
 ///
 /// /// One CPU per core, kernel code never preempted: the two required hooks.
-/// struct MyKernel;
+/// # struct MyKernel;
 ///
 /// // SAFETY: `this_cpu_index` is this CPU's boot-time index, below 4, and
 /// // nothing moves a context to another CPU while it runs kernel code.
@@ -243,7 +243,7 @@ pub unsafe trait Kernel {
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::kernel::Kernel;
     /// # mod arch { pub fn read_tpidr_el1() -> usize { 1 } }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: boot code writes each CPU's index to its TPIDR_EL1, once.
     /// unsafe impl Kernel for MyKernel {
@@ -272,7 +272,7 @@ pub unsafe trait Kernel {
     /// /// even before the other CPUs are started.
     /// const NR_CPUS: usize = 16;
     ///
-    /// struct MyKernel;
+    /// # struct MyKernel;
     /// // SAFETY: CPU ids are assigned at bring-up, 0..NR_CPUS.
     /// unsafe impl Kernel for MyKernel {
     ///     fn cpu_id() -> usize { smp_processor_id() }
@@ -296,11 +296,11 @@ pub unsafe trait Kernel {
     /// // The scheduler's per-CPU preempt count (one CPU here, for brevity).
     /// static PREEMPT_COUNT: AtomicU32 = AtomicU32::new(0);
     ///
-    /// struct MyKernel;
+    /// # struct MyKernel;
     /// // SAFETY: the scheduler switches tasks only while PREEMPT_COUNT is 0.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     fn preempt_disable() { PREEMPT_COUNT.fetch_add(1, Relaxed); }
     ///     fn preempt_enable() { PREEMPT_COUNT.fetch_sub(1, Relaxed); }
     /// }
@@ -323,11 +323,11 @@ pub unsafe trait Kernel {
     /// # fn schedule_if_needed() {}
     /// static PREEMPT_COUNT: AtomicU32 = AtomicU32::new(0);
     ///
-    /// struct MyKernel;
+    /// # struct MyKernel;
     /// // SAFETY: tasks switch only while PREEMPT_COUNT is 0 (one CPU).
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     fn preempt_disable() { PREEMPT_COUNT.fetch_add(1, Relaxed); }
     ///     fn preempt_enable() {
     ///         // The last enable runs a reschedule that was held back, as
@@ -359,11 +359,11 @@ pub unsafe trait Kernel {
     ///     PerCpuBlock { cpu: AtomicUsize::new(0), preempt_count: AtomicU32::new(0) };
     /// fn this_cpu() -> &'static PerCpuBlock { &BOOT_CPU }
     ///
-    /// struct MyKernel;
+    /// # struct MyKernel;
     /// // SAFETY: each CPU's block names that CPU; no switch while the count is set.
     /// unsafe impl Kernel for MyKernel {
     ///     fn cpu_id() -> usize { this_cpu().cpu.load(Relaxed) }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     fn preempt_disable() { this_cpu().preempt_count.fetch_add(1, Relaxed); }
     ///     fn preempt_enable() { this_cpu().preempt_count.fetch_sub(1, Relaxed); }
     ///     // `get_cpu()`: one per-CPU block lookup for both.
@@ -399,13 +399,13 @@ pub unsafe trait Kernel {
     /// #     pub fn set_threshold(_: usize) {}
     /// #     pub const MASK_ALL: usize = 7;
     /// # }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU; raising the interrupt controller's priority threshold
     /// // to its maximum masks every interrupt on this CPU, restoring it unmasks.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     fn irq_save() -> usize {
     ///         let old = plic::threshold();
     ///         plic::set_threshold(plic::MASK_ALL);
@@ -470,12 +470,12 @@ pub unsafe trait Kernel {
     /// use ksync::kernel::{Kernel, StallReport};
     /// # macro_rules! pr_err { ($($t:tt)*) => { eprintln!($($t)*) } }
     /// # fn dump_stack_of(_cpu: usize) {}
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU, never preempted.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     fn rcu_stall(report: &StallReport) {
     ///         pr_err!("{report}"); // "rcu: grace period 0x.. stalled for ..."
     ///         for cpu in report.cpus() {
@@ -506,11 +506,11 @@ pub unsafe trait Kernel {
     /// // Bumped by the trap entry code around each handler (`irq_enter`).
     /// static HARDIRQ_COUNT: AtomicU32 = AtomicU32::new(0);
     ///
-    /// struct MyKernel;
+    /// # struct MyKernel;
     /// // SAFETY: one CPU, never preempted.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     fn in_interrupt() -> bool { HARDIRQ_COUNT.load(Relaxed) != 0 }
     /// }
     /// ksync::set_kernel!(MyKernel);
@@ -536,12 +536,12 @@ pub unsafe trait Kernel {
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::kernel::Kernel;
     /// # mod arch { pub fn read_rflags() -> u64 { 0x202 } }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU, never preempted.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     // x86_64: interrupts are off when RFLAGS.IF (bit 9) is clear.
     ///     fn irqs_disabled() -> bool { arch::read_rflags() & (1 << 9) == 0 }
     /// }
@@ -567,12 +567,12 @@ pub unsafe trait Kernel {
     /// # pub struct Task { pub pid: u32 }
     /// # static INIT_TASK: Task = Task { pid: 1 };
     /// # fn current() -> &'static Task { &INIT_TASK }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU, never preempted.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     // The address of the task struct: nonzero, unique while it lives.
     ///     fn current_task() -> usize { current() as *const Task as usize }
     /// }
@@ -608,12 +608,12 @@ pub unsafe trait Kernel {
     /// #     pub fn schedule_until(_deadline_ns: Option<u64>) {}
     /// #     pub fn wake_up_process(_task: usize) {}
     /// # }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU; the scheduler switches only with preemption enabled.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     fn block(deadline_ns: Option<u64>) {
     ///         // A `wake_up_process` since the waiter queued itself sets the task
     ///         // back to running, so this `schedule` returns at once.
@@ -648,12 +648,12 @@ pub unsafe trait Kernel {
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::kernel::Kernel;
     /// # mod sched { pub fn wake_up_process(_task: usize) -> bool { false } }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU, never preempted.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     // Sets the task running and queues it on its CPU's run queue; a task
     ///     // that is not asleep only gets its next `block` to return at once.
     ///     fn wake(task: usize) { sched::wake_up_process(task); }
@@ -677,12 +677,12 @@ pub unsafe trait Kernel {
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::kernel::Kernel;
     /// # mod sched { pub fn preempt_count() -> u32 { 0 } pub fn in_hardirq() -> bool { false } }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU; no switch while the preempt count is nonzero.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     fn in_interrupt() -> bool { sched::in_hardirq() }
     ///     // Linux's `might_sleep` test: no handler, no preemption disabled.
     ///     fn may_sleep() -> bool { !sched::in_hardirq() && sched::preempt_count() == 0 }
@@ -705,12 +705,12 @@ pub unsafe trait Kernel {
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::kernel::Kernel;
     /// # mod arch { pub fn read_cntvct() -> u64 { 1_000 } pub const CNTFRQ_HZ: u64 = 62_500_000; }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU, never preempted.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     // aarch64's virtual counter, scaled to nanoseconds (`ktime_get_ns`).
     ///     fn clock_ns() -> u64 {
     ///         (arch::read_cntvct() as u128 * 1_000_000_000 / arch::CNTFRQ_HZ as u128) as u64
@@ -735,12 +735,12 @@ pub unsafe trait Kernel {
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::kernel::Kernel;
     /// # pub struct Task { pub on_cpu: core::sync::atomic::AtomicBool }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU, never preempted.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     // Linux's `owner_on_cpu`: the token is the task struct's address.
     ///     fn task_running(task: usize) -> bool {
     ///         // SAFETY: ksync passes only tokens of live tasks.
@@ -773,12 +773,12 @@ pub unsafe trait Kernel {
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::kernel::Kernel;
     /// # mod sched { pub fn yield_current() {} }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU, never preempted.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     // Puts the task at the back of its run queue and switches.
     ///     fn yield_now() { sched::yield_current() }
     /// }
@@ -801,12 +801,12 @@ pub unsafe trait Kernel {
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// use ksync::kernel::{Kernel, LockdepReport};
     /// # macro_rules! pr_warn { ($($t:tt)*) => { eprintln!($($t)*) } }
-    /// struct MyKernel;
+    /// # struct MyKernel;
     ///
     /// // SAFETY: one CPU, never preempted.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { 0 }
-    ///     fn nr_cpus() -> usize { 1 }
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
     ///     // Print and carry on, as Linux does after its first splat.
     ///     fn lockdep_report(report: &LockdepReport) {
     ///         pr_warn!("{report}");
@@ -841,7 +841,7 @@ pub unsafe trait Kernel {
 #[cfg_attr(feature = "test-hooks", doc = " ```")]
 #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
 /// # mod arch { pub fn this_cpu_index() -> usize { 0 } }
-/// struct MyKernel;
+/// # struct MyKernel;
 ///
 /// // SAFETY: each CPU's index is set at boot, below 4, and kernel code
 /// // is never preempted.

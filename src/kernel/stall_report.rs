@@ -58,7 +58,8 @@ impl StallReport {
     ///
     /// const TICKS_PER_SEC: u64 = 1000; // the clock passed to `check_stall`
     ///
-    /// // Escalate, as Linux's `panic_on_rcu_stall` does, past a minute.
+    /// // A kernel's policy: warn at first, panic (Linux's `panic_on_rcu_stall`)
+    /// // once the grace period has been stuck for a minute.
     /// fn rcu_stall(report: &StallReport) {
     ///     if report.age() > 60 * TICKS_PER_SEC {
     ///         panic!("{report}");
