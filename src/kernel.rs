@@ -355,17 +355,20 @@ pub unsafe trait Kernel {
     ///
     /// /// The per-CPU block a kernel keeps behind `gs` or `TPIDR_EL1`.
     /// struct PerCpuBlock { cpu: AtomicUsize, preempt_count: AtomicU32 }
-    /// static BOOT_CPU: PerCpuBlock =
-    ///     PerCpuBlock { cpu: AtomicUsize::new(0), preempt_count: AtomicU32::new(0) };
-    /// fn this_cpu() -> &'static PerCpuBlock { &BOOT_CPU }
+    /// # static BOOT_CPU: PerCpuBlock =
+    /// #     PerCpuBlock { cpu: AtomicUsize::new(0), preempt_count: AtomicU32::new(0) };
+    /// fn this_cpu() -> &'static PerCpuBlock {
+    ///     // ... read `gs:` / `TPIDR_EL1` ...
+    /// #   &BOOT_CPU
+    /// }
     ///
     /// # struct MyKernel;
     /// // SAFETY: each CPU's block names that CPU; no switch while the count is set.
     /// unsafe impl Kernel for MyKernel {
-    ///     fn cpu_id() -> usize { this_cpu().cpu.load(Relaxed) }
+    /// #     fn cpu_id() -> usize { this_cpu().cpu.load(Relaxed) }
     /// #     fn nr_cpus() -> usize { 1 }
-    ///     fn preempt_disable() { this_cpu().preempt_count.fetch_add(1, Relaxed); }
-    ///     fn preempt_enable() { this_cpu().preempt_count.fetch_sub(1, Relaxed); }
+    /// #     fn preempt_disable() { this_cpu().preempt_count.fetch_add(1, Relaxed); }
+    /// #     fn preempt_enable() { this_cpu().preempt_count.fetch_sub(1, Relaxed); }
     ///     // `get_cpu()`: one per-CPU block lookup for both.
     ///     fn preempt_disable_cpu_id() -> usize {
     ///         let block = this_cpu();

@@ -55,7 +55,7 @@ use crate::arch::{self, IrqWord};
 ///
 #[cfg_attr(feature = "test-hooks", doc = " ```")]
 #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
-/// use ksync::kernel::irq::{IrqControl, IrqState};
+/// use ksync::kernel::irq::IrqControl;
 /// use ksync::spinlock::{RawIrqSave, RawTicketLock};
 /// # mod gic { pub fn pmr() -> u8 { 0xff } pub fn set_pmr(_: u8) {} }
 ///
@@ -72,12 +72,9 @@ use crate::arch::{self, IrqWord};
 /// }
 ///
 /// // A lock its handlers take, masking through the PMR.
-/// let lock = ksync::lock_api::Mutex::from_raw(
-///     RawIrqSave::<_, GicPmr>::with_irq(RawTicketLock::new()),
-///     0u32,
-/// );
+/// let raw = RawIrqSave::<_, GicPmr>::with_irq(RawTicketLock::new());
+/// let lock = ksync::lock_api::Mutex::from_raw(raw, 0u32);
 /// *lock.lock() += 1;
-/// let _masked = IrqState::<GicPmr>::save_with(); // `local_irq_save`
 /// ```
 ///
 /// # Safety

@@ -622,16 +622,12 @@ impl Map {
     /// impl BitLock {
     ///     #[track_caller]
     ///     fn lock(&self) {
-    ///         self.dep_map.acquire(0, false, false); // before spinning: a deadlock is reported, not hung on
-    ///         while self.locked.swap(true, Acquire) {
-    ///             core::hint::spin_loop();
-    ///         }
+    ///         self.dep_map.acquire(0, false, false); // before spinning: reported, not hung
+    ///         while self.locked.swap(true, Acquire) { core::hint::spin_loop() }
     ///     }
     ///     fn try_lock(&self) -> bool {
     ///         let ok = !self.locked.swap(true, Acquire);
-    ///         if ok {
-    ///             self.dep_map.acquire(0, true, false); // after it succeeded
-    ///         }
+    ///         if ok { self.dep_map.acquire(0, true, false) } // after it succeeded
     ///         ok
     ///     }
     /// }
