@@ -86,11 +86,41 @@ std::thread_local! {
 /// Test hook: from now on, each time this thread's `Kernel::block`
 /// returns, the thread sleeps `latency` more before it goes on, as a task
 /// that was woken and waits to be scheduled (zero: no delay).
+///
+/// ```
+/// use std::time::Duration;
+/// use ksync::completion::Completion;
+/// use ksync::host;
+///
+/// // A woken waiter that is slow to get its CPU back: the race window
+/// // between `complete` and the waiter running again widens.
+/// static DONE: Completion = Completion::new();
+/// let waiter = std::thread::spawn(|| {
+///     host::set_wake_latency(Duration::from_millis(1));
+///     DONE.wait_for_completion();
+/// });
+/// DONE.complete();
+/// waiter.join().unwrap();
+/// ```
 pub fn set_wake_latency(latency: Duration) {
     LATENCY_NS.with(|l| l.set(u64::try_from(latency.as_nanos()).unwrap_or(u64::MAX)));
 }
 
 /// Test hook: how many times this thread's `Kernel::block` has returned.
+///
+/// ```
+/// use std::time::Duration;
+/// use ksync::host;
+/// use ksync::semaphore::Semaphore;
+///
+/// # // A deep hostile preemption may eat the whole timeout before it blocks.
+/// # #[cfg(feature = "hostile")]
+/// # ksync::host::hostile::set_enabled(false);
+/// // A test that a timed `down` really sleeps rather than spins:
+/// let sem = Semaphore::new(0);
+/// assert!(!sem.down_timeout(Duration::from_millis(1)));
+/// assert!(host::blocks() >= 1);
+/// ```
 pub fn blocks() -> u64 {
     BLOCKS.with(Cell::get)
 }

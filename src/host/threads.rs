@@ -177,6 +177,18 @@ pub(super) fn preempt_enable() {
 /// This thread's preemption count: the number of
 /// [`preempt_disable`](crate::kernel::Kernel::preempt_disable) calls not
 /// yet matched by a `preempt_enable`.
+///
+/// ```
+/// use ksync::{host, kernel};
+/// use ksync::spinlock::TicketMutex;
+///
+/// let lock = TicketMutex::new(());
+/// let guard = lock.lock(); // a spinlock's guard keeps preemption off
+/// let inner = kernel::preempt_disable(); // nests
+/// assert_eq!(host::preempt_count(), 2);
+/// drop((inner, guard));
+/// assert_eq!(host::preempt_count(), 0);
+/// ```
 pub fn preempt_count() -> u32 {
     PREEMPT.with(Cell::get) & !NOT_ARMED
 }
@@ -192,6 +204,20 @@ pub fn preempt_count() -> u32 {
 /// context switch to RCU ([`rcu::quiescent_state`](crate::rcu::quiescent_state)),
 /// calls [`migrate_to`] and waits for the test's other threads. It runs
 /// once; arming again replaces it.
+///
+/// ```
+/// use ksync::{host, kernel};
+/// # #[cfg(feature = "hostile")]
+/// # ksync::host::hostile::set_enabled(false);
+///
+/// // Move the task to another CPU right after it read its CPU id, as a
+/// // preemptible kernel may: the id it holds is stale from then on.
+/// let other = kernel::nr_cpus() - 1;
+/// host::preempt_at_next_point(move || host::migrate_to(other));
+/// let stale = kernel::cpu_id();
+/// assert_eq!(kernel::cpu_id(), other);
+/// assert_ne!(stale, other);
+/// ```
 pub fn preempt_at_next_point(switch: impl FnOnce() + 'static) {
     if super::NOOP_PREEMPT {
         panic!("ksync test hooks: built with KSYNC_HOST_NOOP_PREEMPT, the hooks do not count");
@@ -204,6 +230,20 @@ pub fn preempt_at_next_point(switch: impl FnOnce() + 'static) {
 
 /// A preemption point (a timer interrupt arriving here): runs the armed
 /// preemption if this thread's preemption count is zero.
+///
+/// ```
+/// use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
+/// use ksync::{host, kernel};
+///
+/// static SWITCHED: AtomicBool = AtomicBool::new(false);
+/// host::preempt_at_next_point(|| SWITCHED.store(true, Relaxed));
+///
+/// let guard = kernel::preempt_disable();
+/// host::preemption_point(); // a tick with preemption off: no switch
+/// assert!(!SWITCHED.load(Relaxed));
+/// drop(guard); // the enable to zero is a point: the switch runs
+/// assert!(SWITCHED.load(Relaxed));
+/// ```
 pub fn preemption_point() {
     if PREEMPT.with(Cell::get) == 0 {
         preempt_now();
@@ -213,6 +253,19 @@ pub fn preemption_point() {
 /// Moves this thread to CPU `cpu`, as a scheduler migrates a task: from
 /// now on `cpu_id` returns `cpu`. RCU's per-CPU state stays with the CPUs
 /// (the CPU left keeps its state; the new one has its own).
+///
+/// ```
+/// use ksync::{host, kernel};
+/// use ksync::percpu_counter::PerCpuCounter;
+/// # #[cfg(feature = "hostile")]
+/// # ksync::host::hostile::set_enabled(false);
+///
+/// static FORKS: PerCpuCounter = PerCpuCounter::new();
+/// FORKS.add(1); // on this CPU's slot
+/// host::migrate_to(kernel::nr_cpus() - 1); // the scheduler moves the task
+/// FORKS.add(1); // on the new CPU's slot
+/// assert_eq!(FORKS.sum(), 2);
+/// ```
 ///
 /// # Panics
 /// With preemption disabled (the `Kernel` contract keeps the task on its

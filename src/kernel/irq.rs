@@ -53,6 +53,30 @@ use crate::arch::{self, IrqWord};
 
 /// A way to save and disable local interrupts, and restore them.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::irq::IrqControl;
+/// use ksync::spinlock::{RawIrqSave, RawTicketLock};
+/// # mod gic { pub fn pmr() -> u8 { 0xff } pub fn set_pmr(_: u8) {} }
+///
+/// /// aarch64 with GIC priority masking: lower the priority mask instead of
+/// /// setting `DAIF.I`, so that pseudo-NMIs still come in.
+/// struct GicPmr;
+///
+/// // SAFETY: a PMR of 0x80 masks every interrupt a lock's handler can
+/// // run in, on this CPU only; restore writes back the saved mask.
+/// unsafe impl IrqControl for GicPmr {
+///     type Flags = u8;
+///     fn save() -> u8 { let old = gic::pmr(); gic::set_pmr(0x80); old }
+///     unsafe fn restore(flags: u8) { gic::set_pmr(flags) }
+/// }
+///
+/// // A lock its handlers take, masking through the PMR.
+/// let raw = RawIrqSave::<_, GicPmr>::with_irq(RawTicketLock::new());
+/// let lock = ksync::lock_api::Mutex::from_raw(raw, 0u32);
+/// *lock.lock() += 1;
+/// ```
+///
 /// # Safety
 /// Between [`save`](IrqControl::save) and the matching
 /// [`restore`](IrqControl::restore), interrupt handlers that take
@@ -63,9 +87,33 @@ pub unsafe trait IrqControl {
     type Flags: Copy;
 
     /// Saves the local interrupt state and disables interrupts.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::{ArchIrq, IrqControl};
+    ///
+    /// let flags = ArchIrq::save(); // `local_irq_save`
+    /// // ... nothing on this CPU interrupts this ...
+    /// // SAFETY: `flags` is this CPU's latest save.
+    /// unsafe { ArchIrq::restore(flags) };
+    /// ```
     fn save() -> Self::Flags;
 
     /// Restores a state saved by [`save`](IrqControl::save).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::{IrqControl, KernelIrq};
+    ///
+    /// let outer = KernelIrq::save();
+    /// let inner = KernelIrq::save(); // nests: already off
+    /// // SAFETY: restored on this CPU, innermost first.
+    /// unsafe { KernelIrq::restore(inner) };
+    /// assert!(ksync::host::irqs_disabled()); // `outer` still holds them off
+    /// // SAFETY: as above.
+    /// unsafe { KernelIrq::restore(outer) };
+    /// assert!(!ksync::host::irqs_disabled());
+    /// ```
     ///
     /// # Safety
     /// `flags` comes from the matching `save` on this CPU; saves are
@@ -86,6 +134,18 @@ pub unsafe trait IrqControl {
 /// ([`Kernel::irq_save`](super::Kernel::irq_save)): the default of
 /// [`IrqState`] and the IRQ-saving locks. Needs
 /// [`set_kernel!`](crate::set_kernel).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::irq::{IrqState, KernelIrq};
+///
+/// // The default: the kernel's `irq_save`/`irq_restore` hooks, so lockdep
+/// // and the kernel's own bookkeeping see the masking.
+/// let state: IrqState<KernelIrq> = IrqState::save();
+/// assert!(ksync::host::irqs_disabled());
+/// drop(state);
+/// assert!(!ksync::host::irqs_disabled());
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KernelIrq;
 
@@ -110,6 +170,18 @@ unsafe impl IrqControl for KernelIrq {
 /// Interrupt masking with the architecture's default (the table in the
 /// module docs), without the kernel's hooks: for binaries that never call
 /// [`set_kernel!`](crate::set_kernel).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::irq::{ArchIrq, IrqState};
+///
+/// // Firmware without `set_kernel!`: mask with the CPU's own instructions.
+/// fn timer_tick_bookkeeping() {
+///     let _irqs_off = IrqState::<ArchIrq>::save_with();
+///     // ... update what the timer interrupt handler also touches ...
+/// }
+/// timer_tick_bookkeeping();
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ArchIrq;
 
@@ -141,6 +213,22 @@ unsafe impl IrqControl for ArchIrq {
 /// Saved local interrupt state, restored when dropped.
 ///
 /// `!Send`: interrupt state belongs to the CPU that saved it.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use ksync::kernel::irq::IrqState;
+///
+/// // This CPU's timer interrupt handler reads both: it must never run
+/// // between the two updates.
+/// static TICKS: AtomicU64 = AtomicU64::new(0);
+/// static CLOCK_NS: AtomicU64 = AtomicU64::new(0);
+///
+/// let _irqs = IrqState::save(); // `local_irq_save(flags)`
+/// TICKS.fetch_add(1, Relaxed);
+/// CLOCK_NS.fetch_add(1_000_000, Relaxed);
+/// // `local_irq_restore(flags)` when `_irqs` drops
+/// ```
 #[must_use = "dropping the state restores interrupts at once"]
 pub struct IrqState<I: IrqControl = KernelIrq> {
     flags: I::Flags,
@@ -150,6 +238,14 @@ pub struct IrqState<I: IrqControl = KernelIrq> {
 impl IrqState {
     /// Saves the local interrupt state and disables interrupts on this CPU,
     /// through the kernel's hook ([`KernelIrq`]).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// let flags = ksync::kernel::irq::IrqState::save();
+    /// assert!(ksync::host::irqs_disabled());
+    /// drop(flags); // interrupts back as they were
+    /// assert!(!ksync::host::irqs_disabled());
+    /// ```
     #[doc(alias = "local_irq_save")]
     #[inline]
     pub fn save() -> Self {
@@ -160,6 +256,14 @@ impl IrqState {
 impl<I: IrqControl> IrqState<I> {
     /// Saves and disables local interrupts with `I` (for example
     /// `IrqState::<ArchIrq>::save_with()`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::{ArchIrq, IrqState};
+    ///
+    /// let _off = IrqState::<ArchIrq>::save_with();
+    /// // ... interrupts masked with the CPU's own instructions ...
+    /// ```
     #[inline]
     pub fn save_with() -> Self {
         Self {
@@ -174,6 +278,20 @@ impl<I: IrqControl> IrqState<I> {
     /// restore ([`from_flags`](Self::from_flags), or `I::restore`), on
     /// this CPU, in nesting order. For a state handed to another context
     /// (a lock released by the next task after a context switch).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::IrqState;
+    ///
+    /// // A context switch with interrupts off: the outgoing task gives its saved
+    /// // state to the scheduler, the next task restores it.
+    /// let flags: usize = IrqState::save().into_flags();
+    /// // ... switch_to(next) ...
+    /// // SAFETY: saved on this CPU above, not restored since, owned only here.
+    /// let restored: IrqState = unsafe { IrqState::from_flags(flags) };
+    /// drop(restored);
+    /// assert!(!ksync::host::irqs_disabled());
+    /// ```
     #[inline]
     #[must_use = "the state must be restored: pass it to `IrqState::from_flags`"]
     pub fn into_flags(self) -> I::Flags {
@@ -185,6 +303,18 @@ impl<I: IrqControl> IrqState<I> {
     /// Takes over a state saved by [`save_with`](Self::save_with) and
     /// given up by [`into_flags`](Self::into_flags): dropping it restores
     /// the state.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::IrqState;
+    ///
+    /// let flags = IrqState::save().into_flags();
+    /// assert!(ksync::host::irqs_disabled());
+    /// // SAFETY: `flags` came from `into_flags` on this CPU, not restored since.
+    /// let state: IrqState = unsafe { IrqState::from_flags(flags) };
+    /// drop(state); // restores
+    /// assert!(!ksync::host::irqs_disabled());
+    /// ```
     ///
     /// # Safety
     /// `flags` came from `into_flags` of a state saved on this CPU, not

@@ -340,6 +340,19 @@ pub const MAX_DEPENDENCIES: usize = match option_env!("KSYNC_LOCKDEP_DEPENDENCIE
 /// or [`Map::with_key`]) belongs to one class, named `name` in reports.
 /// The key's address is its identity, so it lives in a `static`; make one
 /// with [`lock_class!`](crate::lock_class).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockdep::LockClassKey;
+/// use ksync::spinlock::RawSpinlock;
+/// # use ksync::spinlock::TicketLock;
+///
+/// // Every runqueue lock, wherever it is built, is one class "rq->lock".
+/// static RQ_LOCK_KEY: LockClassKey = LockClassKey::new("rq->lock");
+///
+/// let mut rq_lock = RawSpinlock::<TicketLock>::new();
+/// rq_lock.set_lock_class(&RQ_LOCK_KEY);
+/// ```
 #[doc(alias("lock_class_key", "static_lock_class"))]
 pub struct LockClassKey {
     name: &'static str,
@@ -348,12 +361,27 @@ pub struct LockClassKey {
 impl LockClassKey {
     /// A key named `name`. Put it in a `static` (or leak it): two keys are
     /// two classes even if their names are equal.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::{LockClassKey, Map};
+    ///
+    /// static INODE_KEY: LockClassKey = LockClassKey::new("inode");
+    /// static I_LOCK: Map = Map::with_key(&INODE_KEY); // reports say "inode"
+    /// # let _ = &I_LOCK;
+    /// ```
     #[must_use]
     pub const fn new(name: &'static str) -> Self {
         Self { name }
     }
 
     /// The name reports give the class.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// let key = ksync::lock_class!("dentry->d_lock");
+    /// assert_eq!(key.name(), "dentry->d_lock");
+    /// ```
     #[must_use]
     pub const fn name(&self) -> &'static str {
         self.name
@@ -386,6 +414,17 @@ macro_rules! lock_class {
 /// How this CPU's locks look to lockdep: the number of locks this CPU
 /// holds now (in every context; 0 without the feature or once checking
 /// stopped).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockdep;
+/// use ksync::spinlock::TicketMutex;
+///
+/// let lock = TicketMutex::new(());
+/// let _guard = lock.lock();
+/// // `lockdep_depth(current)`: 0 without the feature.
+/// assert_eq!(lockdep::held_lock_count(), usize::from(cfg!(feature = "lockdep")));
+/// ```
 #[doc(alias = "lockdep_depth")]
 #[inline]
 #[must_use]
@@ -487,12 +526,42 @@ impl Map {
 
     /// A lock whose class is the caller's source location (the place the
     /// lock is built: put `#[track_caller]` on its constructor).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::AtomicBool;
+    /// use ksync::lockdep::Map;
+    ///
+    /// /// Linux's `bit_spin_lock`, taking part in lockdep.
+    /// struct BitLock { locked: AtomicBool, dep_map: Map }
+    ///
+    /// impl BitLock {
+    ///     #[track_caller] // the class is the line that builds the lock
+    ///     const fn new() -> Self {
+    ///         Self { locked: AtomicBool::new(false), dep_map: Map::new() }
+    ///     }
+    /// }
+    /// # let _ = BitLock::new();
+    /// ```
     #[track_caller]
     pub const fn new() -> Self {
         Self::with(MapKey::Location(core::panic::Location::caller()))
     }
 
     /// A lock of `key`'s class.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    ///
+    /// // A lock built in many places, one class: "journal->j_state_lock".
+    /// fn state_map() -> Map {
+    ///     Map::with_key(ksync::lock_class!("journal->j_state_lock"))
+    /// }
+    /// let (a, b) = (state_map(), state_map());
+    /// let _a = a.acquire_guard(0, false, false);
+    /// let _b = b.acquire_guard(1, false, false); // same class: nest by subclass
+    /// ```
     pub const fn with_key(key: &'static LockClassKey) -> Self {
         Self::with(MapKey::Named(key))
     }
@@ -500,12 +569,38 @@ impl Map {
     /// A lock that is its own class, registered when first taken and freed
     /// when the lock drops (for constructors without a call site, such as
     /// `lock_api`'s `INIT`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    ///
+    /// // `lock_api`'s `INIT` has no call site to name: each lock its own class.
+    /// struct RawBitLock { dep_map: Map }
+    /// impl RawBitLock {
+    ///     const INIT: Self = Self { dep_map: Map::per_instance() };
+    /// }
+    /// let lock = RawBitLock::INIT;
+    /// lock.dep_map.acquire(0, false, false);
+    /// lock.dep_map.release();
+    /// ```
     pub const fn per_instance() -> Self {
         Self::with(MapKey::Instance)
     }
 
     /// Moves the lock to `key`'s class (Linux's `lockdep_set_class`): call
     /// it before the lock is first used.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    ///
+    /// // `lockdep_set_class`: before first use, give a lock built in a
+    /// // generic helper the class of what it protects.
+    /// let mut map = Map::new();
+    /// map.set_class(ksync::lock_class!("sk->sk_lock"));
+    /// map.acquire(0, false, false);
+    /// map.release();
+    /// ```
     pub fn set_class(&mut self, key: &'static LockClassKey) {
         engine::forget(self);
         self.key = MapKey::Named(key);
@@ -517,6 +612,28 @@ impl Map {
     /// hangs), or after a try-lock succeeded with `try_lock` set.
     /// `irqs_off`: the lock path itself masked interrupts (IRQ-saving
     /// locks). `subclass` is `0` unless nesting on purpose.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicBool, Ordering::{Acquire, Release}};
+    /// use ksync::lockdep::Map;
+    ///
+    /// struct BitLock { locked: AtomicBool, dep_map: Map }
+    /// impl BitLock {
+    ///     #[track_caller]
+    ///     fn lock(&self) {
+    ///         self.dep_map.acquire(0, false, false); // before spinning: reported, not hung
+    ///         while self.locked.swap(true, Acquire) { core::hint::spin_loop() }
+    ///     }
+    ///     fn try_lock(&self) -> bool {
+    ///         let ok = !self.locked.swap(true, Acquire);
+    ///         if ok { self.dep_map.acquire(0, true, false) } // after it succeeded
+    ///         ok
+    ///     }
+    /// }
+    /// # let l = BitLock { locked: AtomicBool::new(false), dep_map: Map::new() };
+    /// # l.lock(); assert!(!l.try_lock()); l.dep_map.release(); l.locked.store(false, Release);
+    /// ```
     ///
     /// # Panics
     /// If `subclass` is not below [`MAX_SUBCLASSES`].
@@ -562,6 +679,22 @@ impl Map {
     }
 
     /// Records that this CPU released the lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicBool, Ordering::Release};
+    /// use ksync::lockdep::Map;
+    ///
+    /// struct BitLock { locked: AtomicBool, dep_map: Map }
+    /// impl BitLock {
+    ///     fn unlock(&self) {
+    ///         self.dep_map.release(); // `lock_release`, then the real unlock
+    ///         self.locked.store(false, Release);
+    ///     }
+    /// }
+    /// # let l = BitLock { locked: AtomicBool::new(true), dep_map: Map::new() };
+    /// # l.dep_map.acquire(0, false, false); l.unlock();
+    /// ```
     #[doc(alias = "lock_release")]
     #[track_caller]
     #[inline]
@@ -571,6 +704,18 @@ impl Map {
 
     /// Whether this CPU holds the lock (Linux's `lockdep_is_held`):
     /// `None` once checking stopped (after a report that turns it off).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    ///
+    /// let map = Map::new();
+    /// let held = map.acquire_guard(0, false, false);
+    /// // `lockdep_is_held`: `None` without the feature or once checking stopped.
+    /// assert_ne!(map.is_held(), Some(false));
+    /// drop(held);
+    /// assert_ne!(map.is_held(), Some(true));
+    /// ```
     #[doc(alias = "lockdep_is_held")]
     #[inline]
     #[must_use]
@@ -580,6 +725,23 @@ impl Map {
 
     /// Reports ([`NotHeld`](ReportKind::NotHeld)) unless this CPU holds
     /// the lock (Linux's `lockdep_assert_held`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    ///
+    /// struct Queue { dep_map: Map, len: core::cell::Cell<usize> }
+    /// impl Queue {
+    ///     // Callers must hold the queue's lock: `lockdep_assert_held`.
+    ///     fn len_locked(&self) -> usize {
+    ///         self.dep_map.assert_held();
+    ///         self.len.get()
+    ///     }
+    /// }
+    /// let q = Queue { dep_map: Map::new(), len: core::cell::Cell::new(0) };
+    /// let _held = q.dep_map.acquire_guard(0, false, false);
+    /// assert_eq!(q.len_locked(), 0);
+    /// ```
     #[doc(alias = "lockdep_assert_held")]
     #[track_caller]
     #[inline]
@@ -590,6 +752,18 @@ impl Map {
     /// [`acquire`](Self::acquire), and a guard that calls
     /// [`release`](Self::release) when it drops (put it in the lock's
     /// guard).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::{Acquired, Map};
+    ///
+    /// // A guard type that records the release wherever it is dropped.
+    /// struct BitLockGuard<'a> { _dep: Acquired<'a> /* , the lock word ... */ }
+    ///
+    /// let dep_map = Map::new();
+    /// let guard = BitLockGuard { _dep: dep_map.acquire_guard(0, false, false) };
+    /// drop(guard); // `lock_release`
+    /// ```
     #[track_caller]
     #[inline]
     pub fn acquire_guard(&self, subclass: u8, try_lock: bool, irqs_off: bool) -> Acquired<'_> {
@@ -719,6 +893,18 @@ impl fmt::Debug for Map {
 
 /// An acquisition recorded by [`Map::acquire_guard`]; dropping it records
 /// the release. Zero-sized without the feature.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockdep::Map;
+///
+/// let map = Map::new();
+/// {
+///     let _acquired = map.acquire_guard(0, false, false);
+///     // ... critical section ...
+/// } // the release is recorded here, on unwinding too
+/// assert_ne!(map.is_held(), Some(true));
+/// ```
 #[must_use = "dropping it records the release at once"]
 pub struct Acquired<'a> {
     #[cfg(feature = "lockdep")]
@@ -732,6 +918,20 @@ impl Acquired<'_> {
     /// may panic (a misuse check) takes its record as a guard, so that an
     /// unwinding waiter is not left recorded as holding it, and keeps it
     /// once it got the lock; its unlock calls [`Map::release`].
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    /// # fn wait_for_owner() -> bool { true }
+    ///
+    /// // A wait that may panic on misuse: recorded as a guard, so an unwinding
+    /// // waiter is not left holding the lock; kept once the lock is taken.
+    /// let map = Map::new();
+    /// let record = map.acquire_guard(0, false, false);
+    /// assert!(wait_for_owner(), "lock misused");
+    /// record.keep(); // held now: the unlock path calls `release`
+    /// map.release();
+    /// ```
     #[inline(always)]
     pub fn keep(self) {
         #[cfg(feature = "lockdep")]
