@@ -95,3 +95,96 @@ fn a_read_inside_an_upgradeable_read_is_allowed_the_other_order_is_not() {
     let report = one_report();
     assert!(report.contains("\"rw-up\""), "{report}");
 }
+
+// ---- interrupt usage, read and write apart (Linux's
+// LOCK_USED_IN_HARDIRQ_READ / LOCK_ENABLED_HARDIRQ_READ) -----------------
+
+use ksync::host::{enter_interrupt, exit_interrupt};
+use ksync::spinlock::IrqState;
+
+/// Read-locks `lock` in a "handler".
+fn read_in_handler(lock: &RwSpinLock<u32>) {
+    enter_interrupt();
+    {
+        let _r = lock.read();
+    }
+    exit_interrupt();
+}
+
+static W_ON_R_IRQ: RwSpinLock<u32> =
+    RwSpinLock::from_raw(RawRwSpinLock::with_class(lock_class!("rw-w-on-r-irq")), 0);
+static R_IRQ_W_ON: RwSpinLock<u32> =
+    RwSpinLock::from_raw(RawRwSpinLock::with_class(lock_class!("rw-r-irq-w-on")), 0);
+
+/// CPU 0 holds the lock for writing with interrupts enabled; an interrupt
+/// on CPU 0 read-locks it and spins while the writer holds it: deadlock.
+/// Reported whichever of the two uses comes second.
+#[test]
+fn a_write_with_interrupts_enabled_and_a_read_in_a_handler_are_an_inversion() {
+    let _s = start();
+    on_cpu(|| *W_ON_R_IRQ.write() += 1);
+    no_report();
+    on_cpu(|| read_in_handler(&W_ON_R_IRQ));
+    let report = one_report();
+    assert!(
+        report.contains("taken in an interrupt handler and with interrupts enabled")
+            && report.contains("\"rw-w-on-r-irq\""),
+        "{report}"
+    );
+    // The other order.
+    on_cpu(|| read_in_handler(&R_IRQ_W_ON));
+    no_report();
+    on_cpu(|| *R_IRQ_W_ON.write() += 1);
+    let report = one_report();
+    assert!(
+        report.contains("taken in an interrupt handler and with interrupts enabled")
+            && report.contains("\"rw-r-irq-w-on\""),
+        "{report}"
+    );
+}
+
+static R_IRQ_R_ON: RwSpinLock<u32> =
+    RwSpinLock::from_raw(RawRwSpinLock::with_class(lock_class!("rw-r-irq-r-on")), 0);
+
+/// A read in a handler and a read with interrupts enabled: the handler's
+/// read never waits for a reader (nor for a writer that only waits), so
+/// this is fine (recursive reads); a write under `irqsave` too.
+#[test]
+fn a_read_in_a_handler_and_a_read_with_interrupts_enabled_are_not() {
+    let _s = start();
+    on_cpu(|| read_in_handler(&R_IRQ_R_ON));
+    on_cpu(|| {
+        let _r = R_IRQ_R_ON.read();
+    });
+    on_cpu(|| {
+        let _irq = IrqState::save();
+        *R_IRQ_R_ON.write() += 1;
+    });
+    on_cpu(|| read_in_handler(&R_IRQ_R_ON));
+    no_report();
+}
+
+static W_IRQ_R_ON: RwSpinLock<u32> =
+    RwSpinLock::from_raw(RawRwSpinLock::with_class(lock_class!("rw-w-irq-r-on")), 0);
+
+/// A write in a handler and a read with interrupts enabled: the handler
+/// waits for the reader it interrupted. Reported (as before).
+#[test]
+fn a_write_in_a_handler_and_a_read_with_interrupts_enabled_are_an_inversion() {
+    let _s = start();
+    on_cpu(|| {
+        let _r = W_IRQ_R_ON.read();
+    });
+    no_report();
+    on_cpu(|| {
+        enter_interrupt();
+        *W_IRQ_R_ON.write() += 1;
+        exit_interrupt();
+    });
+    let report = one_report();
+    assert!(
+        report.contains("taken in an interrupt handler and with interrupts enabled")
+            && report.contains("\"rw-w-irq-r-on\""),
+        "{report}"
+    );
+}

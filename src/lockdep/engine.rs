@@ -20,8 +20,8 @@
 use core::cell::UnsafeCell;
 
 use super::graph::{
-    self, CHAIN_REPORTED, Dir, Full, GraphGuard, IN_IRQ, IN_IRQ_READ, INVERSION_REPORTED, IRQS_ON,
-    Key, RECURSION_REPORTED,
+    self, CHAIN_REPORTED, Dir, Full, GraphGuard, IN_IRQ, IN_IRQ_READ, IN_IRQ_SHARED,
+    INVERSION_REPORTED, IRQS_ON, IRQS_ON_SHARED, Key, RECURSION_REPORTED, conflicts,
 };
 use super::{MAX_CLASSES, MAX_DEPENDENCIES, MAX_LOCK_DEPTH, MAX_SUBCLASSES, Map, MapKey};
 use crate::kernel::lockdep_report::{
@@ -41,6 +41,27 @@ const IN_HANDLER: u8 = 1 << 1;
 /// Held-entry flag: a sleeping lock (a mutex): its holder may sleep, so
 /// it does not count for "locks held where one may not sleep".
 const SLEEPING: u8 = 1 << 2;
+/// Held-entry flag: held shared (a reader-writer lock's read).
+const SHARED: u8 = 1 << 3;
+/// Held-entry flag: a recursive read (Linux's `read == 2`): it never
+/// waits for a waiting writer, so, as a try-lock, it adds no lock order
+/// and is no recursion; unlike one, it does wait for a writer that holds
+/// the lock, so it counts as interrupt usage.
+const RECURSIVE: u8 = 1 << 4;
+
+/// How an acquisition holds its lock (Linux's `read` argument of
+/// `lock_acquire`: 0, 1, 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Access {
+    /// For writing (every lock that is not a reader-writer one).
+    Exclusive,
+    /// For reading, waiting behind a waiting writer (a fair rwlock's
+    /// read outside interrupt context).
+    Shared,
+    /// For reading, never behind a waiting writer (a queued rwlock's read
+    /// in interrupt context, or one its upgradeable holder takes).
+    SharedRecursive,
+}
 
 /// One held lock.
 #[derive(Clone, Copy)]
@@ -308,6 +329,7 @@ pub(super) fn acquire(
     try_lock: bool,
     irqs_off: bool,
     sleeping: bool,
+    access: Access,
 ) {
     assert!(
         subclass < MAX_SUBCLASSES,
@@ -329,6 +351,11 @@ pub(super) fn acquire(
     }
     if sleeping {
         flags |= SLEEPING;
+    }
+    match access {
+        Access::Exclusive => {}
+        Access::Shared => flags |= SHARED,
+        Access::SharedRecursive => flags |= SHARED | RECURSIVE,
     }
     let mut entry = Held {
         map: addr(map),
@@ -390,8 +417,8 @@ pub(super) fn read_access(map: &Map, at: Loc) {
             return None;
         }
         let slot = g.slot_mut(class);
-        slot.irq_at = Some(at);
-        let irqs_on_at = slot.irqs_on_at;
+        slot.set_use_at(IN_IRQ_READ, Some(at));
+        let irqs_on_at = slot.use_at(IRQS_ON);
         let mut bits = IN_IRQ_READ;
         let mut report = None;
         if usage & IRQS_ON != 0 && usage & INVERSION_REPORTED == 0 {
@@ -451,13 +478,17 @@ fn check(
     entry.class = class;
     let held = &cpu.held[..cpu.depth];
     let try_lock = entry.flags & TRY != 0;
+    // Adds no lock order and is no recursion: a try-lock, or a recursive
+    // read.
+    let no_wait = entry.flags & (TRY | RECURSIVE) != 0;
+    let shared = entry.flags & SHARED != 0;
     let in_irq = entry.flags & IN_HANDLER != 0;
     let mut report = None;
 
     // 1. Recursion: this class already held (in any context: a handler
     // spinning on a lock its interrupted code holds is a deadlock too).
     let mut recursion = false;
-    let prev = if try_lock {
+    let prev = if no_wait {
         None
     } else {
         held.iter().rev().find(|h| h.class == class)
@@ -485,33 +516,25 @@ fn check(
     }
 
     // 2. Interrupt usage: in a handler (try-locks never wait, so they do
-    // not count) or with interrupts enabled; both is an inversion.
-    let need = if in_irq {
-        if try_lock { 0 } else { IN_IRQ }
-    } else if irqs_on {
-        IRQS_ON
-    } else {
-        0
+    // not count) or with interrupts enabled, for writing or for reading;
+    // a conflicting pair (`graph::conflicts`: a read in a handler and a
+    // read with interrupts enabled are not one) is an inversion.
+    let need = match (in_irq, shared) {
+        (true, _) if try_lock => 0,
+        (true, false) => IN_IRQ,
+        (true, true) => IN_IRQ_SHARED,
+        (false, false) if irqs_on => IRQS_ON,
+        (false, true) if irqs_on => IRQS_ON_SHARED,
+        (false, _) => 0,
     };
     if need != 0 && graph::usage(class) & need == 0 {
         let g = lock(&mut graph);
         let usage = graph::usage(class);
         if usage & need == 0 {
+            let other = conflicts(need);
             let slot = g.slot_mut(class);
-            let other_at = if need == IN_IRQ {
-                slot.irq_at = entry.at;
-                slot.irqs_on_at
-            } else {
-                slot.irqs_on_at = entry.at;
-                slot.irq_at
-            };
-            // A seqlock reader in a handler conflicts with its writers
-            // taking the lock with interrupts enabled (`read_access`).
-            let other = if need == IN_IRQ {
-                IRQS_ON
-            } else {
-                IN_IRQ | IN_IRQ_READ
-            };
+            slot.set_use_at(need, entry.at);
+            let other_at = slot.first_use_at(usage & other);
             let mut bits = need;
             let both = usage & other != 0;
             if both && usage & INVERSION_REPORTED == 0 {
@@ -528,15 +551,20 @@ fn check(
                         at: other_at,
                     });
                     // `other` is the use in a handler.
-                    r.flag = need == IRQS_ON;
+                    r.flag = !in_irq;
                     report = Some(r);
                 }
             }
             g.mark(class, bits);
             // A class that just became IRQ-safe may lead to an IRQ-unsafe
             // one, or one that just became IRQ-unsafe be led to from an
-            // IRQ-safe one (a class that is both is the inversion above).
-            if report.is_none() && !both {
+            // IRQ-safe one (a class that is both is the inversion above;
+            // one that was IRQ-unsafe already was searched then; a read
+            // in a handler does not make a class IRQ-safe, see
+            // `IN_IRQ_SHARED`).
+            let searched =
+                need & (IRQS_ON | IRQS_ON_SHARED) != 0 && usage & (IRQS_ON | IRQS_ON_SHARED) != 0;
+            if report.is_none() && !both && !searched && need != IN_IRQ_SHARED {
                 report = usage_chain(g, class, need, entry, id);
             }
         }
@@ -546,7 +574,7 @@ fn check(
     // the stack and those under it down to the first that was not a
     // try-lock (the earlier ones already lead to it), in this context
     // only. A try-lock adds none: it cannot wait.
-    if !try_lock && !recursion {
+    if !no_wait && !recursion {
         for prev in held.iter().rev() {
             if prev.flags & IN_HANDLER != entry.flags & IN_HANDLER {
                 break;
@@ -566,7 +594,7 @@ fn check(
                     }
                 }
             }
-            if prev.flags & TRY == 0 {
+            if prev.flags & (TRY | RECURSIVE) == 0 {
                 break;
             }
         }
@@ -618,7 +646,8 @@ fn cycle(g: &mut GraphGuard, prev: &Held, entry: &Held, id: usize) -> Option<Rep
 /// the forward searches (each IRQ-unsafe class is reported once, and one
 /// that is IRQ-safe as well has had its inversion report).
 fn unreported_irq_unsafe(class: u16) -> bool {
-    graph::usage(class) & (IRQS_ON | CHAIN_REPORTED | INVERSION_REPORTED) == IRQS_ON
+    let usage = graph::usage(class);
+    usage & (IRQS_ON | IRQS_ON_SHARED) != 0 && usage & (CHAIN_REPORTED | INVERSION_REPORTED) == 0
 }
 
 /// Whether `class` is IRQ-safe: the target of the backward searches.
@@ -729,7 +758,7 @@ fn chain_report(
     });
     r.irq_unsafe = Some(Site {
         class: g.describe(unsafe_),
-        at: g.slot(unsafe_).irqs_on_at,
+        at: g.slot(unsafe_).first_use_at(IRQS_ON | IRQS_ON_SHARED),
     });
     let kept = chain.len.min(chain.classes.len());
     for i in 1..kept {

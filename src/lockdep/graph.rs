@@ -51,6 +51,37 @@ pub(super) const CHAIN_REPORTED: u32 = 1 << 4;
 /// a publication, which takes no lock, so it conflicts only with this
 /// class's own writers publishing with interrupts enabled.
 pub(super) const IN_IRQ_READ: u32 = 1 << 5;
+/// Usage bit: read-locked (a reader-writer spinlock's read, not a
+/// try-lock) in an interrupt handler: Linux's `LOCK_USED_IN_HARDIRQ_READ`.
+/// It waits only while a writer *holds* the lock, so it conflicts with
+/// writes taken with interrupts enabled (`IRQS_ON`), not with reads
+/// (`IRQS_ON_SHARED`: recursive reads). Not IRQ-safe for the chains
+/// across classes (only `IN_IRQ` is): whether it waits for another CPU
+/// depends on that CPU holding the lock for writing, which the edges do
+/// not record.
+pub(super) const IN_IRQ_SHARED: u32 = 1 << 6;
+/// Usage bit: read-locked with interrupts enabled: Linux's
+/// `LOCK_ENABLED_HARDIRQ_READ`. Conflicts with a write in a handler
+/// (`IN_IRQ`) only; IRQ-unsafe for the chains across classes, as
+/// `IRQS_ON` (a read outside interrupt context queues behind a waiting
+/// writer, so it can wait).
+pub(super) const IRQS_ON_SHARED: u32 = 1 << 7;
+
+/// The usage bits that conflict with `bit` (one of `IN_IRQ`,
+/// `IN_IRQ_READ`, `IN_IRQ_SHARED`, `IRQS_ON`, `IRQS_ON_SHARED`) in one
+/// class, as Linux's `mark_lock_irq`: a use in a handler, in any mode,
+/// against a write with interrupts enabled; a write in a handler against
+/// a read with interrupts enabled too. A read in a handler and a read
+/// with interrupts enabled do not conflict.
+pub(super) const fn conflicts(bit: u32) -> u32 {
+    match bit {
+        IN_IRQ => IRQS_ON | IRQS_ON_SHARED,
+        IN_IRQ_READ | IN_IRQ_SHARED => IRQS_ON,
+        IRQS_ON => IN_IRQ | IN_IRQ_READ | IN_IRQ_SHARED,
+        IRQS_ON_SHARED => IN_IRQ,
+        _ => 0,
+    }
+}
 
 /// Which way a [`Graph::search`] follows the dependencies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,10 +145,15 @@ pub(super) struct ClassSlot {
     /// `None`: free.
     pub(super) key: Option<Key>,
     pub(super) subclass: u8,
-    /// First taken in an interrupt handler, here.
+    /// First taken (for writing) in an interrupt handler, here (`IN_IRQ`).
     pub(super) irq_at: Option<Loc>,
-    /// First taken with interrupts enabled, here.
+    /// First taken (for writing) with interrupts enabled, here (`IRQS_ON`).
     pub(super) irqs_on_at: Option<Loc>,
+    /// First read in an interrupt handler, here (`IN_IRQ_SHARED`, or a
+    /// seqlock reader's `IN_IRQ_READ`).
+    pub(super) irq_read_at: Option<Loc>,
+    /// First read with interrupts enabled, here (`IRQS_ON_SHARED`).
+    pub(super) irqs_on_read_at: Option<Loc>,
 }
 
 impl ClassSlot {
@@ -126,7 +162,41 @@ impl ClassSlot {
         subclass: 0,
         irq_at: None,
         irqs_on_at: None,
+        irq_read_at: None,
+        irqs_on_read_at: None,
     };
+
+    /// Where the class was first used as usage `bit` says.
+    pub(super) fn use_at(&self, bit: u32) -> Option<Loc> {
+        match bit {
+            IN_IRQ => self.irq_at,
+            IRQS_ON => self.irqs_on_at,
+            IN_IRQ_READ | IN_IRQ_SHARED => self.irq_read_at,
+            IRQS_ON_SHARED => self.irqs_on_read_at,
+            _ => None,
+        }
+    }
+
+    /// Records `at` as the class's first use as usage `bit` says.
+    pub(super) fn set_use_at(&mut self, bit: u32, at: Option<Loc>) {
+        match bit {
+            IN_IRQ => self.irq_at = at,
+            IRQS_ON => self.irqs_on_at = at,
+            IN_IRQ_READ | IN_IRQ_SHARED => self.irq_read_at = at,
+            IRQS_ON_SHARED => self.irqs_on_read_at = at,
+            _ => {}
+        }
+    }
+
+    /// The first recorded use among the usage bits `bits`, tried in the
+    /// order write in a handler, write with interrupts enabled, read in a
+    /// handler, read with interrupts enabled.
+    pub(super) fn first_use_at(&self, bits: u32) -> Option<Loc> {
+        [IN_IRQ, IRQS_ON, IN_IRQ_SHARED, IN_IRQ_READ, IRQS_ON_SHARED]
+            .into_iter()
+            .filter(|&bit| bits & bit != 0)
+            .find_map(|bit| self.use_at(bit))
+    }
 }
 
 /// Where a dependency was first seen.
@@ -307,8 +377,7 @@ impl Graph {
         self.classes[class as usize] = ClassSlot {
             key: Some(key),
             subclass,
-            irq_at: None,
-            irqs_on_at: None,
+            ..ClassSlot::FREE
         };
         self.hash[hole] = class + 1;
         Ok(class)

@@ -96,9 +96,20 @@ pub const QR_BIAS: u32 = 1 << 9;
 /// behind a waiting writer waits for the readers ahead, so reads take part
 /// in order cycles (two CPUs reading A then B and B then A deadlock once
 /// writers wait on both) and a second read of a lock a CPU already reads
-/// is reported. In interrupt context a read is recorded as a try-lock: it
-/// never waits for a waiting writer, so it adds no order (Linux: rwlock
-/// reads are recursive in interrupt context).
+/// is reported. In interrupt context a read is recorded as a recursive
+/// read: it never waits for a waiting writer, so it adds no order (Linux:
+/// rwlock reads are recursive in interrupt context).
+///
+/// Interrupt usage is tracked for reads and writes apart, as Linux's
+/// `LOCK_USED_IN_HARDIRQ_READ` and `LOCK_ENABLED_HARDIRQ_READ`: a read in
+/// a handler waits while a writer holds the lock, so it is reported
+/// against a write with interrupts enabled (CPU 0 write-holds the lock
+/// with interrupts on; an interrupt on CPU 0 read-locks it: deadlock),
+/// and a write in a handler against any use with interrupts enabled; a
+/// read in a handler and a read with interrupts enabled are fine. (A read
+/// in a handler does not make the class IRQ-safe for the chains across
+/// classes: whether it waits depends on another CPU holding the lock for
+/// writing, which the recorded orders do not say.)
 ///
 /// # Zeroed memory
 ///
@@ -477,14 +488,16 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     fn dep_read(&self, try_lock: bool) {
         // In interrupt context a read never waits for a waiting writer:
-        // recorded as a try-lock, it adds no lock order.
-        // Nor does a read by the CPU that holds the lock upgradeable.
+        // a recursive read, it adds no lock order (but it waits while a
+        // writer holds the lock: interrupt usage). Nor does a read by the
+        // CPU that holds the lock upgradeable.
         #[cfg(feature = "lockdep")]
-        let try_lock = try_lock
-            || crate::kernel::in_interrupt()
+        let recursive = crate::kernel::in_interrupt()
             // Relaxed: only this CPU stores its own id here.
             || self.upgrader.load(Ordering::Relaxed) == crate::kernel::cpu_id() as u32 + 1;
-        self.dep_map.acquire(0, try_lock, false);
+        #[cfg(not(feature = "lockdep"))]
+        let recursive = false;
+        self.dep_map.acquire_read(0, try_lock, recursive);
     }
 
     /// With `lockdep`: records (`true`) or forgets this CPU as the
