@@ -67,9 +67,10 @@ pub const QR_BIAS: u32 = 1 << 9;
 ///   waits to write (in the queue, or as `QW_WAITING`) would otherwise
 ///   wait for itself (Linux's `queued_read_lock_slowpath`).
 /// * **Write.** Compare-exchange `0 -> QW_LOCKED` (Acquire); otherwise
-///   queue on `wait_lock`, set `QW_WAITING` (new readers now queue behind
-///   it: writers are not starved), wait for the readers to drain, and
-///   turn `QW_WAITING` into `QW_LOCKED`.
+///   queue on `wait_lock`; at its head, try `0 -> QW_LOCKED` once more
+///   (the readers may have left meanwhile), then set `QW_WAITING` (new
+///   readers now queue behind it: writers are not starved), wait for the
+///   readers to drain, and turn `QW_WAITING` into `QW_LOCKED`.
 /// * **Upgradeable read** (as `spin::RwLock`'s and `lock_api`'s): a
 ///   reader that also holds `wait_lock`, so no writer and no other
 ///   upgradeable reader gets past it, while plain readers still come and
@@ -263,12 +264,20 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         self.cnts.fetch_sub(QR_BIAS, Ordering::Relaxed);
         // A waiting writer may have been waiting for our bias to go.
         kick_waiters();
+        self.queue_for_read();
+        // SAFETY: taken by `queue_for_read`, in this context.
+        unsafe { self.wait_lock.unlock() };
+    }
+
+    /// Queues on `wait_lock`, then takes a reader's bias and waits for a
+    /// writer that holds the lock (one that passed the queue before us)
+    /// to leave. Returns holding `wait_lock`: the queued reader passes it
+    /// on, the upgradeable one keeps it.
+    fn queue_for_read(&self) {
         self.wait_lock.lock();
         self.cnts.fetch_add(QR_BIAS, Ordering::Relaxed);
         // Acquire pairs with the writer's Release unlock.
         self.wait_while(|c| c & QW_LOCKED != 0);
-        // SAFETY: taken just above by this context.
-        unsafe { self.wait_lock.unlock() };
     }
 
     #[inline]
@@ -317,28 +326,49 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     fn write_slow(&self) {
         self.check_not_my_write();
         self.wait_lock.lock();
+        // At the head of the queue: take the lock at once if the readers
+        // left meanwhile (Linux's `queued_write_lock_slowpath` does), so
+        // that the readers coming next are not sent through the queue.
+        // SAFETY: `wait_lock` taken just above.
+        if unsafe { self.take_queued(0, Some(0)) } {
+            return;
+        }
         // Announce ourselves: new readers queue behind us from now on.
-        // Relaxed: the Acquire compare-exchange below orders what matters.
+        // Relaxed: the Acquire compare-exchange in `take_queued` orders
+        // what matters.
         self.cnts.fetch_or(QW_WAITING, Ordering::Relaxed);
-        self.take_from_waiting();
-        // SAFETY: taken above by this context.
-        unsafe { self.wait_lock.unlock() };
+        // SAFETY: `QW_WAITING` set just above, `wait_lock` taken.
+        unsafe { self.take_queued(QW_WAITING, None) };
     }
 
-    /// With `QW_WAITING` set by us and `wait_lock` held: waits for the
-    /// readers to drain and takes the lock.
-    fn take_from_waiting(&self) {
+    /// The head of the queue takes the lock for writing once the word
+    /// reads `from` (`0`: free; `QW_WAITING`: our announcement alone, the
+    /// readers drained), then leaves the queue; gives up (still queued)
+    /// after `rounds` rounds if given. Returns whether it took the lock.
+    ///
+    /// # Safety
+    /// This context holds `wait_lock`, and set `QW_WAITING` if `from` is
+    /// that.
+    unsafe fn take_queued(&self, from: u32, rounds: Option<u32>) -> bool {
         let mut waiter = Waiter::new();
         let preemptible = vcpu_preemptible();
+        let mut left = rounds;
         loop {
             // Acquire pairs with the readers' Release unlocks.
-            if self.cnts.load(Ordering::Relaxed) == QW_WAITING
+            if self.cnts.load(Ordering::Relaxed) == from
                 && self
                     .cnts
-                    .compare_exchange(QW_WAITING, QW_LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .compare_exchange(from, QW_LOCKED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return;
+                // SAFETY: held (caller contract).
+                unsafe { self.wait_lock.unlock() };
+                return true;
+            }
+            match left {
+                Some(0) => return false,
+                Some(n) => left = Some(n - 1),
+                None => {}
             }
             waiter.wait::<spin::relax::Spin>(preemptible);
         }
@@ -362,11 +392,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[cfg_attr(debug_assertions, track_caller)]
     fn upgradeable_acquire(&self) {
         self.check_not_my_write();
-        self.wait_lock.lock();
-        self.cnts.fetch_add(QR_BIAS, Ordering::Relaxed);
-        // A writer may hold the lock, having passed the queue before us.
-        // Acquire pairs with its Release unlock.
-        self.wait_while(|c| c & QW_LOCKED != 0);
+        self.queue_for_read();
     }
 
     fn try_upgradeable_acquire(&self) -> bool {
@@ -397,9 +423,9 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         // reader count ever shows us as both.
         self.cnts
             .fetch_add(QW_WAITING.wrapping_sub(QR_BIAS), Ordering::Relaxed);
-        self.take_from_waiting();
-        // SAFETY: held since the upgradeable acquire (caller contract).
-        unsafe { self.wait_lock.unlock() };
+        // SAFETY: `QW_WAITING` set just above; `wait_lock` held since the
+        // upgradeable acquire (caller contract).
+        unsafe { self.take_queued(QW_WAITING, None) };
     }
 
     /// # Safety
@@ -530,6 +556,20 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     // ---- with the policy ------------------------------------------------
 
+    /// Disables what `G` disables and tries `acquire`; on failure restores
+    /// it. What every `try_*_lock` shares (each records itself after).
+    #[inline(always)]
+    fn try_enter(&self, acquire: fn(&Self) -> bool) -> Option<G::Saved> {
+        let saved = G::enter();
+        if acquire(self) {
+            Some(saved)
+        } else {
+            // SAFETY: the matching `enter`, just above.
+            unsafe { G::exit(saved) };
+            None
+        }
+    }
+
     /// Takes the lock shared: disables what `G` disables, then waits
     /// while a writer holds it or (outside interrupt context) one waits.
     /// Returns what `G` saved, for [`read_unlock`](Self::read_unlock).
@@ -563,15 +603,9 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_read_lock(&self) -> Option<G::Saved> {
-        let saved = G::enter();
-        if self.try_read_acquire() {
-            self.dep_read(true);
-            Some(saved)
-        } else {
-            // SAFETY: the matching `enter`, just above.
-            unsafe { G::exit(saved) };
-            None
-        }
+        let saved = self.try_enter(Self::try_read_acquire)?;
+        self.dep_read(true);
+        Some(saved)
     }
 
     /// Releases a shared hold.
@@ -630,16 +664,10 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_write_lock(&self) -> Option<G::Saved> {
-        let saved = G::enter();
-        if self.try_write_acquire() {
-            self.dep_write(true);
-            self.set_writer(true);
-            Some(saved)
-        } else {
-            // SAFETY: the matching `enter`, just above.
-            unsafe { G::exit(saved) };
-            None
-        }
+        let saved = self.try_enter(Self::try_write_acquire)?;
+        self.dep_write(true);
+        self.set_writer(true);
+        Some(saved)
     }
 
     /// Releases an exclusive hold.
@@ -704,16 +732,10 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_upgradeable_lock(&self) -> Option<G::Saved> {
-        let saved = G::enter();
-        if self.try_upgradeable_acquire() {
-            self.dep_write(true);
-            self.dep_upgrader(true);
-            Some(saved)
-        } else {
-            // SAFETY: the matching `enter`, just above.
-            unsafe { G::exit(saved) };
-            None
-        }
+        let saved = self.try_enter(Self::try_upgradeable_acquire)?;
+        self.dep_write(true);
+        self.dep_upgrader(true);
+        Some(saved)
     }
 
     /// Releases an upgradeable hold.
