@@ -25,6 +25,10 @@ const QW_WAITING: u32 = 0x100;
 const QW_WMASK: u32 = QW_LOCKED | QW_WAITING;
 /// One reader.
 pub const QR_BIAS: u32 = 1 << 9;
+/// Debug builds: the owner record's mark of an upgradeable holder (a CPU
+/// id + 1 never reaches it).
+#[cfg(debug_assertions)]
+const UPGRADEABLE_TAG: u32 = 1 << 31;
 
 /// The raw queued reader-writer spinlock (Linux's `rwlock_t` on
 /// `qrwlock`): see [Algorithm](#algorithm) below. `G` is what
@@ -128,11 +132,12 @@ pub struct RawRwSpinLock<G: SpinGuardian = PreemptDisabled> {
     /// upgradeable holder), so lockdep records it as a try-lock.
     #[cfg(feature = "lockdep")]
     upgrader: AtomicU32,
-    /// Debug builds: the writer's CPU + 1, 0 when no writer holds it (only
-    /// for policies that record it, [`SpinGuardian::RECORDS_OWNER`]): a
-    /// CPU that would wait for its own write hold panics instead.
+    /// Debug builds: the CPU + 1 that holds the lock for writing, or, with
+    /// [`UPGRADEABLE_TAG`], upgradeable; 0 when neither (only for policies
+    /// that record it, [`SpinGuardian::RECORDS_OWNER`]): a CPU that would
+    /// wait for its own hold panics instead.
     #[cfg(debug_assertions)]
-    writer: core::sync::atomic::AtomicU32,
+    owner: core::sync::atomic::AtomicU32,
     guardian: PhantomData<fn() -> G>,
 }
 
@@ -155,7 +160,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
                 #[cfg(feature = "lockdep")]
                 upgrader: AtomicU32::new(0),
                 #[cfg(debug_assertions)]
-                writer: core::sync::atomic::AtomicU32::new(0),
+                owner: core::sync::atomic::AtomicU32::new(0),
                 guardian: PhantomData,
             }
         }
@@ -180,7 +185,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
                 #[cfg(feature = "lockdep")]
                 upgrader: AtomicU32::new(0),
                 #[cfg(debug_assertions)]
-                writer: core::sync::atomic::AtomicU32::new(0),
+                owner: core::sync::atomic::AtomicU32::new(0),
                 guardian: PhantomData,
             }
         }
@@ -253,7 +258,9 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline(never)]
     #[cfg_attr(debug_assertions, track_caller)]
     fn read_slow(&self) {
-        self.check_not_my_write();
+        // (An upgradeable holder's reads never come here: no writer bit
+        // can be set while it holds the queue and a reader's bias.)
+        self.check_not_mine(false);
         if crate::kernel::in_interrupt() {
             // Keep the bias: wait only while a writer holds the lock (a
             // waiting writer waits for us). Acquire: as in `read_acquire`.
@@ -324,7 +331,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline(never)]
     #[cfg_attr(debug_assertions, track_caller)]
     fn write_slow(&self) {
-        self.check_not_my_write();
+        self.check_not_mine(true);
         self.wait_lock.lock();
         // At the head of the queue: take the lock at once if the readers
         // left meanwhile (Linux's `queued_write_lock_slowpath` does), so
@@ -391,7 +398,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     #[cfg_attr(debug_assertions, track_caller)]
     fn upgradeable_acquire(&self) {
-        self.check_not_my_write();
+        self.check_not_mine(true);
         self.queue_for_read();
     }
 
@@ -418,7 +425,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// # Safety
     /// The caller holds the lock upgradeable.
     unsafe fn upgrade_inner(&self) {
-        self.dep_upgrader(false);
+        self.mark_upgrader(false);
         // Our bias becomes the waiting-writer bit in one step, so no
         // reader count ever shows us as both.
         self.cnts
@@ -439,7 +446,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         {
             return false;
         }
-        self.dep_upgrader(false);
+        self.mark_upgrader(false);
         // SAFETY: held since the upgradeable acquire (caller contract).
         unsafe { self.wait_lock.unlock() };
         true
@@ -448,7 +455,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// # Safety
     /// The caller holds the lock upgradeable.
     unsafe fn downgrade_upgradeable_inner(&self) {
-        self.dep_upgrader(false);
+        self.mark_upgrader(false);
         // SAFETY: held since the upgradeable acquire (caller contract);
         // the bias stays: a plain reader now.
         unsafe { self.wait_lock.unlock() };
@@ -472,21 +479,29 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         }
     }
 
-    // ---- debug builds: the writer's CPU ------------------------------------
+    // ---- debug builds: the owner's CPU ------------------------------------
 
     /// Debug builds (policies that record an owner): panics if this CPU
-    /// holds the lock for writing, since waiting here would wait for
-    /// itself. Called only on the paths that wait.
+    /// holds the lock for writing, or, with `upgradeable`, upgradeable
+    /// (the writer and the upgradeable paths wait for `wait_lock`, which
+    /// the upgradeable holder keeps, and for its reader's bias), since
+    /// waiting here would wait for itself. Called only on the paths that
+    /// wait; one load of a word the lock's own line holds.
     #[inline]
     #[cfg_attr(debug_assertions, track_caller)]
-    fn check_not_my_write(&self) {
+    fn check_not_mine(&self, upgradeable: bool) {
+        let _ = upgradeable;
         #[cfg(debug_assertions)]
         if G::RECORDS_OWNER {
             let me = crate::kernel::cpu_id() as u32 + 1;
             // Relaxed: only this CPU stores its own tag; another CPU's
             // tag, stale or not, is never ours.
-            if self.writer.load(core::sync::atomic::Ordering::Relaxed) == me {
-                rw_recursion(me - 1);
+            let tag = self.owner.load(core::sync::atomic::Ordering::Relaxed);
+            if tag == me {
+                rw_recursion(me - 1, "for writing");
+            }
+            if upgradeable && tag == me | UPGRADEABLE_TAG {
+                rw_recursion(me - 1, "upgradeable");
             }
         }
     }
@@ -494,17 +509,23 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// Debug builds: records (`true`) or forgets this CPU as the writer.
     #[inline(always)]
     fn set_writer(&self, holds: bool) {
-        let _ = holds;
+        self.set_owner(holds, 0);
+    }
+
+    /// Debug builds: records this CPU as the owner (`holds`), marked with
+    /// `tag`, or forgets the owner.
+    #[inline(always)]
+    fn set_owner(&self, holds: bool, tag: u32) {
+        let _ = (holds, tag);
         #[cfg(debug_assertions)]
         if G::RECORDS_OWNER {
             let tag = if holds {
-                crate::kernel::cpu_id() as u32 + 1
+                (crate::kernel::cpu_id() as u32 + 1) | tag
             } else {
                 0
             };
-            // Relaxed: see `check_not_my_write`.
-            self.writer
-                .store(tag, core::sync::atomic::Ordering::Relaxed);
+            // Relaxed: see `check_not_mine`.
+            self.owner.store(tag, core::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -526,11 +547,13 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         self.dep_map.acquire_read(0, try_lock, recursive);
     }
 
-    /// With `lockdep`: records (`true`) or forgets this CPU as the
-    /// upgradeable holder.
+    /// Records (`true`) or forgets this CPU as the upgradeable holder:
+    /// for lockdep (its reads), and in debug builds for the owner checks.
     #[inline(always)]
-    fn dep_upgrader(&self, holds: bool) {
+    fn mark_upgrader(&self, holds: bool) {
         let _ = holds;
+        #[cfg(debug_assertions)]
+        self.set_owner(holds, UPGRADEABLE_TAG);
         #[cfg(feature = "lockdep")]
         self.upgrader.store(
             if holds {
@@ -716,7 +739,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         let saved = G::enter();
         self.dep_write(false);
         self.upgradeable_acquire();
-        self.dep_upgrader(true);
+        self.mark_upgrader(true);
         saved
     }
 
@@ -734,7 +757,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     pub fn try_upgradeable_lock(&self) -> Option<G::Saved> {
         let saved = self.try_enter(Self::try_upgradeable_acquire)?;
         self.dep_write(true);
-        self.dep_upgrader(true);
+        self.mark_upgrader(true);
         Some(saved)
     }
 
@@ -753,7 +776,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn upgradeable_unlock(&self, saved: G::Saved) {
-        self.dep_upgrader(false);
+        self.mark_upgrader(false);
         self.dep_release();
         // SAFETY: caller contract.
         unsafe { self.upgradeable_release() };
@@ -1165,6 +1188,12 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
     /// Locks for an upgradeable read: shared with readers, exclusive with
     /// writers and other upgradeable readers (`spin::RwLock::upgradeable_read`).
     ///
+    /// Its holder may read the lock again, but must not take it
+    /// upgradeable or for writing (use [`upgrade`](RwSpinLockUpgradableGuard::upgrade)):
+    /// that waits for its own hold for ever. Debug builds panic instead
+    /// (policies that record the owner, as for a writer that waits for
+    /// itself); with `lockdep`, it is reported as recursion first.
+    ///
     #[cfg_attr(feature = "test-hooks", doc = " ```")]
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
@@ -1534,8 +1563,8 @@ impl<T: ?Sized + fmt::Debug, G: SpinGuardian> fmt::Debug for RwSpinLockUpgradabl
 #[cold]
 #[inline(never)]
 #[track_caller]
-fn rw_recursion(cpu: u32) -> ! {
+fn rw_recursion(cpu: u32, how: &str) -> ! {
     panic!(
-        "ksync: rwlock recursion: CPU {cpu} waits for an RwSpinLock it holds for writing (it would spin for ever; an interrupt handler that takes a lock its CPU holds needs the IRQ-saving form outside handlers)"
+        "ksync: rwlock recursion: CPU {cpu} waits for an RwSpinLock it holds {how} (it would spin for ever; an interrupt handler that takes a lock its CPU holds needs the IRQ-saving form outside handlers)"
     )
 }
