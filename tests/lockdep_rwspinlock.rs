@@ -102,6 +102,17 @@ fn a_read_inside_an_upgradeable_read_is_allowed_the_other_order_is_not() {
 use ksync::host::{enter_interrupt, exit_interrupt};
 use ksync::spinlock::IrqState;
 
+/// Exactly one report since the last look: the interrupt inversion of
+/// the class named `class`.
+fn one_inversion_of(class: &str) {
+    let report = one_report();
+    assert!(
+        report.contains("taken in an interrupt handler and with interrupts enabled")
+            && report.contains(&format!("\"{class}\"")),
+        "{report}"
+    );
+}
+
 /// Read-locks `lock` in a "handler".
 fn read_in_handler(lock: &RwSpinLock<u32>) {
     enter_interrupt();
@@ -125,22 +136,12 @@ fn a_write_with_interrupts_enabled_and_a_read_in_a_handler_are_an_inversion() {
     on_cpu(|| *W_ON_R_IRQ.write() += 1);
     no_report();
     on_cpu(|| read_in_handler(&W_ON_R_IRQ));
-    let report = one_report();
-    assert!(
-        report.contains("taken in an interrupt handler and with interrupts enabled")
-            && report.contains("\"rw-w-on-r-irq\""),
-        "{report}"
-    );
+    one_inversion_of("rw-w-on-r-irq");
     // The other order.
     on_cpu(|| read_in_handler(&R_IRQ_W_ON));
     no_report();
     on_cpu(|| *R_IRQ_W_ON.write() += 1);
-    let report = one_report();
-    assert!(
-        report.contains("taken in an interrupt handler and with interrupts enabled")
-            && report.contains("\"rw-r-irq-w-on\""),
-        "{report}"
-    );
+    one_inversion_of("rw-r-irq-w-on");
 }
 
 static R_IRQ_R_ON: RwSpinLock<u32> =
@@ -181,10 +182,5 @@ fn a_write_in_a_handler_and_a_read_with_interrupts_enabled_are_an_inversion() {
         *W_IRQ_R_ON.write() += 1;
         exit_interrupt();
     });
-    let report = one_report();
-    assert!(
-        report.contains("taken in an interrupt handler and with interrupts enabled")
-            && report.contains("\"rw-w-irq-r-on\""),
-        "{report}"
-    );
+    one_inversion_of("rw-w-irq-r-on");
 }

@@ -367,35 +367,39 @@ fn policies_disable_what_they_say() {
     }
 }
 
+/// Runs `f` on a thread of its own and returns its panic message; fails
+/// (after 60 s) if it hangs, with `what`, or if it does not panic.
+#[cfg(debug_assertions)]
+fn panic_of(what: &str, f: impl FnOnce() + Send + 'static) -> String {
+    let (tx, rx) = channel();
+    thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let msg = r.err().map(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default()
+        });
+        let _ = tx.send(msg);
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("hung: {what} was not reported"))
+        .expect("no panic")
+}
+
 /// Debug builds: a CPU that would wait for its own write hold panics
 /// instead of spinning for ever (lockdep, when on, reports it first).
 #[cfg(debug_assertions)]
 #[test]
 fn waiting_for_my_own_write_hold_panics() {
-    fn watched(f: impl FnOnce() + Send + 'static) -> String {
-        let (tx, rx) = channel();
-        thread::spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            let msg = r.err().map(|e| {
-                e.downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default()
-            });
-            let _ = tx.send(msg);
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("hung: waiting for its own write hold was not reported")
-            .expect("no panic")
-    }
     static W: RwSpinLock<u8> = RwSpinLock::new(0);
-    let read = watched(|| {
+    let read = panic_of("waiting for its own write hold", || {
         let _w = W.write();
         let _r = W.read();
     });
     assert!(read.contains("recursi"), "{read}");
     static W2: RwSpinLock<u8> = RwSpinLock::new(0);
-    let write = watched(|| {
+    let write = panic_of("waiting for its own write hold", || {
         let _w = W2.write();
         let _w2 = W2.write();
     });
@@ -409,24 +413,8 @@ fn waiting_for_my_own_write_hold_panics() {
 #[cfg(debug_assertions)]
 #[test]
 fn an_upgradeable_holder_taking_the_lock_again_panics() {
-    fn watched(f: impl FnOnce() + Send + 'static) -> String {
-        let (tx, rx) = channel();
-        thread::spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            let msg = r.err().map(|e| {
-                e.downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default()
-            });
-            let _ = tx.send(msg);
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("hung: an upgradeable holder waiting for itself was not reported")
-            .expect("no panic")
-    }
     static U1: RwSpinLock<u8> = RwSpinLock::new(0);
-    let again = watched(|| {
+    let again = panic_of("an upgradeable holder waiting for itself", || {
         let _u = U1.upgradeable_read();
         let _u2 = U1.upgradeable_read();
     });
@@ -434,7 +422,7 @@ fn an_upgradeable_holder_taking_the_lock_again_panics() {
     let upgradeable = |msg: &str| cfg!(feature = "lockdep") || msg.contains("upgradeable");
     assert!(again.contains("recursi") && upgradeable(&again), "{again}");
     static U2: RwSpinLock<u8> = RwSpinLock::new(0);
-    let write = watched(|| {
+    let write = panic_of("an upgradeable holder waiting for itself", || {
         let _u = U2.upgradeable_read();
         let _w = U2.write();
     });

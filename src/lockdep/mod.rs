@@ -529,14 +529,34 @@ impl Map {
     #[track_caller]
     #[inline]
     pub fn acquire(&self, subclass: u8, try_lock: bool, irqs_off: bool) {
+        self.record(
+            subclass,
+            try_lock,
+            irqs_off,
+            false,
+            engine::Access::Exclusive,
+        );
+    }
+
+    /// What every acquisition records, at the caller's caller's location.
+    #[track_caller]
+    #[inline(always)]
+    fn record(
+        &self,
+        subclass: u8,
+        try_lock: bool,
+        irqs_off: bool,
+        sleeping: bool,
+        access: engine::Access,
+    ) {
         engine::acquire(
             self,
             core::panic::Location::caller(),
             subclass,
             try_lock,
             irqs_off,
-            false,
-            engine::Access::Exclusive,
+            sleeping,
+            access,
         );
     }
 
@@ -550,19 +570,12 @@ impl Map {
     #[track_caller]
     #[inline]
     pub(crate) fn acquire_read(&self, subclass: u8, try_lock: bool, recursive: bool) {
-        engine::acquire(
-            self,
-            core::panic::Location::caller(),
-            subclass,
-            try_lock,
-            false,
-            false,
-            if recursive {
-                engine::Access::SharedRecursive
-            } else {
-                engine::Access::Shared
-            },
-        );
+        let access = if recursive {
+            engine::Access::SharedRecursive
+        } else {
+            engine::Access::Shared
+        };
+        self.record(subclass, try_lock, false, false, access);
     }
 
     /// [`acquire`](Self::acquire) for a sleeping lock (a mutex, an rw
@@ -572,15 +585,7 @@ impl Map {
     #[track_caller]
     #[inline]
     pub(crate) fn acquire_sleeping(&self, subclass: u8, try_lock: bool) {
-        engine::acquire(
-            self,
-            core::panic::Location::caller(),
-            subclass,
-            try_lock,
-            false,
-            true,
-            engine::Access::Exclusive,
-        );
+        self.record(subclass, try_lock, false, true, engine::Access::Exclusive);
     }
 
     /// [`acquire_sleeping`](Self::acquire_sleeping), and a guard that
