@@ -184,3 +184,69 @@ fn a_write_in_a_handler_and_a_read_with_interrupts_enabled_are_an_inversion() {
     });
     one_inversion_of("rw-w-irq-r-on");
 }
+
+// ---- across classes (Linux's check_irq_usage with read usage) ---------
+
+/// An rwlock read in a handler makes its class IRQ-safe for the chains
+/// across classes when the chain's first order was taken with it held
+/// for writing: CPU 0 holds `B` with interrupts enabled, an interrupt on
+/// CPU 0 read-locks `A`, CPU 1 holds `A` for writing (interrupts masked)
+/// and waits for `B`: deadlock. Held for reading instead, CPU 1 lets the
+/// handler's read in: no report. Reported at whichever part comes last.
+#[test]
+fn a_read_in_a_handler_leading_to_an_irq_unsafe_class_by_a_write_hold() {
+    let _s = start();
+    // The order comes last.
+    let a = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-A")), 0);
+    let b = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-B")), 0);
+    on_cpu(|| read_in_handler(&a));
+    on_cpu(|| *b.write() += 1);
+    no_report();
+    on_cpu(|| {
+        let _irq = IrqState::save();
+        let _a = a.read();
+        *b.write() += 1;
+    });
+    no_report();
+    on_cpu(|| {
+        let _irq = IrqState::save();
+        let _a = a.write();
+        *b.write() += 1;
+    });
+    let report = one_report();
+    assert!(
+        report.contains("IRQ-safe -> IRQ-unsafe")
+            && report.contains("\"chain-A\"")
+            && report.contains("\"chain-B\""),
+        "{report}"
+    );
+    // The read in a handler comes last.
+    let c = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-C")), 0);
+    let d = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-D")), 0);
+    on_cpu(|| *d.write() += 1);
+    on_cpu(|| {
+        let _irq = IrqState::save();
+        let _c = c.write();
+        *d.write() += 1;
+    });
+    no_report();
+    on_cpu(|| read_in_handler(&c));
+    let report = one_report();
+    assert!(
+        report.contains("IRQ-safe -> IRQ-unsafe")
+            && report.contains("\"chain-C\"")
+            && report.contains("\"chain-D\""),
+        "{report}"
+    );
+    // Held for reading only: nothing.
+    let e = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-E")), 0);
+    let f = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-F")), 0);
+    on_cpu(|| *f.write() += 1);
+    on_cpu(|| {
+        let _irq = IrqState::save();
+        let _e = e.read();
+        *f.write() += 1;
+    });
+    on_cpu(|| read_in_handler(&e));
+    no_report();
+}

@@ -21,7 +21,7 @@ use core::cell::UnsafeCell;
 
 use super::graph::{
     self, CHAIN_REPORTED, Dir, Full, GraphGuard, IN_IRQ, IN_IRQ_READ, IN_IRQ_SHARED,
-    INVERSION_REPORTED, IRQS_ON, IRQS_ON_SHARED, Key, RECURSION_REPORTED, conflicts,
+    INVERSION_REPORTED, IRQS_ON, IRQS_ON_SHARED, Key, NO_CLASS, RECURSION_REPORTED, conflicts,
 };
 use super::{MAX_CLASSES, MAX_DEPENDENCIES, MAX_LOCK_DEPTH, MAX_SUBCLASSES, Map, MapKey};
 use crate::kernel::lockdep_report::{
@@ -560,11 +560,11 @@ fn check(
             // one, or one that just became IRQ-unsafe be led to from an
             // IRQ-safe one (a class that is both is the inversion above;
             // one that was IRQ-unsafe already was searched then; a read
-            // in a handler does not make a class IRQ-safe, see
-            // `IN_IRQ_SHARED`).
+            // in a handler makes a class IRQ-safe only through the orders
+            // taken holding it for writing, see `IN_IRQ_SHARED`).
             let searched =
                 need & (IRQS_ON | IRQS_ON_SHARED) != 0 && usage & (IRQS_ON | IRQS_ON_SHARED) != 0;
-            if report.is_none() && !both && !searched && need != IN_IRQ_SHARED {
+            if report.is_none() && !both && !searched {
                 report = usage_chain(g, class, need, entry, id);
             }
         }
@@ -579,7 +579,13 @@ fn check(
             if prev.flags & IN_HANDLER != entry.flags & IN_HANDLER {
                 break;
             }
-            if !graph::edge_known(prev.class, class) {
+            // Held for writing: the order is also recorded as such (an
+            // IRQ-safe read of `prev` leads on only through those).
+            let exclusive = prev.flags & SHARED == 0;
+            let known = |from, to| {
+                graph::edge_known(from, to) && (!exclusive || graph::edge_known_exclusive(from, to))
+            };
+            if !known(prev.class, class) {
                 let g = lock(&mut graph);
                 if !graph::edge_known(prev.class, class) {
                     if report.is_none() {
@@ -589,6 +595,16 @@ fn check(
                         let c = g.describe(class);
                         return table_full(full, g, c, entry.at, id);
                     }
+                    if exclusive {
+                        g.mark_exclusive(prev.class, class);
+                    }
+                    if report.is_none() {
+                        report = edge_chain(g, prev, entry, id);
+                    }
+                } else if !known(prev.class, class) {
+                    // Known, first held for writing now: `prev` may just
+                    // have become IRQ-safe along it.
+                    g.mark_exclusive(prev.class, class);
                     if report.is_none() {
                         report = edge_chain(g, prev, entry, id);
                     }
@@ -645,14 +661,18 @@ fn cycle(g: &mut GraphGuard, prev: &Held, entry: &Held, id: usize) -> Option<Rep
 /// Whether `class` is IRQ-unsafe and not yet in a report: the target of
 /// the forward searches (each IRQ-unsafe class is reported once, and one
 /// that is IRQ-safe as well has had its inversion report).
-fn unreported_irq_unsafe(class: u16) -> bool {
+fn unreported_irq_unsafe(class: u16, _via: u16) -> bool {
     let usage = graph::usage(class);
     usage & (IRQS_ON | IRQS_ON_SHARED) != 0 && usage & (CHAIN_REPORTED | INVERSION_REPORTED) == 0
 }
 
-/// Whether `class` is IRQ-safe: the target of the backward searches.
-fn irq_safe(class: u16) -> bool {
-    graph::usage(class) & IN_IRQ != 0
+/// Whether `class` is IRQ-safe where it leads to `via`: the target of the
+/// backward searches. Taken in a handler for writing, or read there and
+/// held for writing when `via` was taken (held for reading, it lets the
+/// handler's read in: Linux's `only_xr`).
+fn irq_safe(class: u16, via: u16) -> bool {
+    let usage = graph::usage(class);
+    usage & IN_IRQ != 0 || usage & IN_IRQ_SHARED != 0 && graph::edge_known_exclusive(class, via)
 }
 
 /// The classes of an IRQ-safe -> IRQ-unsafe chain, the IRQ-safe one first:
@@ -681,10 +701,12 @@ impl Chain {
     }
 }
 
-/// The search that `class`'s first use in a handler (`need` is `IN_IRQ`)
-/// or with interrupts enabled (`IRQS_ON`) calls for: forward from a new
-/// IRQ-safe class for an IRQ-unsafe one, backward from a new IRQ-unsafe
-/// class for an IRQ-safe one.
+/// The search that `class`'s first use in a handler (`need` is `IN_IRQ`,
+/// or `IN_IRQ_SHARED`) or with interrupts enabled (`IRQS_ON`,
+/// `IRQS_ON_SHARED`) calls for: forward from a new IRQ-safe class for an
+/// IRQ-unsafe one (from a read in a handler, only through the orders taken
+/// holding it for writing), backward from a new IRQ-unsafe class for an
+/// IRQ-safe one.
 fn usage_chain(
     g: &mut GraphGuard,
     class: u16,
@@ -697,6 +719,22 @@ fn usage_chain(
     let (safe, unsafe_, what) = if need == IN_IRQ {
         let found = g.search(class, Dir::Forward, false, unreported_irq_unsafe)?;
         let len = g.chain(class, found, Dir::Forward, &mut part);
+        chain.extend(&part, len);
+        (class, found, " in an interrupt handler")
+    } else if need == IN_IRQ_SHARED {
+        // Not `class` itself: its reads with interrupts enabled let a
+        // handler's read in.
+        let target = |c, via| c != class && unreported_irq_unsafe(c, via);
+        let mut next = graph::next_exclusive_successor(class, None);
+        let (first, found) = loop {
+            let first = next?;
+            if let Some(found) = g.search(first, Dir::Forward, true, target) {
+                break (first, found);
+            }
+            next = graph::next_exclusive_successor(class, Some(first));
+        };
+        let len = g.chain(first, found, Dir::Forward, &mut part);
+        chain.extend(&[class], 1);
         chain.extend(&part, len);
         (class, found, " in an interrupt handler")
     } else {
@@ -717,14 +755,17 @@ fn usage_chain(
 fn edge_chain(g: &mut GraphGuard, prev: &Held, entry: &Held, id: usize) -> Option<Report> {
     let mut part = [0u16; REPORT_CHAIN + 1];
     let mut chain = Chain::new();
-    let safe = g.search(prev.class, Dir::Backward, true, irq_safe)?;
+    // `prev` itself leads on by the new order.
+    let safe = g.search(prev.class, Dir::Backward, true, |c, via| {
+        irq_safe(c, if via == NO_CLASS { entry.class } else { via })
+    })?;
     // Kept before the second search reuses the scratch space.
     let len = g.chain(prev.class, safe, Dir::Backward, &mut part);
     chain.extend(&part, len);
     // Not `safe` itself: that would need a cycle through the new edge,
     // reported as one.
-    let unsafe_ = g.search(entry.class, Dir::Forward, true, |c| {
-        c != safe && unreported_irq_unsafe(c)
+    let unsafe_ = g.search(entry.class, Dir::Forward, true, |c, via| {
+        c != safe && unreported_irq_unsafe(c, via)
     })?;
     let len = g.chain(entry.class, unsafe_, Dir::Forward, &mut part);
     chain.extend(&part, len);
@@ -754,7 +795,7 @@ fn chain_report(
     });
     r.irq_safe = Some(Site {
         class: g.describe(safe),
-        at: g.slot(safe).irq_at,
+        at: g.slot(safe).first_use_at(IN_IRQ | IN_IRQ_SHARED),
     });
     r.irq_unsafe = Some(Site {
         class: g.describe(unsafe_),

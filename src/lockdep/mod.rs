@@ -205,11 +205,11 @@
 //! | dependencies (edges) | [`MAX_DEPENDENCIES`] (8 per class) | `KSYNC_LOCKDEP_DEPENDENCIES` |
 //! | held locks per task | [`MAX_LOCK_DEPTH`] (48, Linux's) | fixed |
 //! | tasks holding locks at once | 2 per possible CPU | `KSYNC_LOCKDEP_TASKS` |
-//! | dependency matrix | one bit per pair of classes, and its transpose (2 × 8 KiB at 256) | follows the classes |
+//! | dependency matrix | one bit per pair of classes, its transpose, and the orders seen with the outer lock held for writing (3 × 8 KiB at 256) | follows the classes |
 //!
 //! (set the variables like `KSYNC_MAX_CPUS`, e.g. in the kernel's
 //! `.cargo/config.toml` under `[env]`). At the defaults and 64 CPUs the
-//! tables take about 230 KiB (the held-lock stacks, 128 of them, about
+//! tables take about 240 KiB (the held-lock stacks, 128 of them, about
 //! 150 KiB). A full table is reported once and turns
 //! checking off; nothing is overwritten.
 //!

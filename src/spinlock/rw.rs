@@ -111,10 +111,11 @@ const UPGRADEABLE_TAG: u32 = 1 << 31;
 /// against a write with interrupts enabled (CPU 0 write-holds the lock
 /// with interrupts on; an interrupt on CPU 0 read-locks it: deadlock),
 /// and a write in a handler against any use with interrupts enabled; a
-/// read in a handler and a read with interrupts enabled are fine. (A read
-/// in a handler does not make the class IRQ-safe for the chains across
-/// classes: whether it waits depends on another CPU holding the lock for
-/// writing, which the recorded orders do not say.)
+/// read in a handler and a read with interrupts enabled are fine. Across
+/// classes, a read in a handler makes the class IRQ-safe only along the
+/// orders taken holding it for writing (Linux's `only_xr`): a CPU that
+/// holds it for reading while it waits for another lock lets the
+/// handler's read in.
 ///
 /// # Zeroed memory
 ///
