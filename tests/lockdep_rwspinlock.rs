@@ -193,60 +193,53 @@ fn a_write_in_a_handler_and_a_read_with_interrupts_enabled_are_an_inversion() {
 /// CPU 0 read-locks `A`, CPU 1 holds `A` for writing (interrupts masked)
 /// and waits for `B`: deadlock. Held for reading instead, CPU 1 lets the
 /// handler's read in: no report. Reported at whichever part comes last.
+/// With interrupts masked, takes `inner` for writing while holding
+/// `outer` for writing (`write`) or reading.
+fn nest_masked(outer: &RwSpinLock<u32>, write: bool, inner: &RwSpinLock<u32>) {
+    let _irq = IrqState::save();
+    let _outer = if write {
+        Ok(outer.write())
+    } else {
+        Err(outer.read())
+    };
+    *inner.write() += 1;
+}
+
+/// Exactly one report since the last look: an IRQ-safe -> IRQ-unsafe
+/// chain from the class named `safe` to the one named `unsafe_`.
+fn one_chain(safe: &str, unsafe_: &str) {
+    let report = one_report();
+    assert!(
+        report.contains("IRQ-safe -> IRQ-unsafe")
+            && report.contains(&format!("\"{safe}\""))
+            && report.contains(&format!("\"{unsafe_}\"")),
+        "{report}"
+    );
+}
+
 #[test]
 fn a_read_in_a_handler_leading_to_an_irq_unsafe_class_by_a_write_hold() {
     let _s = start();
+    let lock = |key| RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(key), 0);
     // The order comes last.
-    let a = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-A")), 0);
-    let b = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-B")), 0);
+    let (a, b) = (lock(lock_class!("chain-A")), lock(lock_class!("chain-B")));
     on_cpu(|| read_in_handler(&a));
     on_cpu(|| *b.write() += 1);
+    on_cpu(|| nest_masked(&a, false, &b));
     no_report();
-    on_cpu(|| {
-        let _irq = IrqState::save();
-        let _a = a.read();
-        *b.write() += 1;
-    });
-    no_report();
-    on_cpu(|| {
-        let _irq = IrqState::save();
-        let _a = a.write();
-        *b.write() += 1;
-    });
-    let report = one_report();
-    assert!(
-        report.contains("IRQ-safe -> IRQ-unsafe")
-            && report.contains("\"chain-A\"")
-            && report.contains("\"chain-B\""),
-        "{report}"
-    );
+    on_cpu(|| nest_masked(&a, true, &b));
+    one_chain("chain-A", "chain-B");
     // The read in a handler comes last.
-    let c = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-C")), 0);
-    let d = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-D")), 0);
+    let (c, d) = (lock(lock_class!("chain-C")), lock(lock_class!("chain-D")));
     on_cpu(|| *d.write() += 1);
-    on_cpu(|| {
-        let _irq = IrqState::save();
-        let _c = c.write();
-        *d.write() += 1;
-    });
+    on_cpu(|| nest_masked(&c, true, &d));
     no_report();
     on_cpu(|| read_in_handler(&c));
-    let report = one_report();
-    assert!(
-        report.contains("IRQ-safe -> IRQ-unsafe")
-            && report.contains("\"chain-C\"")
-            && report.contains("\"chain-D\""),
-        "{report}"
-    );
+    one_chain("chain-C", "chain-D");
     // Held for reading only: nothing.
-    let e = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-E")), 0);
-    let f = RwSpinLock::<u32>::from_raw(RawRwSpinLock::with_class(lock_class!("chain-F")), 0);
+    let (e, f) = (lock(lock_class!("chain-E")), lock(lock_class!("chain-F")));
     on_cpu(|| *f.write() += 1);
-    on_cpu(|| {
-        let _irq = IrqState::save();
-        let _e = e.read();
-        *f.write() += 1;
-    });
+    on_cpu(|| nest_masked(&e, false, &f));
     on_cpu(|| read_in_handler(&e));
     no_report();
 }
