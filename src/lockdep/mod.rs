@@ -28,6 +28,11 @@
 //!   handler can interrupt the second holder on its own CPU and spin
 //!   forever. It needs the kernel to say when it runs a handler
 //!   ([`Kernel::in_interrupt`](crate::kernel::Kernel::in_interrupt)).
+//!   Reads of a reader-writer lock count apart, as Linux's `_READ` usage
+//!   bits: a read in a handler conflicts with a write with interrupts
+//!   enabled, a write in a handler with a read too, and a read in a
+//!   handler with a read with interrupts enabled not at all
+//!   ([`RawRwSpinLock`](crate::spinlock::RawRwSpinLock#lock-order-checking)).
 //! * [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the same across
 //!   classes, as Linux's `check_irq_usage`. A class is *IRQ-safe* once it
 //!   is taken in an interrupt handler, *IRQ-unsafe* once taken with
@@ -200,11 +205,11 @@
 //! | dependencies (edges) | [`MAX_DEPENDENCIES`] (8 per class) | `KSYNC_LOCKDEP_DEPENDENCIES` |
 //! | held locks per task | [`MAX_LOCK_DEPTH`] (48, Linux's) | fixed |
 //! | tasks holding locks at once | 2 per possible CPU | `KSYNC_LOCKDEP_TASKS` |
-//! | dependency matrix | one bit per pair of classes, and its transpose (2 × 8 KiB at 256) | follows the classes |
+//! | dependency matrix | one bit per pair of classes, its transpose, and the orders seen with the outer lock held for writing (3 × 8 KiB at 256) | follows the classes |
 //!
 //! (set the variables like `KSYNC_MAX_CPUS`, e.g. in the kernel's
 //! `.cargo/config.toml` under `[env]`). At the defaults and 64 CPUs the
-//! tables take about 230 KiB (the held-lock stacks, 128 of them, about
+//! tables take about 240 KiB (the held-lock stacks, 128 of them, about
 //! 150 KiB). A full table is reported once and turns
 //! checking off; nothing is overwritten.
 //!
@@ -641,14 +646,53 @@ impl Map {
     #[track_caller]
     #[inline]
     pub fn acquire(&self, subclass: u8, try_lock: bool, irqs_off: bool) {
+        self.record(
+            subclass,
+            try_lock,
+            irqs_off,
+            false,
+            engine::Access::Exclusive,
+        );
+    }
+
+    /// What every acquisition records, at the caller's caller's location.
+    #[track_caller]
+    #[inline(always)]
+    fn record(
+        &self,
+        subclass: u8,
+        try_lock: bool,
+        irqs_off: bool,
+        sleeping: bool,
+        access: engine::Access,
+    ) {
         engine::acquire(
             self,
             core::panic::Location::caller(),
             subclass,
             try_lock,
             irqs_off,
-            false,
+            sleeping,
+            access,
         );
+    }
+
+    /// [`acquire`](Self::acquire) for a reader-writer lock's read
+    /// (Linux's `lock_acquire_shared`, or with `recursive`
+    /// `lock_acquire_shared_recursive`): its interrupt usage is tracked
+    /// apart from writes (a read in a handler conflicts only with a write
+    /// with interrupts enabled), and a `recursive` read (one that never
+    /// waits behind a waiting writer) adds no lock order and is no
+    /// recursion.
+    #[track_caller]
+    #[inline]
+    pub(crate) fn acquire_read(&self, subclass: u8, try_lock: bool, recursive: bool) {
+        let access = if recursive {
+            engine::Access::SharedRecursive
+        } else {
+            engine::Access::Shared
+        };
+        self.record(subclass, try_lock, false, false, access);
     }
 
     /// [`acquire`](Self::acquire) for a sleeping lock (a mutex, an rw
@@ -658,14 +702,7 @@ impl Map {
     #[track_caller]
     #[inline]
     pub(crate) fn acquire_sleeping(&self, subclass: u8, try_lock: bool) {
-        engine::acquire(
-            self,
-            core::panic::Location::caller(),
-            subclass,
-            try_lock,
-            false,
-            true,
-        );
+        self.record(subclass, try_lock, false, true, engine::Access::Exclusive);
     }
 
     /// [`acquire_sleeping`](Self::acquire_sleeping), and a guard that
@@ -823,6 +860,12 @@ impl Map {
     #[inline(always)]
     pub fn acquire(&self, subclass: u8, try_lock: bool, irqs_off: bool) {
         let _ = (subclass, try_lock, irqs_off);
+    }
+
+    /// Records a read acquisition (with `lockdep`; nothing here).
+    #[inline(always)]
+    pub(crate) fn acquire_read(&self, subclass: u8, try_lock: bool, recursive: bool) {
+        let _ = (subclass, try_lock, recursive);
     }
 
     /// Records a sleeping lock's acquisition (with `lockdep`; nothing
