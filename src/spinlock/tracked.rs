@@ -670,10 +670,8 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     pub fn assert_held(&self) {
         if self.dep_map.is_held().is_some() {
             self.dep_map.assert_held();
-            return;
-        }
-        #[cfg(debug_assertions)]
-        {
+        } else if cfg!(debug_assertions) {
+            #[cfg(debug_assertions)]
             if G::RECORDS_OWNER {
                 let (owner, me) = (self.owner_tag(), this_cpu_tag());
                 if owner != me {
