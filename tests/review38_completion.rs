@@ -42,10 +42,17 @@ fn a_reinit_after_the_first_batch_of_complete_all_is_not_undone() {
     let mut waits: Vec<Pin<Box<_>>> = (0..9).map(|_| Box::pin(C.wait())).collect();
     for (i, w) in waits.iter_mut().enumerate() {
         let waker = if i == 0 { &first } else { &noop };
-        assert!(w.as_mut().poll(&mut Context::from_waker(waker)).is_pending());
+        assert!(
+            w.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
     }
     C.complete_all();
-    assert!(REINIT_DONE.load(Ordering::SeqCst), "the first waiter was woken");
+    assert!(
+        REINIT_DONE.load(Ordering::SeqCst),
+        "the first waiter was woken"
+    );
     drop(waits);
     // The reinit came after complete_all had woken the first waiter (it
     // ran from that wake): complete_all's "done" is undone by it.

@@ -79,10 +79,17 @@ fn child() {
     let mut waits: Vec<Pin<Box<_>>> = (0..12).map(|_| Box::pin(c.wait())).collect();
     for (i, w) in waits.iter_mut().enumerate() {
         let waker = if i == 0 { &bad } else { &good };
-        assert!(w.as_mut().poll(&mut Context::from_waker(waker)).is_pending());
+        assert!(
+            w.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
     }
     let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| c.complete_all()));
-    assert!(r.is_err(), "the waker's panic reaches complete_all's caller");
+    assert!(
+        r.is_err(),
+        "the waker's panic reaches complete_all's caller"
+    );
     // The queue's lock must still work (each of these takes it).
     let t = std::thread::spawn(move || {
         let c = &C;
@@ -95,6 +102,9 @@ fn child() {
     // but, the panic having ended it, never woken.
     let woken = count.0.load(Ordering::SeqCst);
     println!("woken: {woken}");
-    assert!(woken >= 11, "REVIEW38: only {woken} of the 11 other waiters were woken");
+    assert!(
+        woken >= 11,
+        "REVIEW38: only {woken} of the 11 other waiters were woken"
+    );
     println!("queue usable, all woken");
 }
