@@ -33,6 +33,9 @@ impl Drop for ThreadCpu {
             }
             #[cfg(feature = "lockdep")]
             crate::lockdep::cpu_offline(id);
+            // (lockdep's `cpu_offline` does this too.)
+            #[cfg(all(debug_assertions, not(feature = "lockdep")))]
+            crate::kernel::irq::forget_masking(id);
             let _ = CPU_ID.try_with(|c| c.set(usize::MAX));
             let mut used = lock_in_use();
             used[id] = false;

@@ -354,10 +354,25 @@ impl Locked<'_> {
     /// Drops the queue lock, makes the wakes noted so far, and takes the
     /// lock again (a new batch). The queue may have changed meanwhile:
     /// the caller looks at it afresh.
+    ///
+    /// Panic-safe: if a `Waker` panics, the batch's other wakes are made
+    /// (see [`unlock_and_wake`](Self::unlock_and_wake)) and the lock is
+    /// taken again before the panic goes on, so this guard still holds
+    /// it (and its drop releases it once). The caller's wakes past the
+    /// batch are cut short by the panic unless it guards them too (as
+    /// `complete_all` does).
     #[cold]
     pub(crate) fn relock(&mut self) {
+        /// Takes the queue lock again, on the way out or unwinding.
+        struct Retake<'a>(&'a QueueLock);
+        impl Drop for Retake<'_> {
+            fn drop(&mut self) {
+                self.0.lock();
+            }
+        }
+        let retake = Retake(&self.queue.lock);
         self.unlock_and_wake();
-        self.queue.lock.lock();
+        drop(retake);
     }
 
     /// Drops the queue lock and makes the deferred wakes, in queue order.
@@ -365,8 +380,9 @@ impl Locked<'_> {
     /// the unlock, so that their waiters, which wait for the end of them,
     /// do not wait for this task to be scheduled; then the `Waker`s, with
     /// nothing held. If a `Waker` panics, the batch's later `Waker`s are
-    /// dropped unwoken with the unwinding (the blocked tasks' wakes are
-    /// made first, so no waiter is left waiting for its pending bit).
+    /// still woken as the panic unwinds (a second panic among them aborts,
+    /// as any panic while unwinding); the blocked tasks' wakes are made
+    /// first, so no waiter is left waiting for its pending bit.
     #[cold]
     fn unlock_and_wake(&mut self) {
         let n = core::mem::replace(&mut self.deferred, 0);
@@ -384,12 +400,12 @@ impl Locked<'_> {
             }
         }
         kernel::preempt_enable_hook();
-        for entry in &mut self.wakes[..n] {
-            // SAFETY: initialized (the first `n`), and read once: the
-            // count was reset above, so nothing reads them again.
-            if let Deferred::Async(waker) = unsafe { entry.assume_init_read() } {
-                waker.wake();
-            }
+        let mut rest = AsyncWakes {
+            wakes: &mut self.wakes[..n],
+            next: 0,
+        };
+        while let Some(waker) = rest.next_waker() {
+            waker.wake();
         }
     }
 
@@ -413,6 +429,38 @@ impl Locked<'_> {
         }
         self.wakes[self.deferred].write(wake);
         self.deferred += 1;
+    }
+}
+
+/// The `Waker`s of a batch not woken yet: if one panics, the others are
+/// woken as the panic unwinds (when this drops).
+struct AsyncWakes<'w> {
+    /// Initialized, each read once: those before `next` were read.
+    wakes: &'w mut [MaybeUninit<Deferred>],
+    next: usize,
+}
+
+impl AsyncWakes<'_> {
+    /// The next `Waker` to wake, taken out of the batch.
+    fn next_waker(&mut self) -> Option<Waker> {
+        while let Some(entry) = self.wakes.get_mut(self.next) {
+            self.next += 1;
+            // SAFETY: initialized (the batch's first entries), and read
+            // once: `next` has moved past it.
+            if let Deferred::Async(waker) = unsafe { entry.assume_init_read() } {
+                return Some(waker);
+            }
+        }
+        None
+    }
+}
+
+impl Drop for AsyncWakes<'_> {
+    fn drop(&mut self) {
+        // Reached with wakes left only when one panicked.
+        while let Some(waker) = self.next_waker() {
+            waker.wake();
+        }
     }
 }
 
@@ -535,12 +583,38 @@ impl Locked<'_> {
         self.links(node, |links| links.linked)
     }
 
-    /// Makes `node` (queued, async) wake `waker` from now on.
-    pub(crate) fn set_waker(&mut self, node: &Node, waker: &Waker) {
+    /// Makes `node` (queued, async) wake `waker` from now on; the
+    /// `Waker` it replaces, which the caller drops after the unlock:
+    /// dropping a `Waker` runs executor code (the last reference to a
+    /// task drops its future, which may be queued here and take this
+    /// lock). A `waker` that [`will_wake`](Waker::will_wake) the same task
+    /// is kept, not cloned; a new one is cloned under the lock (executor
+    /// code too, though a clone is a reference count increment in every
+    /// executor we know: it must not take this queue's lock).
+    pub(crate) fn set_waker(&mut self, node: &Node, waker: &Waker) -> Option<Waker> {
         self.links(node, |links| match &mut links.wake {
-            Wake::Async(Some(old)) if old.will_wake(waker) => {}
-            wake => *wake = Wake::Async(Some(waker.clone())),
-        });
+            Wake::Async(Some(old)) if old.will_wake(waker) => None,
+            wake => match core::mem::replace(wake, Wake::Async(Some(waker.clone()))) {
+                Wake::Async(old) => old,
+                _ => None,
+            },
+        })
+    }
+
+    /// The queue's enqueue count now: a waiter queued from now on is not
+    /// [`queued_before`](Self::queued_before) it.
+    pub(crate) fn enqueue_count(&mut self) -> usize {
+        self.queue.seq.with(|seq| {
+            // SAFETY: under the queue lock.
+            unsafe { *seq }
+        })
+    }
+
+    /// Whether `node` (queued) was queued before the queue's enqueue
+    /// count was `start` ([`enqueue_count`](Self::enqueue_count)).
+    pub(crate) fn queued_before(&mut self, node: &Node, start: usize) -> bool {
+        let seq = self.links(node, |l| l.seq);
+        start.wrapping_sub(seq).wrapping_sub(1) < usize::MAX / 2
     }
 
     /// The task token of a queued blocking waiter (0 for an async one).
@@ -1122,7 +1196,10 @@ impl<F: FnMut() -> bool> Future for WaitUntil<'_, F> {
         {
             let mut locked = this.queue.lock();
             if locked.is_queued(&this.node) {
-                locked.set_waker(&this.node, cx.waker());
+                let old = locked.set_waker(&this.node, cx.waker());
+                // The replaced waker goes after the unlock.
+                drop(locked);
+                drop(old);
             } else {
                 // SAFETY: the node is pinned inside the pinned future and
                 // `Drop` takes it off the queue; it is not queued now.
@@ -1204,15 +1281,17 @@ pub fn might_sleep() {
     // The read section (every build) and, in debug builds, a `call_rcu`
     // callback on this CPU; with lockdep, the spinlocks held.
     crate::rcu::check_may_sleep();
+    // With lockdep, a spinlock held is reported by name above (the
+    // preemption it disabled is left to that report); sleeping locks are
+    // not reported there, so they do not hide a preemption-disabled
+    // section (`preempt_disable`, a `PerCpu` reference) opened under them.
     #[cfg(debug_assertions)]
-    if kernel::preempt_disabled_by_ksync() && crate::lockdep::held_lock_count() == 0 {
+    if kernel::preempt_disabled_by_ksync() && crate::lockdep::held_spinning_lock_count() == 0 {
         preempt_disabled();
     }
-    #[cfg(all(debug_assertions, not(feature = "lockdep")))]
-    if kernel::irqs_disabled() {
-        irqs_masked();
-    }
-    #[cfg(feature = "lockdep")]
+    // `masked_by_ksync`: masking through ksync (an `ArchIrq` lock among
+    // them), counted with lockdep and in debug builds.
+    #[cfg(any(debug_assertions, feature = "lockdep"))]
     if kernel::irqs_disabled() || kernel::irq::masked_by_ksync() {
         irqs_masked();
     }
