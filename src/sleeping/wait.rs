@@ -64,7 +64,8 @@
 //! ([`wait_event_exclusive`](WaitQueue::wait_event_exclusive)) is one of
 //! several where one wake is enough (the next lock holder): `wake_one`
 //! wakes every non-exclusive waiter and the first exclusive one,
-//! `wake_n(n)` the first `n` exclusive ones, `wake_all` all (Linux's
+//! `wake_n(n)` the first `n` exclusive ones (`wake_n(0)`: all, as
+//! Linux's `nr_exclusive` of 0), `wake_all` all (Linux's
 //! `wake_up`, `wake_up_nr`, `wake_up_all`). A woken waiter is off the
 //! queue; one whose condition is false again queues at the back.
 //!
@@ -1031,7 +1032,9 @@ impl WaitQueue {
     }
 
     /// Wakes every non-exclusive waiter and the first `n` exclusive ones
-    /// (Linux's `wake_up_nr`); how many it woke.
+    /// (Linux's `wake_up_nr`); how many it woke. `n == 0` wakes every
+    /// waiter, as Linux's `nr_exclusive` of 0 (no limit): `wake_n(0)` is
+    /// [`wake_all`](Self::wake_all).
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
@@ -1054,6 +1057,8 @@ impl WaitQueue {
     /// ```
     #[doc(alias = "wake_up_nr")]
     pub fn wake_n(&self, n: usize) -> usize {
+        // Linux's `__wake_up` with `nr_exclusive` 0: no limit.
+        let n = if n == 0 { usize::MAX } else { n };
         self.lock().wake_n(n)
     }
 

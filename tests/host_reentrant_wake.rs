@@ -1,14 +1,14 @@
-//! Review of issue 38 (adversarial): "wake_* may be called anywhere", but
-//! the host kernel's `wake` looks the task up under a `std::sync::RwLock`
-//! (`src/host/tasks.rs`, `lookup` -> `tasks()`), which a thread's first
-//! ksync call write-locks to register itself (`SLOT`'s initializer, whose
-//! `table.push` may allocate). A wake that runs re-entrantly on that
-//! thread inside that write section (an interrupt handler — a POSIX
-//! signal, as the other host interrupt tests play it — or, as here,
-//! deterministically, a global allocator that wakes a wait queue, as a
-//! kernel heap might) read-locks the same lock on the same thread: the
-//! thread deadlocks. The signal form was tried and is too rare to hit in
-//! a test; the allocator makes the same re-entry deterministic.
+//! "wake_* may be called anywhere": the host kernel's `wake` used to look
+//! the task up under a `std::sync::RwLock`, which a thread's first ksync
+//! call write-locked to register itself (its `Vec::push` allocating under
+//! it). A wake that ran re-entrantly on that thread inside that write
+//! section (an interrupt handler, a POSIX signal as the other host
+//! interrupt tests play it, or, as here, deterministically, a global
+//! allocator that wakes a wait queue, as a kernel heap might) read-locked
+//! the same lock on the same thread: the thread deadlocked. The task table
+//! is lock-free now (`src/host/tasks.rs`). The signal form is too rare to
+//! hit in a test; the allocator makes the same re-entry deterministic.
+//! (Its own test binary: the global allocator is process-wide.)
 
 #![cfg(not(ksync_loom))]
 
@@ -64,7 +64,7 @@ static A: WakingAlloc = WakingAlloc;
 
 static IDLE: ksync::mutex::Mutex<u32> = ksync::mutex::Mutex::new(0);
 
-const CHILD: &str = "KSYNC_REVIEW38_REENTRANT_CHILD";
+const CHILD: &str = "KSYNC_TEST_REENTRANT_CHILD";
 
 #[test]
 #[cfg_attr(not(target_arch = "x86_64"), ignore = "spawns itself")]
@@ -97,7 +97,7 @@ fn a_wake_made_while_the_host_registers_the_task_does_not_deadlock() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(
         status.is_some_and(|s| s.success()) && stdout.contains("all registered"),
-        "REVIEW38: a wake made during the host's task registration deadlocked or failed \
+        "a wake made during the host's task registration deadlocked or failed \
          ({status:?}):\n{stdout}\n{stderr}"
     );
 }
@@ -125,7 +125,7 @@ fn child() {
             }
         });
         if rx.recv_timeout(Duration::from_secs(10)).is_err() {
-            println!("REVIEW38: task {i} never finished registering (deadlocked)");
+            println!("task {i} never finished registering (deadlocked)");
             std::process::exit(1);
         }
         alive.push(t);
