@@ -57,7 +57,7 @@ fn release(id: usize) {
     #[cfg(feature = "lockdep")]
     crate::lockdep::cpu_offline(id);
     // (lockdep's `cpu_offline` does this too.)
-    #[cfg(all(debug_assertions, not(feature = "lockdep")))]
+    #[cfg(all(debug_assertions, not(feature = "lockdep"), not(ksync_loom)))]
     crate::kernel::irq::forget_masking(id);
     let _ = CPU_ID.try_with(|c| c.set(usize::MAX));
     let mut used = lock_in_use();

@@ -1295,9 +1295,22 @@ pub fn might_sleep() {
         preempt_disabled();
     }
     // `masked_by_ksync`: masking through ksync (an `ArchIrq` lock among
-    // them), counted with lockdep and in debug builds.
-    #[cfg(any(debug_assertions, feature = "lockdep"))]
+    // them), counted with lockdep and in the host kernel's debug builds
+    // (elsewhere `ArchIrq` masking is seen only by a kernel whose
+    // `irqs_disabled` reads the CPU's flag: counting it would need the
+    // hooks, which `ArchIrq` users need not define).
+    #[cfg(any(
+        feature = "lockdep",
+        all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+    ))]
     if kernel::irqs_disabled() || kernel::irq::masked_by_ksync() {
+        irqs_masked();
+    }
+    #[cfg(all(
+        debug_assertions,
+        not(any(feature = "lockdep", all(feature = "test-hooks", not(ksync_loom))))
+    ))]
+    if kernel::irqs_disabled() {
         irqs_masked();
     }
 }
