@@ -1064,3 +1064,76 @@ fn every_sleeping_entry_reports_every_atomic_context() {
     }
     assert!(missed.is_empty(), "no might_sleep report for: {missed:?}");
 }
+
+/// The same for `wake_all` on a wait queue: a `Waker` that panics in the
+/// first batch used to stop the wake there (the queue lock released
+/// twice, and the waiters past the batch, here a blocked task among
+/// them, left asleep). Now every other waiter is woken, the panic reaches
+/// the caller, and the queue stays usable.
+#[test]
+#[cfg_attr(
+    not(target_arch = "x86_64"),
+    ignore = "spawns itself: not under qemu-user"
+)]
+fn a_panicking_waker_in_wake_all_wakes_every_other_waiter() {
+    const CHILD: &str = "KSYNC_TEST_PANIC_WAKE_ALL_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        panicking_wake_all_child();
+        return;
+    }
+    let (status, stdout, stderr) = run_child(
+        "a_panicking_waker_in_wake_all_wakes_every_other_waiter",
+        CHILD,
+        HANG,
+    );
+    assert!(
+        status.is_some_and(|s| s.success()) && stdout.contains("every other waiter woken"),
+        "after a Waker panicked in wake_all's first batch, the child failed or hung \
+         ({status:?}):\n{stdout}\n{stderr}"
+    );
+}
+
+fn panicking_wake_all_child() {
+    static Q: WaitQueue = WaitQueue::new();
+    static GO: AtomicBool = AtomicBool::new(false);
+    static CHECKS: AtomicUsize = AtomicUsize::new(0);
+    let bad = Waker::from(Arc::new(PanicOnWake));
+    let count = Arc::new(CountWake(AtomicUsize::new(0)));
+    let good = Waker::from(count.clone());
+    let mut waits: Vec<Pin<Box<_>>> = (0..11)
+        .map(|_| Box::pin(Q.wait_until(|| GO.load(Ordering::Acquire))))
+        .collect();
+    for (i, w) in waits.iter_mut().enumerate() {
+        let waker = if i == 0 { &bad } else { &good };
+        assert!(
+            w.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
+    }
+    // A blocked task, queued last (past the first batch): `wait_event`
+    // checks its condition a second time once its node is queued.
+    let sleeper = thread::spawn(|| {
+        Q.wait_event(|| {
+            CHECKS.fetch_add(1, Ordering::SeqCst);
+            GO.load(Ordering::Acquire)
+        })
+    });
+    let deadline = Instant::now() + HANG;
+    while CHECKS.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < deadline, "the sleeper never queued");
+        thread::sleep(Duration::from_millis(1));
+    }
+    GO.store(true, Ordering::Release);
+    let r = std::panic::catch_unwind(|| Q.wake_all());
+    assert!(r.is_err(), "the waker's panic reaches wake_all's caller");
+    let woken = count.0.load(Ordering::SeqCst);
+    assert_eq!(woken, 10, "the 10 other futures were woken");
+    // The blocked task was woken too (else this hangs: the parent's
+    // watchdog), and the queue's lock works (the sleeper's exit takes it).
+    sleeper.join().unwrap();
+    drop(waits);
+    assert!(!Q.has_waiters());
+    assert_eq!(Q.wake_all(), 0);
+    println!("every other waiter woken");
+}

@@ -702,38 +702,72 @@ impl Locked<'_> {
     /// how many it woke. Past a batch of wakes it drops the lock and takes
     /// it again ([`relock`](Self::relock)) and goes on from the front:
     /// the waiters it woke are off the queue, and those queued since (a
-    /// later sequence number) are not its to wake.
-    pub(crate) fn wake_n(&mut self, mut exclusive: usize) -> usize {
-        let start = self.queue.seq.with(|seq| {
-            // SAFETY: under the queue lock.
-            unsafe { *seq }
-        });
-        let mut woken = 0;
+    /// later sequence number) are not its to wake. If a `Waker` panics at
+    /// a relock, the wake goes on as the panic unwinds (a blocked task
+    /// past the batch is not left asleep), and then the panic goes on.
+    pub(crate) fn wake_n(&mut self, exclusive: usize) -> usize {
+        let start = self.enqueue_count();
+        let mut rounds = WakeRounds {
+            locked: self,
+            start,
+            exclusive,
+            woken: 0,
+            done: false,
+        };
+        rounds.run();
+        rounds.done = true;
+        rounds.woken
+    }
+}
+
+/// The state of one [`Locked::wake_n`]: what is left of it is done when
+/// it drops unfinished (a `Waker` panicked at a relock, which took the
+/// lock again).
+struct WakeRounds<'l, 'q> {
+    locked: &'l mut Locked<'q>,
+    start: usize,
+    /// Exclusive waiters left to wake.
+    exclusive: usize,
+    woken: usize,
+    done: bool,
+}
+
+impl WakeRounds<'_, '_> {
+    fn run(&mut self) {
         'rounds: loop {
-            let mut cursor = self.ends(|ends| ends.0);
+            let locked = &mut *self.locked;
+            let mut cursor = locked.ends(|ends| ends.0);
             // SAFETY: queued nodes are valid while queued (enqueue
             // contract), and `next` is read before the node is woken.
             while let Some(node) = unsafe { cursor.as_ref() } {
-                let (next, is_exclusive, seq) = self.links(node, |l| (l.next, l.exclusive, l.seq));
+                let (next, is_exclusive) = locked.links(node, |l| (l.next, l.exclusive));
                 cursor = next;
-                // Queued after this wake began (`seq` at or past `start`).
-                if start.wrapping_sub(seq).wrapping_sub(1) >= usize::MAX / 2 {
+                // Queued after this wake began.
+                if !locked.queued_before(node, self.start) {
                     continue;
                 }
-                if is_exclusive && exclusive == 0 {
+                if is_exclusive && self.exclusive == 0 {
                     continue;
                 }
-                if self.batch_full() {
-                    self.relock();
+                if locked.batch_full() {
+                    locked.relock();
                     continue 'rounds;
                 }
                 if is_exclusive {
-                    exclusive -= 1;
+                    self.exclusive -= 1;
                 }
-                self.wake(node, WOKEN);
-                woken += 1;
+                locked.wake(node, WOKEN);
+                self.woken += 1;
             }
-            return woken;
+            return;
+        }
+    }
+}
+
+impl Drop for WakeRounds<'_, '_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.run();
         }
     }
 }
