@@ -483,7 +483,12 @@ impl Locked<'_> {
 
     /// Queues `node` at the back (`front`: at the front) as a waiter of
     /// the current task, or of `waker`, with the primitive's `tag`, and
-    /// marks it [`WAITING`].
+    /// marks it [`WAITING`]. The `waker` is cloned under the lock: the one
+    /// piece of executor code that runs under it (a reference count
+    /// increment in every executor we know; it must not take this
+    /// queue's lock). The node's earlier `Waker`, if a wake did not take
+    /// it, is dropped here, under the lock: callers queue again only
+    /// nodes a wake took off (or new ones), whose `Waker` is gone.
     ///
     /// # Safety
     /// `node` is pinned and stays valid until it is off the queue (a
