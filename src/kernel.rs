@@ -527,13 +527,18 @@ pub unsafe trait Kernel {
     }
 
     /// Whether local interrupts are disabled on this CPU (Linux's
-    /// `irqs_disabled()`). Only [`lockdep`](crate::lockdep) asks, to tell
-    /// whether a lock is taken with interrupts enabled. It already knows
-    /// about masking done through ksync (the IRQ-saving locks,
+    /// `irqs_disabled()`). [`lockdep`](crate::lockdep) asks, to tell
+    /// whether a lock is taken with interrupts enabled, and
+    /// [`might_sleep`](crate::wait::might_sleep) in debug builds, to
+    /// refuse a sleep with interrupts masked. lockdep already knows about
+    /// masking done through ksync (the IRQ-saving locks,
     /// [`IrqState`](irq::IrqState), [`Kernel::irq_save`] through ksync), so
-    /// the default, `false`, only misses masking the kernel did by other
-    /// means; a kernel that implements [`in_interrupt`](Kernel::in_interrupt)
-    /// should implement this too.
+    /// with it the default, `false`, only misses masking the kernel did by
+    /// other means; without lockdep, `might_sleep` also misses masking
+    /// through [`ArchIrq`](irq::ArchIrq) (the `ArchIrq*` locks), which
+    /// needs no hooks and so is not counted per CPU, unless this reads the
+    /// CPU's interrupt flag. A kernel that implements
+    /// [`in_interrupt`](Kernel::in_interrupt) should implement this too.
     ///
     #[cfg_attr(feature = "test-hooks", doc = " ```")]
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]

@@ -19,25 +19,49 @@ impl Drop for ThreadCpu {
         #[cfg(feature = "hostile")]
         super::hostile::thread_exiting();
         if let Some(id) = self.0.get() {
-            // An exiting thread is an offline CPU: it must not hold up
-            // grace periods, and the next thread with this id starts
-            // offline. A thread that panicked inside a read section exits
-            // with the section open: the report of that (a panic) must not
-            // abort the process from a thread-local destructor, which
-            // would hide the first panic's test failure.
-            let offline = std::panic::catch_unwind(|| crate::rcu::offline_cpu(id));
-            if offline.is_err() {
-                std::eprintln!(
-                    "ksync test hooks: CPU {id} went offline with a read section open (see the panic above)"
-                );
-            }
-            #[cfg(feature = "lockdep")]
-            crate::lockdep::cpu_offline(id);
-            let _ = CPU_ID.try_with(|c| c.set(usize::MAX));
-            let mut used = lock_in_use();
-            used[id] = false;
+            release(id);
         }
     }
+}
+
+/// The CPU id of a thread whose [`THIS_CPU`] is gone: a thread-local
+/// destructor that runs after it (registered before the thread's first
+/// ksync call) and calls into ksync. Claimed then (a CPU coming online for
+/// the rest of the exit), and freed by its own destructor, which runs
+/// after the destructor that claimed it (registered while the thread's
+/// locals are torn down, it is run in that same pass).
+struct ExitCpu(Cell<Option<usize>>);
+
+impl Drop for ExitCpu {
+    fn drop(&mut self) {
+        if let Some(id) = self.0.take() {
+            release(id);
+        }
+    }
+}
+
+/// An exiting thread's CPU goes offline and its id is free again.
+fn release(id: usize) {
+    // An exiting thread is an offline CPU: it must not hold up
+    // grace periods, and the next thread with this id starts
+    // offline. A thread that panicked inside a read section exits
+    // with the section open: the report of that (a panic) must not
+    // abort the process from a thread-local destructor, which
+    // would hide the first panic's test failure.
+    let offline = std::panic::catch_unwind(|| crate::rcu::offline_cpu(id));
+    if offline.is_err() {
+        std::eprintln!(
+            "ksync test hooks: CPU {id} went offline with a read section open (see the panic above)"
+        );
+    }
+    #[cfg(feature = "lockdep")]
+    crate::lockdep::cpu_offline(id);
+    // (lockdep's `cpu_offline` does this too.)
+    #[cfg(all(debug_assertions, not(feature = "lockdep"), not(ksync_loom)))]
+    crate::kernel::irq::forget_masking(id);
+    let _ = CPU_ID.try_with(|c| c.set(usize::MAX));
+    let mut used = lock_in_use();
+    used[id] = false;
 }
 
 // The id sits in a destructor-less thread-local (a plain TLS load on the
@@ -52,6 +76,7 @@ std::thread_local! {
     pub(super) static IN_IRQ: Cell<(u32, bool)> = const { Cell::new((0, false)) };
     static CPU_ID: Cell<usize> = const { Cell::new(usize::MAX) };
     static THIS_CPU: ThreadCpu = const { ThreadCpu(Cell::new(None)) };
+    static EXIT_CPU: ExitCpu = const { ExitCpu(Cell::new(None)) };
     /// This thread's preemption count, plus [`NOT_ARMED`] while no
     /// preemption is armed ([`preempt_at_next_point`]).
     static PREEMPT: Cell<u32> = const { Cell::new(NOT_ARMED) };
@@ -101,14 +126,25 @@ pub(super) fn cpu_id() -> usize {
 #[cold]
 #[inline(never)]
 fn cpu_id_slow() -> usize {
-    let id = THIS_CPU.with(|cpu| match cpu.0.get() {
+    let get_or_claim = |cpu: &Cell<Option<usize>>| match cpu.get() {
         Some(id) => id,
         None => {
             let id = claim();
-            cpu.0.set(Some(id));
+            cpu.set(Some(id));
             id
         }
-    });
+    };
+    // Never `with`: it panics once the local is destroyed, and a panic in
+    // a thread-local destructor (a wait at thread exit) aborts.
+    let id = THIS_CPU
+        .try_with(|cpu| get_or_claim(&cpu.0))
+        .or_else(|_| EXIT_CPU.try_with(|cpu| get_or_claim(&cpu.0)))
+        .unwrap_or_else(|_| {
+            // Both gone: a destructor that runs after `EXIT_CPU`'s (not
+            // seen: it would be registered after it, during the exit). An
+            // id of its own, never freed, rather than an abort.
+            claim()
+        });
     if PREEMPT.with(Cell::get) & NOT_ARMED != 0 {
         CPU_ID.with(|c| c.set(id));
     } else if PREEMPT.with(Cell::get) == 0 {
@@ -122,11 +158,12 @@ fn cpu_id_slow() -> usize {
 /// With preemption enabled, runs the armed preemption (the "scheduler"
 /// switching this task out and back in), if any.
 fn preempt_now() {
-    let Some(switch) = PREEMPTION.with(Cell::take) else {
+    // `try_with`: both have destructors, and this may run in a later one.
+    let Some(switch) = PREEMPTION.try_with(Cell::take).ok().flatten() else {
         return;
     };
     PREEMPT.with(|c| c.set(c.get() | NOT_ARMED));
-    let id = THIS_CPU.with(|cpu| cpu.0.get());
+    let id = THIS_CPU.try_with(|cpu| cpu.0.get()).ok().flatten();
     CPU_ID.with(|c| c.set(id.unwrap_or(usize::MAX)));
     switch();
 }

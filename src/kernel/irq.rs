@@ -195,15 +195,26 @@ unsafe impl IrqControl for ArchIrq {
     #[inline]
     fn save() -> Self::Flags {
         let flags = arch::irq_save();
-        // lockdep counts masking through ksync, whichever way it is done.
-        #[cfg(feature = "lockdep")]
+        // lockdep counts masking through ksync, whichever way it is done;
+        // so do the host kernel's debug builds, for `might_sleep` (the
+        // host's `irqs_disabled` does not see `critical-section` masking).
+        // Not other debug builds: counting per CPU needs the kernel's
+        // `cpu_id` hook, and `ArchIrq` needs no hooks at all (a kernel's
+        // `Kernel::irqs_disabled` reading the CPU's flag sees it instead).
+        #[cfg(any(
+            feature = "lockdep",
+            all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+        ))]
         count_masked();
         flags
     }
 
     #[inline]
     unsafe fn restore(flags: Self::Flags) {
-        #[cfg(feature = "lockdep")]
+        #[cfg(any(
+            feature = "lockdep",
+            all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+        ))]
         count_unmasking();
         // SAFETY: forwarded caller contract.
         unsafe { arch::irq_restore(flags) }
@@ -470,15 +481,25 @@ pub(crate) unsafe fn default_restore(cpu_id: fn() -> usize, flags: usize) {
 
 /// How deeply each CPU has masked interrupts through ksync's hooks and
 /// [`ArchIrq`]: lockdep asks it whether a lock is taken with interrupts
-/// on. Kept here, beside the masking, so that lockdep reads it from below.
-#[cfg(feature = "lockdep")]
+/// on, and `might_sleep` whether a sleep comes with interrupts masked
+/// (the host kernel's debug builds count [`ArchIrq`] masking for that,
+/// which the host's `irqs_disabled` does not see; other builds without
+/// lockdep count nothing: counting needs the kernel's hooks, which
+/// [`ArchIrq`] must not). Kept here, beside the masking, so that lockdep reads it from below.
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 static MASKED_DEPTH: [crate::sync::AtomicU32; MAX_CPUS] =
     [const { crate::sync::AtomicU32::new(0) }; MAX_CPUS];
 
 /// The kernel's CPU id without [`cpu_id`](super::cpu_id)'s range check,
 /// for code that reads it with interrupts masked: it must leave the
 /// section before it panics on a bad id (see [`default_save`]).
-#[cfg(feature = "lockdep")]
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 #[inline]
 pub(crate) fn cpu_id_unchecked() -> usize {
     super::ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1()
@@ -487,14 +508,20 @@ pub(crate) fn cpu_id_unchecked() -> usize {
 /// This CPU's masking counter: `None` for a CPU id out of range, which
 /// is not counted (a check that can leave the masked section reports
 /// it: a panic here would run with interrupts masked).
-#[cfg(feature = "lockdep")]
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 #[inline]
 fn masked_depth() -> Option<&'static crate::sync::AtomicU32> {
     MASKED_DEPTH.get(cpu_id_unchecked())
 }
 
 /// This CPU masked interrupts through ksync (called just after masking).
-#[cfg(feature = "lockdep")]
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 #[inline]
 pub(crate) fn count_masked() {
     use crate::sync::Ordering::Relaxed;
@@ -506,7 +533,10 @@ pub(crate) fn count_masked() {
 }
 
 /// This CPU is about to restore interrupts through ksync.
-#[cfg(feature = "lockdep")]
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 #[inline]
 pub(crate) fn count_unmasking() {
     use crate::sync::Ordering::Relaxed;
@@ -518,7 +548,10 @@ pub(crate) fn count_unmasking() {
 
 /// Whether this CPU has masked interrupts through ksync (`false` for a
 /// CPU id out of range, which nothing counts).
-#[cfg(feature = "lockdep")]
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 #[inline]
 pub(crate) fn masked_by_ksync() -> bool {
     // Relaxed: this CPU's own counter (a stale read after a migration can
@@ -527,7 +560,10 @@ pub(crate) fn masked_by_ksync() -> bool {
 }
 
 /// CPU `id` went offline (a host test thread exited): its count restarts.
-#[cfg(all(feature = "lockdep", feature = "test-hooks"))]
+#[cfg(all(
+    any(feature = "lockdep", all(debug_assertions, not(ksync_loom))),
+    feature = "test-hooks"
+))]
 pub(crate) fn forget_masking(id: usize) {
     // Relaxed: nobody else uses the id yet.
     MASKED_DEPTH[id].store(0, crate::sync::Ordering::Relaxed);

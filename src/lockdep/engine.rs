@@ -933,6 +933,18 @@ pub(super) fn held_lock_count() -> usize {
     with_cpu(|cpu, _| cpu.depth).unwrap_or(0)
 }
 
+/// The number of locks other than sleeping ones this CPU holds: those
+/// [`assert_no_locks_held`] reports.
+pub(super) fn held_spinning_lock_count() -> usize {
+    with_cpu(|cpu, _| {
+        cpu.held[..cpu.depth]
+            .iter()
+            .filter(|h| h.flags & SLEEPING == 0)
+            .count()
+    })
+    .unwrap_or(0)
+}
+
 /// Reports if this CPU holds locks.
 pub(super) fn assert_no_locks_held(what: &'static str, at: Loc) {
     // Relaxed: as in `acquire`.

@@ -440,6 +440,17 @@ pub fn held_lock_count() -> usize {
     0
 }
 
+/// The number of locks other than sleeping ones (spinlocks, ...) this CPU
+/// holds, as lockdep sees them: those [`assert_no_locks_held`] reports
+/// (0 without the feature).
+#[inline]
+pub(crate) fn held_spinning_lock_count() -> usize {
+    #[cfg(feature = "lockdep")]
+    return engine::held_spinning_lock_count();
+    #[cfg(not(feature = "lockdep"))]
+    0
+}
+
 /// Reports ([`LocksHeld`](ReportKind::LocksHeld)) if the current task
 /// holds any lock other than sleeping ones: for code that must not run
 /// under a spinlock, such as waiting for an RCU grace period or sleeping. `what` names that code in the report. Does nothing

@@ -1166,8 +1166,11 @@ impl<'a> AsyncWaiter<'a> {
             self.done = true;
             return Poll::Ready(());
         }
-        // Still queued: a grant wakes the newest waker.
-        locked.set_waker(&self.node, cx.waker());
+        // Still queued: a grant wakes the newest waker. The one it
+        // replaces is dropped after the unlock (executor code).
+        let old = locked.set_waker(&self.node, cx.waker());
+        drop(locked);
+        drop(old);
         Poll::Pending
     }
 }

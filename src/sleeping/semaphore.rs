@@ -122,17 +122,29 @@ impl Units {
         self.queue.sleep(&node, deadline_ns) == GRANTED
     }
 
-    /// Gives `n` units back ([`ALL`]: the count is never used up again):
-    /// to the waiters first, in queue order, then to the count
-    /// (saturating at `ALL - 1`).
+    /// Gives `n` units back ([`ALL`]: the count is never used up again,
+    /// [`give_all`](Self::give_all)): to the waiters first, in queue
+    /// order, then to the count, which saturates at `ALL - 1` (a
+    /// completion's "done" count, Linux's). A panic
+    /// from a waiter's `Waker` (past a batch of wakes) ends it with the
+    /// units not yet handed over lost.
     pub(crate) fn give(&self, n: usize) {
-        let mut locked = self.queue.lock();
+        self.give_inner(n, false);
+    }
+
+    /// [`give`](Self::give) for a semaphore's `up`: a count that would
+    /// pass `ALL - 1` is a panic naming it and the limit (the count left
+    /// as it was), not a unit silently lost.
+    pub(crate) fn give_checked(&self, n: usize) {
+        self.give_inner(n, true);
+    }
+
+    fn give_inner(&self, n: usize, checked: bool) {
         if n == ALL {
-            // First, so that a waiter that comes while the lock is dropped
-            // between batches of wakes (below) goes through at once.
-            // Relaxed: under the lock.
-            self.count.store(ALL, Ordering::Relaxed);
+            self.give_all();
+            return;
         }
+        let mut locked = self.queue.lock();
         let mut left = n;
         while left > 0 {
             if locked.batch_full() {
@@ -152,22 +164,51 @@ impl Units {
             // Relaxed: under the lock, as every access to it.
             locked.set_tag(node, self.generation.load(Ordering::Relaxed));
             locked.wake(node, GRANTED);
-            if n != ALL {
-                left -= 1;
-            }
+            left -= 1;
         }
         if left > 0 {
             // Relaxed: under the lock.
             let count = self.count.load(Ordering::Relaxed);
-            let new = if n == ALL || count == ALL {
-                ALL
-            } else {
-                count.saturating_add(left).min(ALL - 1)
-            };
-            self.count.store(new, Ordering::Relaxed);
+            if count != ALL {
+                match count.checked_add(left).filter(|&new| new < ALL) {
+                    Some(new) => self.count.store(new, Ordering::Relaxed),
+                    None if !checked => self.count.store(ALL - 1, Ordering::Relaxed),
+                    None => {
+                        drop(locked);
+                        count_overflow(count, left);
+                    }
+                }
+            }
         }
     }
 
+    /// `complete_all`: the count becomes [`ALL`] and every waiter queued
+    /// now is handed a unit, as Linux's `complete_all` (`done = UINT_MAX`,
+    /// then all waiters woken under the lock). The wakes go in batches,
+    /// the lock dropped between them; if a woken task calls `reinit`
+    /// meanwhile (the count 0, a new generation), the waiters queued
+    /// before `complete_all` still go through (they were completed), with
+    /// the old generation, and those queued since wait for the next
+    /// `complete`: `complete_all` does not store `ALL` again. A waiter's
+    /// `Waker` that panics does not stop it: the other waiters are woken
+    /// as the panic unwinds.
+    fn give_all(&self) {
+        let mut locked = self.queue.lock();
+        // First, so that a waiter that comes while the lock is dropped
+        // between batches of wakes goes through at once.
+        // Relaxed: under the lock.
+        self.count.store(ALL, Ordering::Relaxed);
+        let generation = self.generation.load(Ordering::Relaxed);
+        let start = locked.enqueue_count();
+        let mut all = GiveAll {
+            locked,
+            generation,
+            start,
+        };
+        all.grant();
+        // `all` drops: its `grant` finds nothing left, then the last
+        // batch's wakes.
+    }
     /// Sets the count (no waiter must be queued for it to mean much).
     /// A new generation: grants made before are not given back by
     /// cancelled waiters.
@@ -188,6 +229,66 @@ impl Units {
             queued: false,
             done: false,
         }
+    }
+}
+
+/// A give past the count's limit: bad input, answered clearly (a unit
+/// lost silently would be a semaphore that admits one task too few).
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn count_overflow(count: usize, n: usize) -> ! {
+    panic!(
+        "ksync: Semaphore::up with the count at {count}: \
+         {n} more passes its limit of {} (usize::MAX - 1)",
+        ALL - 1
+    )
+}
+
+/// The waiters of one `complete_all` ([`Units::give_all`]) being handed
+/// their units: whatever is left when it drops (a `Waker` panicked) is
+/// handed over then, as the panic unwinds.
+struct GiveAll<'a> {
+    locked: Locked<'a>,
+    /// The generation `complete_all` completed: the grants' tag.
+    generation: usize,
+    /// The queue's enqueue count when it began: waiters queued later came
+    /// after a `reinit` (the count being `ALL` until then).
+    start: usize,
+}
+
+impl GiveAll<'_> {
+    /// Hands a unit to each waiter at the front queued before `start`.
+    fn grant(&mut self) {
+        loop {
+            if self.locked.batch_full() {
+                self.locked.relock();
+            }
+            let Some((node, _, _)) = self.locked.front() else {
+                return;
+            };
+            // The node's memory stays valid through `wake` (its owner
+            // waits for the waker to be done with it: `Node::state`).
+            let node: *const Node = node;
+            // SAFETY: queued, so valid until taken off, which `wake` does.
+            let node = unsafe { &*node };
+            // Waiters queue at the back: the first one queued since
+            // `complete_all` began (after a `reinit`) is the first of the
+            // next generation's.
+            if !self.locked.queued_before(node, self.start) {
+                return;
+            }
+            self.locked.set_tag(node, self.generation);
+            self.locked.wake(node, GRANTED);
+        }
+    }
+}
+
+impl Drop for GiveAll<'_> {
+    fn drop(&mut self) {
+        // Nothing left, unless a `Waker` panicked in `grant` (at a
+        // `relock`, which took the lock again).
+        self.grant();
     }
 }
 
@@ -242,8 +343,11 @@ impl Future for Take<'_> {
                 this.done = true;
                 return Poll::Ready(());
             }
-            // Still queued: a hand-off wakes the newest waker.
-            locked.set_waker(&this.node, cx.waker());
+            // Still queued: a hand-off wakes the newest waker. The one it
+            // replaces is dropped after the unlock (executor code).
+            let old = locked.set_waker(&this.node, cx.waker());
+            drop(locked);
+            drop(old);
             return Poll::Pending;
         }
         if this.units.take_locked(&locked) {
@@ -422,7 +526,11 @@ impl Semaphore {
 
     /// Gives a unit back (Linux's `up`): to the first waiter if there is
     /// one, otherwise to the count. Never sleeps; callable from interrupt
-    /// handlers. The count saturates at `usize::MAX - 1`.
+    /// handlers.
+    ///
+    /// # Panics
+    /// If the count is already `usize::MAX - 1`, its limit (an unbalanced
+    /// `up`; the count is left as it was).
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
@@ -436,7 +544,7 @@ impl Semaphore {
     /// # }
     /// ```
     pub fn up(&self) {
-        self.units.give(1);
+        self.units.give_checked(1);
     }
 
     /// The units free now (a snapshot).

@@ -64,7 +64,8 @@
 //! ([`wait_event_exclusive`](WaitQueue::wait_event_exclusive)) is one of
 //! several where one wake is enough (the next lock holder): `wake_one`
 //! wakes every non-exclusive waiter and the first exclusive one,
-//! `wake_n(n)` the first `n` exclusive ones, `wake_all` all (Linux's
+//! `wake_n(n)` the first `n` exclusive ones (`wake_n(0)`: all, as
+//! Linux's `nr_exclusive` of 0), `wake_all` all (Linux's
 //! `wake_up`, `wake_up_nr`, `wake_up_all`). A woken waiter is off the
 //! queue; one whose condition is false again queues at the back.
 //!
@@ -354,10 +355,25 @@ impl Locked<'_> {
     /// Drops the queue lock, makes the wakes noted so far, and takes the
     /// lock again (a new batch). The queue may have changed meanwhile:
     /// the caller looks at it afresh.
+    ///
+    /// Panic-safe: if a `Waker` panics, the batch's other wakes are made
+    /// (see [`unlock_and_wake`](Self::unlock_and_wake)) and the lock is
+    /// taken again before the panic goes on, so this guard still holds
+    /// it (and its drop releases it once). The caller's wakes past the
+    /// batch are cut short by the panic unless it guards them too (as
+    /// `complete_all` does).
     #[cold]
     pub(crate) fn relock(&mut self) {
+        /// Takes the queue lock again, on the way out or unwinding.
+        struct Retake<'a>(&'a QueueLock);
+        impl Drop for Retake<'_> {
+            fn drop(&mut self) {
+                self.0.lock();
+            }
+        }
+        let retake = Retake(&self.queue.lock);
         self.unlock_and_wake();
-        self.queue.lock.lock();
+        drop(retake);
     }
 
     /// Drops the queue lock and makes the deferred wakes, in queue order.
@@ -365,8 +381,9 @@ impl Locked<'_> {
     /// the unlock, so that their waiters, which wait for the end of them,
     /// do not wait for this task to be scheduled; then the `Waker`s, with
     /// nothing held. If a `Waker` panics, the batch's later `Waker`s are
-    /// dropped unwoken with the unwinding (the blocked tasks' wakes are
-    /// made first, so no waiter is left waiting for its pending bit).
+    /// still woken as the panic unwinds (a second panic among them aborts,
+    /// as any panic while unwinding); the blocked tasks' wakes are made
+    /// first, so no waiter is left waiting for its pending bit.
     #[cold]
     fn unlock_and_wake(&mut self) {
         let n = core::mem::replace(&mut self.deferred, 0);
@@ -384,12 +401,12 @@ impl Locked<'_> {
             }
         }
         kernel::preempt_enable_hook();
-        for entry in &mut self.wakes[..n] {
-            // SAFETY: initialized (the first `n`), and read once: the
-            // count was reset above, so nothing reads them again.
-            if let Deferred::Async(waker) = unsafe { entry.assume_init_read() } {
-                waker.wake();
-            }
+        let mut rest = AsyncWakes {
+            wakes: &mut self.wakes[..n],
+            next: 0,
+        };
+        while let Some(waker) = rest.next_waker() {
+            waker.wake();
         }
     }
 
@@ -416,6 +433,38 @@ impl Locked<'_> {
     }
 }
 
+/// The `Waker`s of a batch not woken yet: if one panics, the others are
+/// woken as the panic unwinds (when this drops).
+struct AsyncWakes<'w> {
+    /// Initialized, each read once: those before `next` were read.
+    wakes: &'w mut [MaybeUninit<Deferred>],
+    next: usize,
+}
+
+impl AsyncWakes<'_> {
+    /// The next `Waker` to wake, taken out of the batch.
+    fn next_waker(&mut self) -> Option<Waker> {
+        while let Some(entry) = self.wakes.get_mut(self.next) {
+            self.next += 1;
+            // SAFETY: initialized (the batch's first entries), and read
+            // once: `next` has moved past it.
+            if let Deferred::Async(waker) = unsafe { entry.assume_init_read() } {
+                return Some(waker);
+            }
+        }
+        None
+    }
+}
+
+impl Drop for AsyncWakes<'_> {
+    fn drop(&mut self) {
+        // Reached with wakes left only when one panicked.
+        while let Some(waker) = self.next_waker() {
+            waker.wake();
+        }
+    }
+}
+
 impl Locked<'_> {
     /// Runs `f` on a node's lock-protected fields.
     #[inline]
@@ -434,7 +483,12 @@ impl Locked<'_> {
 
     /// Queues `node` at the back (`front`: at the front) as a waiter of
     /// the current task, or of `waker`, with the primitive's `tag`, and
-    /// marks it [`WAITING`].
+    /// marks it [`WAITING`]. The `waker` is cloned under the lock: the one
+    /// piece of executor code that runs under it (a reference count
+    /// increment in every executor we know; it must not take this
+    /// queue's lock). The node's earlier `Waker`, if a wake did not take
+    /// it, is dropped here, under the lock: callers queue again only
+    /// nodes a wake took off (or new ones), whose `Waker` is gone.
     ///
     /// # Safety
     /// `node` is pinned and stays valid until it is off the queue (a
@@ -535,12 +589,38 @@ impl Locked<'_> {
         self.links(node, |links| links.linked)
     }
 
-    /// Makes `node` (queued, async) wake `waker` from now on.
-    pub(crate) fn set_waker(&mut self, node: &Node, waker: &Waker) {
+    /// Makes `node` (queued, async) wake `waker` from now on; the
+    /// `Waker` it replaces, which the caller drops after the unlock:
+    /// dropping a `Waker` runs executor code (the last reference to a
+    /// task drops its future, which may be queued here and take this
+    /// lock). A `waker` that [`will_wake`](Waker::will_wake) the same task
+    /// is kept, not cloned; a new one is cloned under the lock (executor
+    /// code too, though a clone is a reference count increment in every
+    /// executor we know: it must not take this queue's lock).
+    pub(crate) fn set_waker(&mut self, node: &Node, waker: &Waker) -> Option<Waker> {
         self.links(node, |links| match &mut links.wake {
-            Wake::Async(Some(old)) if old.will_wake(waker) => {}
-            wake => *wake = Wake::Async(Some(waker.clone())),
-        });
+            Wake::Async(Some(old)) if old.will_wake(waker) => None,
+            wake => match core::mem::replace(wake, Wake::Async(Some(waker.clone()))) {
+                Wake::Async(old) => old,
+                _ => None,
+            },
+        })
+    }
+
+    /// The queue's enqueue count now: a waiter queued from now on is not
+    /// [`queued_before`](Self::queued_before) it.
+    pub(crate) fn enqueue_count(&mut self) -> usize {
+        self.queue.seq.with(|seq| {
+            // SAFETY: under the queue lock.
+            unsafe { *seq }
+        })
+    }
+
+    /// Whether `node` (queued) was queued before the queue's enqueue
+    /// count was `start` ([`enqueue_count`](Self::enqueue_count)).
+    pub(crate) fn queued_before(&mut self, node: &Node, start: usize) -> bool {
+        let seq = self.links(node, |l| l.seq);
+        start.wrapping_sub(seq).wrapping_sub(1) < usize::MAX / 2
     }
 
     /// The task token of a queued blocking waiter (0 for an async one).
@@ -627,38 +707,72 @@ impl Locked<'_> {
     /// how many it woke. Past a batch of wakes it drops the lock and takes
     /// it again ([`relock`](Self::relock)) and goes on from the front:
     /// the waiters it woke are off the queue, and those queued since (a
-    /// later sequence number) are not its to wake.
-    pub(crate) fn wake_n(&mut self, mut exclusive: usize) -> usize {
-        let start = self.queue.seq.with(|seq| {
-            // SAFETY: under the queue lock.
-            unsafe { *seq }
-        });
-        let mut woken = 0;
+    /// later sequence number) are not its to wake. If a `Waker` panics at
+    /// a relock, the wake goes on as the panic unwinds (a blocked task
+    /// past the batch is not left asleep), and then the panic goes on.
+    pub(crate) fn wake_n(&mut self, exclusive: usize) -> usize {
+        let start = self.enqueue_count();
+        let mut rounds = WakeRounds {
+            locked: self,
+            start,
+            exclusive,
+            woken: 0,
+            done: false,
+        };
+        rounds.run();
+        rounds.done = true;
+        rounds.woken
+    }
+}
+
+/// The state of one [`Locked::wake_n`]: what is left of it is done when
+/// it drops unfinished (a `Waker` panicked at a relock, which took the
+/// lock again).
+struct WakeRounds<'l, 'q> {
+    locked: &'l mut Locked<'q>,
+    start: usize,
+    /// Exclusive waiters left to wake.
+    exclusive: usize,
+    woken: usize,
+    done: bool,
+}
+
+impl WakeRounds<'_, '_> {
+    fn run(&mut self) {
         'rounds: loop {
-            let mut cursor = self.ends(|ends| ends.0);
+            let locked = &mut *self.locked;
+            let mut cursor = locked.ends(|ends| ends.0);
             // SAFETY: queued nodes are valid while queued (enqueue
             // contract), and `next` is read before the node is woken.
             while let Some(node) = unsafe { cursor.as_ref() } {
-                let (next, is_exclusive, seq) = self.links(node, |l| (l.next, l.exclusive, l.seq));
+                let (next, is_exclusive) = locked.links(node, |l| (l.next, l.exclusive));
                 cursor = next;
-                // Queued after this wake began (`seq` at or past `start`).
-                if start.wrapping_sub(seq).wrapping_sub(1) >= usize::MAX / 2 {
+                // Queued after this wake began.
+                if !locked.queued_before(node, self.start) {
                     continue;
                 }
-                if is_exclusive && exclusive == 0 {
+                if is_exclusive && self.exclusive == 0 {
                     continue;
                 }
-                if self.batch_full() {
-                    self.relock();
+                if locked.batch_full() {
+                    locked.relock();
                     continue 'rounds;
                 }
                 if is_exclusive {
-                    exclusive -= 1;
+                    self.exclusive -= 1;
                 }
-                self.wake(node, WOKEN);
-                woken += 1;
+                locked.wake(node, WOKEN);
+                self.woken += 1;
             }
-            return woken;
+            return;
+        }
+    }
+}
+
+impl Drop for WakeRounds<'_, '_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.run();
         }
     }
 }
@@ -957,7 +1071,9 @@ impl WaitQueue {
     }
 
     /// Wakes every non-exclusive waiter and the first `n` exclusive ones
-    /// (Linux's `wake_up_nr`); how many it woke.
+    /// (Linux's `wake_up_nr`); how many it woke. `n == 0` wakes every
+    /// waiter, as Linux's `nr_exclusive` of 0 (no limit): `wake_n(0)` is
+    /// [`wake_all`](Self::wake_all).
     ///
     /// ```
     /// # #[cfg(feature = "test-hooks")] {
@@ -980,6 +1096,8 @@ impl WaitQueue {
     /// ```
     #[doc(alias = "wake_up_nr")]
     pub fn wake_n(&self, n: usize) -> usize {
+        // Linux's `__wake_up` with `nr_exclusive` 0: no limit.
+        let n = if n == 0 { usize::MAX } else { n };
         self.lock().wake_n(n)
     }
 
@@ -1122,7 +1240,10 @@ impl<F: FnMut() -> bool> Future for WaitUntil<'_, F> {
         {
             let mut locked = this.queue.lock();
             if locked.is_queued(&this.node) {
-                locked.set_waker(&this.node, cx.waker());
+                let old = locked.set_waker(&this.node, cx.waker());
+                // The replaced waker goes after the unlock.
+                drop(locked);
+                drop(old);
             } else {
                 // SAFETY: the node is pinned inside the pinned future and
                 // `Drop` takes it off the queue; it is not queued now.
@@ -1204,16 +1325,31 @@ pub fn might_sleep() {
     // The read section (every build) and, in debug builds, a `call_rcu`
     // callback on this CPU; with lockdep, the spinlocks held.
     crate::rcu::check_may_sleep();
+    // With lockdep, a spinlock held is reported by name above (the
+    // preemption it disabled is left to that report); sleeping locks are
+    // not reported there, so they do not hide a preemption-disabled
+    // section (`preempt_disable`, a `PerCpu` reference) opened under them.
     #[cfg(debug_assertions)]
-    if kernel::preempt_disabled_by_ksync() && crate::lockdep::held_lock_count() == 0 {
+    if kernel::preempt_disabled_by_ksync() && crate::lockdep::held_spinning_lock_count() == 0 {
         preempt_disabled();
     }
-    #[cfg(all(debug_assertions, not(feature = "lockdep")))]
-    if kernel::irqs_disabled() {
+    // `masked_by_ksync`: masking through ksync (an `ArchIrq` lock among
+    // them), counted with lockdep and in the host kernel's debug builds
+    // (elsewhere `ArchIrq` masking is seen only by a kernel whose
+    // `irqs_disabled` reads the CPU's flag: counting it would need the
+    // hooks, which `ArchIrq` users need not define).
+    #[cfg(any(
+        feature = "lockdep",
+        all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+    ))]
+    if kernel::irqs_disabled() || kernel::irq::masked_by_ksync() {
         irqs_masked();
     }
-    #[cfg(feature = "lockdep")]
-    if kernel::irqs_disabled() || kernel::irq::masked_by_ksync() {
+    #[cfg(all(
+        debug_assertions,
+        not(any(feature = "lockdep", all(feature = "test-hooks", not(ksync_loom))))
+    ))]
+    if kernel::irqs_disabled() {
         irqs_masked();
     }
 }
