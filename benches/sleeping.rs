@@ -174,20 +174,33 @@ const CONTENDED: [&str; 3] = [
 /// Thread counts of (b).
 const THREADS: [usize; 4] = [1, 2, 4, 8];
 
+/// Nanoseconds the calling thread has spent on a CPU (Linux schedstat;
+/// 0 where there is none).
+fn cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
+
 /// Increments per microsecond, all threads together, of mutex `imp` at
 /// `threads` threads; checks that the counter equals the increments
-/// counted. Also the fairness: min / max of the per-thread counts.
-fn contended(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> (f64, f64) {
+/// counted. Also the fairness (min / max of the per-thread counts) and
+/// the workers' share of the cores: their time on a CPU over the run's
+/// elapsed time times the cores (Linux schedstat; 0 elsewhere). On a
+/// loaded host a lock whose waiters sleep gets less of the machine than
+/// one whose waiters are runnable: this tells the two effects apart.
+fn contended(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> (f64, f64, f64) {
     macro_rules! run {
         ($mutex:expr, $lock:ident $(. $unwrap:ident ())?) => {{
             let m = CachePadded::new($mutex);
             let (ns, counts) = timed_threads(threads, dur, cores, |stop| {
-                let mut n = 0u64;
+                let (mut n, t0) = (0u64, cpu_ns());
                 while !stop.load(Relaxed) {
                     *black_box(&*m).$lock()$(.$unwrap())? += 1;
                     n += 1;
                 }
-                n
+                (n, cpu_ns() - t0)
             });
             let total = *m.$lock()$(.$unwrap())?;
             (ns, counts, total)
@@ -199,6 +212,8 @@ fn contended(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> (f6
         2 => run!(std::sync::Mutex::new(0u64), lock.unwrap()),
         _ => unreachable!(),
     };
+    let cpu: u64 = counts.iter().map(|c| c.1).sum();
+    let counts: Vec<u64> = counts.iter().map(|c| c.0).collect();
     let sum: u64 = counts.iter().sum();
     assert_eq!(
         total, sum,
@@ -209,6 +224,7 @@ fn contended(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> (f6
     (
         sum as f64 / (ns / 1000.0),
         *min as f64 / (*max).max(1) as f64,
+        cpu as f64 / (ns * threads.min(cores.len()) as f64),
     )
 }
 
@@ -423,7 +439,7 @@ fn main() {
 
     // results[impl][rep] (a), [threads][impl][rep] (b), [impl][rep] (c).
     let mut unc: Vec<Vec<f64>> = vec![Vec::new(); UNCONTENDED.len()];
-    let mut tput: Vec<Vec<Vec<(f64, f64)>>> =
+    let mut tput: Vec<Vec<Vec<(f64, f64, f64)>>> =
         vec![vec![Vec::new(); CONTENDED.len()]; THREADS.len()];
     let mut lat: Vec<Vec<(f64, f64)>> = vec![Vec::new(); SIGNALS.len()];
     let mut rd: Vec<Vec<f64>> = vec![Vec::new(); READERS.len()];
@@ -534,6 +550,23 @@ fn main() {
             summary(&tput_ratio(t, 1), 2, "x"),
             summary(&tput_ratio(t, 2), 2, "x")
         );
+    }
+    println!(
+        "\nThe workers' share of the cores they run on (time on a CPU / (elapsed x \
+         min(threads, cores)), Linux schedstat; below 1 where they sleep or other load runs):\n"
+    );
+    print!("| mutex |");
+    for t in THREADS {
+        print!(" {t} thr |");
+    }
+    println!("\n|---|{}", "---:|".repeat(THREADS.len()));
+    for (i, name) in CONTENDED.iter().enumerate() {
+        print!("| {name} |");
+        for samples in &tput {
+            let share: Vec<f64> = samples[i].iter().map(|s| s.2).collect();
+            print!(" {:.2} |", median(share));
+        }
+        println!();
     }
 
     if contended_only {
