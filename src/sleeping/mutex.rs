@@ -35,9 +35,9 @@
 //!   two context switches (Linux's `mutex_optimistic_spin`, with
 //!   `parking_lot`'s yields for more tasks than CPUs). It looks at the
 //!   lock with exponential backoff from 16 relax rounds, so that it does
-//!   not keep the holder's cache line busy. A pending hand-off does not
-//!   stop it (it goes on watching the new owner, as Linux's spinners do),
-//!   and a lock found free with waiters queued is taken at once.
+//!   not keep the holder's cache line busy. A lock found free with
+//!   waiters queued is taken at once, without the checks of the path
+//!   that may sleep.
 //! * **Sleeping.** Otherwise it queues on the wait queue (FIFO), sets
 //!   `WAITERS` and sleeps; `unlock` then takes the slow path, frees the
 //!   lock, clears `WAITERS` and wakes the first waiter, which sets
@@ -380,11 +380,8 @@ impl RawMutex {
         }
     }
 
-    /// Spins while the holder runs; whether it took the lock. A pending
-    /// hand-off does not end the spin (Linux's spinners go on too): the
-    /// lock goes to the first waiter, which becomes the holder watched
-    /// (and runs if it was spinning for the grant). Until this change a
-    /// spinner gave up and slept as soon as it saw the hand-off asked. Between two looks at the lock it waits
+    /// Spins while the holder runs and the lock has no hand-off pending;
+    /// whether it took the lock. Between two looks at the lock it waits
     /// [`FIRST_STEP`] relax rounds, then twice as long, ... up to
     /// [`BACKOFF_MAX`](kernel::BACKOFF_MAX), [`SPIN_ROUNDS`] rounds in
     /// all, then up to [`YIELDS`] yields with a look after each (see
@@ -396,7 +393,10 @@ impl RawMutex {
     fn spin(&self) -> bool {
         self.spin_while_owner_runs(|| {
             let state = self.state.load(Ordering::Relaxed);
-            (state & (LOCKED | HANDOFF) == 0 && self.try_lock_from(state)).then_some(true)
+            if state & HANDOFF != 0 {
+                return Some(false);
+            }
+            (state & LOCKED == 0 && self.try_lock_from(state)).then_some(true)
         })
     }
 
