@@ -67,11 +67,12 @@
 //! missed its fast path (each an extra compare-exchange, and each unlock
 //! the queue lock): counted at 8 threads on 2 cores, about 10 million
 //! slow unlocks a second against a few hundred wakes. The contended bench
-//! of `benches/sleeping.rs` at 8 threads on 2 cores (interleaved runs on
-//! a loaded host) ran 0.67x `parking_lot::Mutex`'s critical sections
-//! with it and 1.04x with `flight` out of the word and `WAITERS` cleared
-//! while a waiter is woken; waking the next waiter at every unlock (no
-//! bound) 1.16x. See `docs/benchmarks.md` for the figures.
+//! of `benches/sleeping.rs` at 8 threads on 2 cores ran 0.67x
+//! `parking_lot::Mutex`'s critical sections with it, and 1.00-1.05x with
+//! `flight` out of the word and `WAITERS` cleared while a waiter is
+//! woken (medians of interleaved runs on a host at load average 6-18;
+//! the same build waking the next waiter at every unlock, without the
+//! bound, 0.89-1.18x). See `docs/benchmarks.md`.
 //!
 //! Unlike a spinlock, the holder may sleep, and preemption stays enabled.
 //! Guards come from [`lock_api`], as for the spinlocks: [`Mutex`] is
@@ -306,8 +307,8 @@ impl RawMutex {
     ///
     /// # Panics
     /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
-    /// checked on every call in debug builds, on the contended path in
-    /// release builds.
+    /// checked on every call in debug builds, and in release builds
+    /// whenever the lock is not free (the call may then wait).
     #[doc(alias = "mutex_lock")]
     #[inline]
     #[track_caller]
