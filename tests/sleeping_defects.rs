@@ -455,8 +455,11 @@ fn might_sleep_reports_atomic_contexts_on_the_uncontended_path() {
 /// Defect 4: once a waiter reached the front of a mutex's queue, it is
 /// woken without the lock at most once (it then asks for the hand-off,
 /// and the next unlock makes it the owner), even when woken waiters take
-/// a while to run (injected latency after each wake) and lockers that
-/// spin keep taking the lock meanwhile.
+/// a while to run (injected latency after each wake), lockers that
+/// spin keep taking the lock meanwhile, and others queue while a woken
+/// waiter is on its way back (so that an unlock then has waiters it
+/// could wake: it must not, or the second woken waiter may queue at the
+/// front ahead of the first and take its hand-off).
 #[test]
 fn a_mutex_waiter_is_woken_without_the_lock_at_most_once() {
     static M: Mutex<u64> = Mutex::new(0);
@@ -478,6 +481,23 @@ fn a_mutex_waiter_is_woken_without_the_lock_at_most_once() {
                     *g += 1;
                     hold();
                     drop(g);
+                }
+            })
+        })
+        .collect();
+    // A locker that comes every 200 µs, polls a `lock_async` future once
+    // and drops it: it takes the lock if it is free, and otherwise queues
+    // (setting the bit that sends the next unlock to the queue) and
+    // leaves at once, so that there is a queued waiter to wake while a
+    // woken one is on its way back.
+    let arrivers: Vec<_> = (0..1)
+        .map(|_| {
+            thread::spawn(|| {
+                while !STOP.load(Ordering::Relaxed) {
+                    thread::sleep(Duration::from_micros(200));
+                    if let Poll::Ready(mut g) = poll_once(pin!(ksync::mutex::lock_async(&M))) {
+                        *g += 1;
+                    }
                 }
             })
         })
@@ -514,7 +534,7 @@ fn a_mutex_waiter_is_woken_without_the_lock_at_most_once() {
     }
     STOP.store(true, Ordering::Relaxed);
     let worst: Vec<u64> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
-    for h in hogs {
+    for h in hogs.into_iter().chain(arrivers) {
         h.join().unwrap();
     }
     eprintln!("most sleeps in one lock, per waiter: {worst:?}");
