@@ -895,7 +895,8 @@ fn replacing_a_waker_does_not_drop_it_under_the_queue_lock() {
     );
     assert!(
         status.is_some_and(|s| s.success())
-            && stdout.contains("old waker dropped after the unlock"),
+            && stdout.contains("old waker dropped after the unlock")
+            && stdout.contains("mutex: old waker dropped after the unlock"),
         "re-polling with a new waker dropped the old one under the queue lock, and its \
          task's future deadlocked on that lock (None: hung, killed): \
          {status:?}\n{stdout}\n{stderr}"
@@ -926,6 +927,33 @@ fn waker_drop_child() {
             .is_pending()
     );
     println!("old waker dropped after the unlock");
+    // The same through an async `Mutex` waiter (its own poll path).
+    static M: Mutex<()> = Mutex::new(());
+    let held = M.lock();
+    let mut other: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async {
+        drop(ksync::mutex::lock_async(&M).await);
+    });
+    assert!(
+        other
+            .as_mut()
+            .poll(&mut Context::from_waker(&noop))
+            .is_pending()
+    );
+    let task = Arc::new(OwningTask(StdMutex::new(Some(other))));
+    let old = Waker::from(task.clone());
+    drop(task);
+    // SAFETY: the raw lock's future; the guard is not built from it.
+    let mut f = Box::pin(unsafe { M.raw() }.lock_async());
+    assert!(f.as_mut().poll(&mut Context::from_waker(&old)).is_pending());
+    drop(old);
+    assert!(
+        f.as_mut()
+            .poll(&mut Context::from_waker(&noop))
+            .is_pending()
+    );
+    drop(f);
+    drop(held);
+    println!("mutex: old waker dropped after the unlock");
 }
 
 /// A thread-local destructor registered BEFORE the thread's first ksync

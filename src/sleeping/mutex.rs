@@ -793,7 +793,11 @@ impl Future for RawLock<'_> {
                     return Poll::Ready(());
                 }
                 WAITING => {
-                    locked.set_waker(&this.node, cx.waker());
+                    let old = locked.set_waker(&this.node, cx.waker());
+                    // The replaced waker is executor code: dropped after
+                    // the queue lock, as every wake is.
+                    drop(locked);
+                    drop(old);
                     return Poll::Pending;
                 }
                 _ => {

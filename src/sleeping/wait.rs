@@ -597,6 +597,7 @@ impl Locked<'_> {
     /// is kept, not cloned; a new one is cloned under the lock (executor
     /// code too, though a clone is a reference count increment in every
     /// executor we know: it must not take this queue's lock).
+    #[must_use = "drop the replaced waker after the queue lock is released"]
     pub(crate) fn set_waker(&mut self, node: &Node, waker: &Waker) -> Option<Waker> {
         self.links(node, |links| match &mut links.wake {
             Wake::Async(Some(old)) if old.will_wake(waker) => None,
