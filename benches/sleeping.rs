@@ -61,7 +61,9 @@ use std::sync::atomic::Ordering::{AcqRel, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
-use common::{CachePadded, timed_threads};
+use common::{
+    CachePadded, median_of as median, on_core, per_call, percentile, ratios, summary, timed_threads,
+};
 use core_affinity::CoreId;
 use ksync::completion::Completion;
 use ksync::percpu_rwlock::GatedPerCpuRwLock;
@@ -70,50 +72,6 @@ use ksync::spinlock::TicketMutex;
 use ksync::wait::WaitQueue;
 
 // ---- statistics ----------------------------------------------------------------
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// The `p`-th percentile (nearest rank) of `v`.
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
-/// "median`unit` (min–max)" of `v`, with `prec` decimals.
-fn summary(v: &[f64], prec: usize, unit: &str) -> String {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!(
-        "{:.prec$}{unit} ({lo:.prec$}–{hi:.prec$})",
-        median(v.to_vec())
-    )
-}
-
-/// Per-rep ratios `a[i] / b[i]`.
-fn ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
-    a.iter().zip(b).map(|(x, y)| x / y).collect()
-}
-
-/// Runs `f` on a thread pinned to `core`.
-fn on_core<T: Send>(core: CoreId, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            core_affinity::set_for_current(core);
-            f()
-        })
-        .join()
-        .expect("pinned thread panicked")
-    })
-}
 
 // ---- (a) uncontended ----------------------------------------------------------------
 
@@ -124,19 +82,6 @@ const UNCONTENDED: [&str; 4] = [
     "parking_lot::Mutex",
     "std::sync::Mutex",
 ];
-
-/// Nanoseconds per `op` call, on this thread for `dur`.
-fn per_call(dur: Duration, mut op: impl FnMut()) -> f64 {
-    const BATCH: u64 = 10_000;
-    let (t0, mut calls) = (Instant::now(), 0u64);
-    while t0.elapsed() < dur {
-        for _ in 0..BATCH {
-            op();
-        }
-        calls += BATCH;
-    }
-    t0.elapsed().as_nanos() as f64 / calls as f64
-}
 
 /// ns per uncontended lock+unlock (with one increment inside) of mutex
 /// `imp`, on a fresh lock; checks the count.

@@ -444,6 +444,7 @@ pub fn held_lock_count() -> usize {
 /// holds, as lockdep sees them: those [`assert_no_locks_held`] reports
 /// (0 without the feature).
 #[inline]
+#[cfg_attr(not(debug_assertions), allow(dead_code))] // might_sleep's, debug only
 pub(crate) fn held_spinning_lock_count() -> usize {
     #[cfg(feature = "lockdep")]
     return engine::held_spinning_lock_count();
