@@ -80,7 +80,7 @@ pub struct Data {
 }
 
 impl Data {
-    const fn new() -> Self {
+    pub const fn new() -> Self {
         Self {
             a: AtomicU64::new(0),
             b: AtomicU64::new(!0),
@@ -204,9 +204,26 @@ unsafe impl RawRwLock for NoBlockRwLock {
     }
 }
 
+/// How the timer interrupt's readers take the lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum IrqRead {
+    /// `try_read()`, skipping when refused: for locks without an
+    /// interrupt-reader rule (the per-CPU ones).
+    Try,
+    /// `read()`, waiting: for locks whose interrupt readers wait only
+    /// while a writer holds the lock, never behind a waiting one (ksync's
+    /// `RwSpinLock`, Linux's qrwlock). A handler that interrupted a
+    /// thread-context reader on its CPU then gets in past a writer waiting
+    /// for that reader; without the rule it would wait for itself (a hang
+    /// the watchdog reports). The probe's server holds the write lock with
+    /// interrupts off, as the writers do.
+    Wait,
+}
+
 /// The suite, over any raw rw lock.
 pub struct RwTorture<R: RawRwLock + 'static> {
     info: Info,
+    irq_read: IrqRead,
     lock: lock_api::RwLock<R, Data>,
     /// 0, or the id of the writer inside.
     writer: AtomicUsize,
@@ -249,8 +266,19 @@ fn who(cpu: usize) -> usize {
 
 impl<R: RawRwLock> RwTorture<R> {
     const fn new(info: Info, lock: lock_api::RwLock<R, Data>) -> Self {
+        Self::with_irq_read(info, lock, IrqRead::Try)
+    }
+
+    /// The suite on `lock`, whose interrupt readers take it as `irq_read`
+    /// says.
+    pub const fn with_irq_read(
+        info: Info,
+        lock: lock_api::RwLock<R, Data>,
+        irq_read: IrqRead,
+    ) -> Self {
         Self {
             info,
+            irq_read,
             lock,
             writer: AtomicUsize::new(0),
             readers: AtomicUsize::new(0),
@@ -314,6 +342,9 @@ impl<R: RawRwLock> RwTorture<R> {
     /// ([`super::probe`]) whose attempt is a read lock, which must be
     /// refused.
     fn probe(&self, ctx: &Ctx) {
+        // With waiting interrupt readers, one on this CPU would wait for
+        // the server's write lock while the server waits for our answer.
+        let _irq = (self.irq_read == IrqRead::Wait).then(IrqState::save);
         self.probe.probe(ctx.cpu, || {
             if let Some(data) = self.lock.try_read() {
                 ctx.fail("try_read() got in while another CPU held the write lock");
@@ -326,6 +357,7 @@ impl<R: RawRwLock> RwTorture<R> {
     /// ([`super::probe`]) by holding the write lock for it.
     fn serve_probe(&self, ctx: &Ctx) {
         self.probe.serve(ctx.cpu, |hand_over| {
+            let _irq = (self.irq_read == IrqRead::Wait).then(IrqState::save);
             let _data = self.lock.write();
             hand_over();
         });
@@ -382,7 +414,11 @@ impl<R: RawRwLock + Sync> Suite for RwTorture<R> {
 
     fn irq(&self, ctx: &Ctx) {
         for _ in 0..IRQ_READS {
-            match self.lock.try_read() {
+            let data = match self.irq_read {
+                IrqRead::Try => self.lock.try_read(),
+                IrqRead::Wait => Some(self.lock.read()),
+            };
+            match data {
                 Some(data) => {
                     self.read_section(ctx, &data);
                     self.irq_reads.add(ctx.cpu, 1);
