@@ -6,12 +6,13 @@
 //!
 //! A pool of [`SLOTS`] fresh `Once<u64>` and as many `Lazy<u64>` is used
 //! slot by slot: a shared cursor names the slot of the moment; every CPU
-//! reads it, calls `call_once` on that slot's `Once` and forces its `Lazy`,
-//! then moves the cursor on (a compare-exchange: whoever comes first). The
-//! CPUs that saw the cursor move all arrive at the next fresh `Once` at
-//! about the same moment, so most slots are a race between several
-//! initialisers; each initialiser stretches its run with busy work,
-//! widening it. When the pool is used up the CPUs meet at a barrier, CPU 0
+//! reads it, counts itself in at that slot and waits (briefly:
+//! [`MEET_POLLS`]) for the other CPUs to be there too, then calls
+//! `call_once` on the slot's `Once` and forces its `Lazy`, then moves the
+//! cursor on (a compare-exchange: whoever comes first). So the CPUs arrive
+//! at each fresh `Once` together and most slots are a race between
+//! several initialisers, the losers waiting for the winner; each
+//! initialiser stretches its run with busy work, widening the race. When the pool is used up the CPUs meet at a barrier, CPU 0
 //! checks the round and makes the pool fresh again (nobody touches it
 //! meanwhile), and the next round starts, until the budget ends.
 //!
@@ -51,7 +52,11 @@ use crate::kernel::time;
 /// `Once` values (and `Lazy` values) per round.
 pub const SLOTS: usize = 512;
 /// Busy work inside an initialiser: the window in which others arrive.
-const INIT_WORK: u32 = 256;
+const INIT_WORK: u32 = 1024;
+/// How long (polls) a CPU that reached a slot waits for the others to
+/// reach it too before it calls `call_once` (a CPU the host does not run
+/// is not waited for).
+const MEET_POLLS: u32 = 4096;
 
 /// A one-time cell of `u64` under test.
 pub trait OnceCell: Sync {
@@ -173,6 +178,8 @@ pub struct OnceTorture<O: 'static> {
     cursor: AtomicUsize,
     /// Per slot: runs of its `Once` initialiser.
     runs: [AtomicU32; SLOTS],
+    /// Per slot: CPUs that reached it.
+    arrived: [AtomicU32; SLOTS],
     /// Per slot: the value the first caller of its `Once` got (0: none).
     seen: [AtomicU64; SLOTS],
     /// Per slot: the same for its `Lazy`.
@@ -203,6 +210,7 @@ impl<O: OnceCell> OnceTorture<O> {
             pool: Pool::new(),
             cursor: AtomicUsize::new(0),
             runs: [const { AtomicU32::new(0) }; SLOTS],
+            arrived: [const { AtomicU32::new(0) }; SLOTS],
             seen: [const { AtomicU64::new(0) }; SLOTS],
             lazy_seen: [const { AtomicU64::new(0) }; SLOTS],
             barrier: Barrier::new(),
@@ -243,6 +251,7 @@ impl<O: OnceCell> OnceTorture<O> {
         for slot in 0..SLOTS {
             // Relaxed: published by the barrier.
             self.runs[slot].store(0, Ordering::Relaxed);
+            self.arrived[slot].store(0, Ordering::Relaxed);
             self.seen[slot].store(0, Ordering::Relaxed);
             self.lazy_seen[slot].store(0, Ordering::Relaxed);
         }
@@ -299,6 +308,19 @@ impl<O: OnceCell> Suite for OnceTorture<O> {
                 let slot = self.cursor.load(Ordering::Acquire);
                 if slot >= SLOTS || ctx.should_stop() {
                     break;
+                }
+                // Relaxed: a meeting point, no data hangs on it.
+                let arrived = self.arrived[slot].fetch_add(1, Ordering::Relaxed) + 1;
+                let mut polls = 0;
+                while arrived < ctx.cpus as u32
+                    && polls < MEET_POLLS
+                    && self.arrived[slot].load(Ordering::Relaxed) < ctx.cpus as u32
+                    && self.cursor.load(Ordering::Relaxed) == slot
+                {
+                    polls += 1;
+                    // Not `spin_loop`: under TCG x86_64's `pause` leaves the
+                    // translated code, which would stretch the wait.
+                    core::hint::black_box(polls);
                 }
                 let runs = &self.runs[slot];
                 let v = self.pool.once(slot).call_once(|| {
