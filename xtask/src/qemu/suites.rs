@@ -276,15 +276,15 @@ fn run_config(
 }
 
 /// `KSYNC_QEMU_ONLY=a,b,...`: run only these suites (exact names) in every
-/// configuration, to time or debug a few; unset: all.
+/// configuration, to time or debug a few; unset or empty: all.
 fn only_suites() -> Option<Vec<String>> {
     let v = std::env::var("KSYNC_QEMU_ONLY").ok()?;
-    Some(
-        v.split(',')
-            .map(|s| s.trim().to_string())
-            .filter(|s| !s.is_empty())
-            .collect(),
-    )
+    let names: Vec<String> = v
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    (!names.is_empty()).then_some(names)
 }
 
 fn kvm_usable() -> bool {
