@@ -226,8 +226,8 @@ pub enum IrqRead {
     /// while a writer holds the lock, never behind a waiting one (ksync's
     /// `RwSpinLock`, Linux's qrwlock). A handler that interrupted a
     /// thread-context reader on its CPU then gets in past a writer waiting
-    /// for that reader; without the rule it would wait for itself (a hang
-    /// the watchdog reports). Each tick also looks for a writer inside for
+    /// for that reader; without the rule it would wait for itself (a hang,
+    /// reported by the host's timeout). Each tick also looks for a writer inside for
     /// a while ([`IRQ_WRITER_POLLS`]) and, if it finds one, reads at once:
     /// that read must wait for the writer to leave; and now and then CPU
     /// 0's writer holds the lock across a tick or two

@@ -15,8 +15,10 @@
 //! drain. Thread-context readers hold the lock with interrupts on, so a
 //! handler on a reader's CPU often finds a writer (on another CPU, with
 //! interrupts off) waiting for that very reader: with the rule it gets
-//! in; without it, it would queue behind the writer and wait for itself,
-//! a hang the kernel's watchdog reports.
+//! in; without it, it would queue behind the writer and wait for itself.
+//! (With the rule taken out of `read_slow`, this suite hung in every TCG
+//! configuration, every CPU stuck in its handler: the host's timeout
+//! reports it.)
 //!
 //! # The control
 //!
