@@ -227,13 +227,13 @@ pub enum IrqRead {
     /// `RwSpinLock`, Linux's qrwlock). A handler that interrupted a
     /// thread-context reader on its CPU then gets in past a writer waiting
     /// for that reader; without the rule it would wait for itself (a hang,
-    /// reported by the host's timeout). Each tick also looks for a writer inside for
-    /// a while ([`IRQ_WRITER_POLLS`]) and, if it finds one, reads at once:
-    /// that read must wait for the writer to leave; and now and then CPU
-    /// 0's writer holds the lock across a tick or two
+    /// reported by the host's timeout). Each tick also looks for a writer
+    /// inside for a while ([`IRQ_WRITER_POLLS`]) and, if it finds one,
+    /// reads at once: that read must wait for the writer to leave; and now
+    /// and then CPU 0's writer holds the lock across a tick or two
     /// ([`LONG_HOLD_ONE_IN`]), so that every other CPU's handler reads
-    /// while it holds. The probe's server
-    /// holds the write lock with interrupts off, as the writers do.
+    /// while it holds. The probe's two sides hold interrupts off, as the
+    /// writers do.
     Wait,
 }
 
