@@ -874,11 +874,17 @@ pub fn run_named(names: &[String]) -> ExitCode {
     let mut t = Tally::default();
     let all: Vec<String> = PUBLISH_CHECKS.iter().map(|c| c.name.to_string()).collect();
     for name in if names.is_empty() { &all } else { names } {
-        if name == "qemu-sched" {
-            // The scheduler configurations of `test` alone.
+        if name == "qemu-sched" || name == "qemu-tcg" {
+            // The scheduler configurations of `test` alone, or its TCG
+            // configurations at -smp 4.
             match crate::qemu::ensure_tools() {
                 Ok(()) => {
-                    for outcome in crate::qemu::test_sched() {
+                    let outcomes = if name == "qemu-sched" {
+                        crate::qemu::test_sched()
+                    } else {
+                        crate::qemu::test_tcg()
+                    };
+                    for outcome in outcomes {
                         if !outcome.passed {
                             println!("    {}", outcome.detail);
                         }

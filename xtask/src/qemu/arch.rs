@@ -432,6 +432,22 @@ pub const LOCK_SUITES: &[&str] = &[
     "spinlock-halt-nokick",
 ];
 
+/// Suites that the configurations booting one suite per boot run
+/// together in one boot instead (`cargo xtask test`): short ones (about
+/// 1 s each; a control ends as soon as its broken variant is caught), for
+/// which a boot of their own would cost more than the suite. Each is still
+/// judged by its own lines; a control not caught there gets boots of its
+/// own, as any control. Not in [`SCHED_SUITES`] (time; the scheduler boots
+/// are the longest of the test run).
+pub const SHARED_BOOT: &[&str] = &[
+    "rwspinlock",
+    "rwspinlock-irqbarge",
+    "once",
+    "once-checkfirst",
+    "refcount",
+    "refcount-wrap",
+];
+
 /// An image booted with more vCPUs than a small host has cores, for the
 /// lock suites only: the guest says its CPUs may be descheduled while they
 /// spin (`qemu/src/kernel/spin.rs`), and its locks must keep progressing.
@@ -804,6 +820,9 @@ mod tests {
             assert!(o.name.starts_with(o.arch.name), "{}", o.name);
             assert!(!configs.iter().any(|c| c.name == o.name), "{}", o.name);
             assert!(o.runs("spinlock-queued") && !o.runs("rcu"), "{}", o.name);
+        }
+        for name in SHARED_BOOT {
+            assert!(!SCHED_SUITES.contains(name) && !LOCK_SUITES.contains(name));
         }
         let scheduled = Config::all_scheduled();
         assert_eq!(scheduled.len(), SCHEDULED.len(), "every image exists");
