@@ -46,7 +46,11 @@ fn a_complete_after_a_reinit_between_batches_of_complete_all_is_not_lost() {
     let mut waits: Vec<Pin<Box<_>>> = (0..9).map(|_| Box::pin(C.wait())).collect();
     for (i, w) in waits.iter_mut().enumerate() {
         let waker = if i == 0 { &first } else { &noop };
-        assert!(w.as_mut().poll(&mut Context::from_waker(waker)).is_pending());
+        assert!(
+            w.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
     }
     C.complete_all();
     assert!(REARMED.load(Ordering::SeqCst), "the first waiter was woken");

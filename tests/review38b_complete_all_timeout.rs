@@ -43,7 +43,11 @@ fn a_waiter_queued_before_complete_all_does_not_time_out_once_it_is_done() {
     impl Wake for SlowExecutor {
         fn wake(self: Arc<Self>) {
             DONE_SEEN.store(C.is_done(), Ordering::SeqCst);
-            let got = self.rx.lock().unwrap().recv_timeout(Duration::from_secs(60));
+            let got = self
+                .rx
+                .lock()
+                .unwrap()
+                .recv_timeout(Duration::from_secs(60));
             *self.result.lock().unwrap() = got.ok();
         }
     }
@@ -56,7 +60,11 @@ fn a_waiter_queued_before_complete_all_does_not_time_out_once_it_is_done() {
     let mut waits: Vec<Pin<Box<_>>> = (0..8).map(|_| Box::pin(C.wait())).collect();
     for (i, w) in waits.iter_mut().enumerate() {
         let waker = if i == 0 { &first } else { &noop };
-        assert!(w.as_mut().poll(&mut Context::from_waker(waker)).is_pending());
+        assert!(
+            w.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
     }
     // The ninth: a blocked task with a timeout.
     let timed = std::thread::spawn(move || {
@@ -67,9 +75,15 @@ fn a_waiter_queued_before_complete_all_does_not_time_out_once_it_is_done() {
     std::thread::sleep(Duration::from_millis(150));
     C.complete_all();
     timed.join().unwrap();
-    assert!(DONE_SEEN.load(Ordering::SeqCst), "done for all from the first wake on");
+    assert!(
+        DONE_SEEN.load(Ordering::SeqCst),
+        "done for all from the first wake on"
+    );
     let (got, blocks) = result.lock().unwrap().expect("the timed waiter returned");
-    assert!(blocks > 0, "inconclusive: the timed waiter was not queued before complete_all");
+    assert!(
+        blocks > 0,
+        "inconclusive: the timed waiter was not queued before complete_all"
+    );
     assert!(
         got,
         "wait_for_completion_timeout of a waiter queued before complete_all returned \

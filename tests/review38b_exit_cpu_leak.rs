@@ -38,7 +38,7 @@ fn exiting_threads_do_not_leak_cpu_ids() {
         })
         .join()
         .unwrap();
-        let probe = std::thread::spawn(|| kernel::cpu_id()).join();
+        let probe = std::thread::spawn(kernel::cpu_id).join();
         assert!(
             probe.is_ok(),
             "after {} threads exited (MAX_CPUS = {MAX_CPUS}), a new thread gets no CPU id: ids leaked",
