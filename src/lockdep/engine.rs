@@ -934,8 +934,14 @@ pub(super) fn held_lock_count() -> usize {
 }
 
 /// The number of locks other than sleeping ones this CPU holds: those
-/// [`assert_no_locks_held`] reports.
+/// [`assert_no_locks_held`] reports. 0 once lockdep has turned itself off
+/// (after a report): that report is no longer made, so the count must
+/// not excuse a caller's own check (`might_sleep`'s preemption check).
 pub(super) fn held_spinning_lock_count() -> usize {
+    // Relaxed: as in `assert_no_locks_held`, which this must agree with.
+    if !ENABLED.load(Ordering::Relaxed) {
+        return 0;
+    }
     with_cpu(|cpu, _| {
         cpu.held[..cpu.depth]
             .iter()

@@ -442,7 +442,8 @@ pub fn held_lock_count() -> usize {
 
 /// The number of locks other than sleeping ones (spinlocks, ...) this CPU
 /// holds, as lockdep sees them: those [`assert_no_locks_held`] reports
-/// (0 without the feature).
+/// (0 without the feature, and once lockdep turned itself off after a
+/// report, when `assert_no_locks_held` reports nothing).
 #[inline]
 #[cfg_attr(not(debug_assertions), allow(dead_code))] // might_sleep's, debug only
 pub(crate) fn held_spinning_lock_count() -> usize {

@@ -1295,7 +1295,8 @@ impl<F> Drop for WaitUntil<'_, F> {
 /// interrupts masked ([`Kernel::irqs_disabled`](crate::kernel::Kernel::irqs_disabled)).
 /// With `lockdep`, it also reports spinlocks held on this CPU
 /// ([`LocksHeld`](crate::lockdep::ReportKind::LocksHeld), naming them;
-/// then the preemption check is left to that report) and interrupts
+/// then the preemption check is left to that report, unless lockdep has
+/// turned itself off after an earlier report) and interrupts
 /// masked. Every sleeping call of ksync calls it on entry in debug builds
 /// (the uncontended path included, as Linux), and before it sleeps in
 /// release builds; call it where a kernel's own code may sleep.
@@ -1327,7 +1328,8 @@ pub fn might_sleep() {
     // callback on this CPU; with lockdep, the spinlocks held.
     crate::rcu::check_may_sleep();
     // With lockdep, a spinlock held is reported by name above (the
-    // preemption it disabled is left to that report); sleeping locks are
+    // preemption it disabled is left to that report; once lockdep turned
+    // itself off, it counts none, and this check is made); sleeping locks are
     // not reported there, so they do not hide a preemption-disabled
     // section (`preempt_disable`, a `PerCpu` reference) opened under them.
     #[cfg(debug_assertions)]

@@ -1,12 +1,10 @@
-//! Review 38b: `might_sleep` skips its preemption check while lockdep
-//! counts a non-sleeping lock held on this CPU, leaving it to lockdep's
-//! `LocksHeld` report (src/sleeping/wait.rs `might_sleep`:
-//! `held_spinning_lock_count() == 0`). But once lockdep has turned itself
-//! off (a `TooDeep` or `TableFull` report), `assert_no_locks_held` returns
-//! at once and reports nothing, while the locks taken before are still on
-//! its stack: a sleeping call under a spinlock is then not reported at all
-//! (Linux's `__might_resched` checks the preemption count whatever
-//! `debug_locks` says). Its own test binary: lockdep stays off.
+//! `might_sleep` leaves the preemption check to lockdep's `LocksHeld`
+//! report while lockdep counts a spinlock held on this CPU. Once lockdep
+//! has turned itself off (here: a `TooDeep` report), that report is no
+//! longer made, so the spinlock no longer excuses the preemption check:
+//! a sleeping call under it still panics (Linux's `__might_resched`
+//! checks the preemption count whatever `debug_locks` says). Its own test
+//! binary: lockdep stays off for the rest of the process.
 
 #![cfg(feature = "lockdep")]
 
@@ -41,7 +39,7 @@ fn a_sleep_under_a_spinlock_is_reported_after_lockdep_turned_off() {
     drop(guard);
     assert!(
         r.is_err() || !reports.is_empty(),
-        "might_sleep under a spinlock (preempt_count {count}) went unreported once lockdep \
-         had turned itself off: no panic, no report"
+        "might_sleep under a spinlock (preempt_count {count}) with lockdep off: \
+         no panic and no report"
     );
 }
