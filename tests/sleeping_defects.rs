@@ -5,8 +5,10 @@
 //! `reinit` undone by `complete_all`, a panicking `Waker` in a batch of
 //! wakes, a replaced `Waker` dropped under the queue lock, a wait in a
 //! thread-local destructor registered before the thread's first ksync
-//! call, `ArchIrq` masking unseen by `might_sleep`. Each failed before its
-//! fix.
+//! call, `ArchIrq` masking unseen by `might_sleep`; and of review 38b: a
+//! `complete` after a `reinit` between `complete_all`'s batches given to
+//! a waiter `complete_all` released anyway, a timed waiter of
+//! `complete_all` that reported a timeout. Each failed before its fix.
 
 // Under loom the crate is built for the loom models only.
 #![cfg(not(ksync_loom))]
@@ -14,7 +16,7 @@
 use std::future::Future;
 use std::pin::{Pin, pin};
 use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::{Arc, Mutex as StdMutex, mpsc};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -790,6 +792,149 @@ fn a_reinit_between_batches_of_complete_all_is_not_undone() {
         !C.try_wait_for_completion(),
         "a wait after reinit passed with no complete"
     );
+}
+
+/// `complete_all` grants every waiter queued when it begins at once,
+/// under the lock (as Linux's), and wakes them in batches. A woken task
+/// that calls `reinit` and then `complete` between two batches completes
+/// the new generation: that `complete` must not go to a waiter of the old
+/// generation still queued for its wake (it used to, and the new
+/// generation's `complete` was lost).
+#[test]
+fn a_complete_after_a_reinit_between_batches_of_complete_all_is_not_lost() {
+    static C: Completion = Completion::new();
+    static REARMED: AtomicBool = AtomicBool::new(false);
+    /// The first waiter's task re-arms the completion and completes the
+    /// next round (here from the wake itself, as its executor would once
+    /// it ran, while `complete_all` is between two batches).
+    struct RearmAndComplete;
+    impl Wake for RearmAndComplete {
+        fn wake(self: Arc<Self>) {
+            if !REARMED.swap(true, Ordering::SeqCst) {
+                C.reinit();
+                C.complete();
+            }
+        }
+    }
+    let first = Waker::from(Arc::new(RearmAndComplete));
+    let noop = Waker::from(Arc::new(NoopWake));
+    // Nine queued async waiters: one more than a batch of wakes.
+    let mut waits: Vec<Pin<Box<_>>> = (0..9).map(|_| Box::pin(C.wait())).collect();
+    for (i, w) in waits.iter_mut().enumerate() {
+        let waker = if i == 0 { &first } else { &noop };
+        assert!(
+            w.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
+    }
+    C.complete_all();
+    assert!(REARMED.load(Ordering::SeqCst), "the first waiter was woken");
+    // Every waiter queued before complete_all goes through.
+    for w in &mut waits {
+        assert!(w.as_mut().poll(&mut Context::from_waker(&noop)).is_ready());
+    }
+    drop(waits);
+    assert!(
+        C.try_wait_for_completion(),
+        "the complete() made after the reinit went to a waiter of complete_all \
+         (queued before the reinit): none left for the new generation"
+    );
+}
+
+/// The first waiter's executor in
+/// [`a_timed_waiter_queued_before_complete_all_does_not_time_out`]: woken
+/// in `complete_all`'s first batch, it runs until the timed waiter is back
+/// (so `complete_all` is between two batches all that time).
+struct SlowExecutor {
+    completion: &'static Completion,
+    done_seen: AtomicBool,
+    rx: StdMutex<mpsc::Receiver<bool>>,
+    result: StdMutex<Option<bool>>,
+}
+
+impl Wake for SlowExecutor {
+    fn wake(self: Arc<Self>) {
+        self.done_seen
+            .store(self.completion.is_done(), Ordering::SeqCst);
+        let got = self.rx.lock().unwrap().recv_timeout(HANG);
+        *self.result.lock().unwrap() = got.ok();
+    }
+}
+
+/// A timed waiter queued before `complete_all`, behind its first batch of
+/// wakes, whose deadline passes while `complete_all` is between batches,
+/// was completed (granted under the lock when `complete_all` began): its
+/// wait says so, as Linux's timed wait looks at `done` when its timeout
+/// ends. It used to take itself off the queue and report a timeout while
+/// `is_done()` was already true.
+#[test]
+fn a_timed_waiter_queued_before_complete_all_does_not_time_out() {
+    #[cfg(feature = "hostile")]
+    ksync::host::hostile::set_enabled(false);
+    // The timed waiter must queue before `complete_all` and time out after
+    // it began: a loaded machine may miss either, and the attempt is then
+    // made again with more time.
+    for attempt in 0..4u32 {
+        let settle = Duration::from_millis(150) * 2u32.pow(attempt);
+        let timeout = Duration::from_millis(500) * 2u32.pow(attempt);
+        let c: &'static Completion = Box::leak(Box::new(Completion::new()));
+        let (tx, rx) = mpsc::channel::<bool>();
+        let slow = Arc::new(SlowExecutor {
+            completion: c,
+            done_seen: AtomicBool::new(false),
+            rx: StdMutex::new(rx),
+            result: StdMutex::new(None),
+        });
+        let first = Waker::from(Arc::clone(&slow));
+        let noop = Waker::from(Arc::new(NoopWake));
+        // Eight queued async waiters: a full first batch.
+        let mut waits: Vec<Pin<Box<_>>> = (0..8).map(|_| Box::pin(c.wait())).collect();
+        for (i, w) in waits.iter_mut().enumerate() {
+            let waker = if i == 0 { &first } else { &noop };
+            assert!(
+                w.as_mut()
+                    .poll(&mut Context::from_waker(waker))
+                    .is_pending()
+            );
+        }
+        // The ninth: a blocked task with a timeout.
+        let timed = thread::spawn(move || {
+            #[cfg(feature = "hostile")]
+            ksync::host::hostile::set_enabled(false);
+            let started = Instant::now();
+            let got = c.wait_for_completion_timeout(timeout);
+            tx.send(got).unwrap();
+            (started, ksync::host::blocks())
+        });
+        thread::sleep(settle);
+        let all_began = Instant::now();
+        c.complete_all();
+        let (started, blocks) = timed.join().unwrap();
+        assert!(
+            slow.done_seen.load(Ordering::SeqCst),
+            "done for all from the first wake on"
+        );
+        let got = slow
+            .result
+            .lock()
+            .unwrap()
+            .expect("the timed waiter returned");
+        drop(waits);
+        // Blocked (so queued before complete_all: it never queues once
+        // the completion is done for all), and its deadline (at least
+        // `timeout` after `started`) came after complete_all began.
+        if blocks == 0 || all_began >= started + timeout {
+            continue;
+        }
+        assert!(
+            got,
+            "wait_for_completion_timeout of a waiter queued before complete_all \
+             returned 'timed out' while the completion was done for all"
+        );
+        return;
+    }
+    panic!("inconclusive: in 4 attempts the timed waiter never queued before complete_all in time");
 }
 
 struct PanicOnWake;

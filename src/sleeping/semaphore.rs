@@ -153,13 +153,12 @@ impl Units {
                 // waiter that came meanwhile queued at the back).
                 locked.relock();
             }
-            let Some((node, _, _)) = locked.front() else {
+            let Some(node) = first_not_granted(&mut locked) else {
                 break;
             };
-            // The node's memory stays valid through `wake` (its owner
-            // waits for the waker to be done with it: `Node::state`).
-            let node: *const Node = node;
-            // SAFETY: queued, so valid until taken off, which `wake` does.
+            // SAFETY: queued, so valid until taken off, which `wake` does;
+            // its memory stays valid through `wake` (its owner waits for
+            // the waker to be done with it: `Node::state`).
             let node = unsafe { &*node };
             // Relaxed: under the lock, as every access to it.
             locked.set_tag(node, self.generation.load(Ordering::Relaxed));
@@ -184,29 +183,32 @@ impl Units {
 
     /// `complete_all`: the count becomes [`ALL`] and every waiter queued
     /// now is handed a unit, as Linux's `complete_all` (`done = UINT_MAX`,
-    /// then all waiters woken under the lock). The wakes go in batches,
-    /// the lock dropped between them; if a woken task calls `reinit`
-    /// meanwhile (the count 0, a new generation), the waiters queued
-    /// before `complete_all` still go through (they were completed), with
-    /// the old generation, and those queued since wait for the next
-    /// `complete`: `complete_all` does not store `ALL` again. A waiter's
+    /// then all waiters woken under the lock). The grants are made at
+    /// once, under the lock ([`Locked::grant`]); the wakes go in batches,
+    /// the lock dropped between them. Meanwhile the granted waiters stay
+    /// queued but are no one else's: a `complete` (after a woken task's
+    /// `reinit`: the count 0, a new generation) passes them by and goes
+    /// to a waiter queued since, or to the count; a timed waiter whose
+    /// deadline passes leaves as granted; an async one polled leaves
+    /// ready. `complete_all` does not store `ALL` again. A waiter's
     /// `Waker` that panics does not stop it: the other waiters are woken
     /// as the panic unwinds.
     fn give_all(&self) {
         let mut locked = self.queue.lock();
-        // First, so that a waiter that comes while the lock is dropped
-        // between batches of wakes goes through at once.
         // Relaxed: under the lock.
         self.count.store(ALL, Ordering::Relaxed);
         let generation = self.generation.load(Ordering::Relaxed);
-        let start = locked.enqueue_count();
-        let mut all = GiveAll {
-            locked,
-            generation,
-            start,
-        };
-        all.grant();
-        // `all` drops: its `grant` finds nothing left, then the last
+        let mut cursor = locked.front().map(|(node, _, _)| node as *const Node);
+        while let Some(node) = cursor {
+            // SAFETY: queued, so valid while the lock is held.
+            let node = unsafe { &*node };
+            locked.set_tag(node, generation);
+            locked.grant(node);
+            cursor = locked.next(node).map(|(node, _, _)| node as *const Node);
+        }
+        let mut all = GiveAll { locked };
+        all.wake();
+        // `all` drops: its `wake` finds nothing left, then the last
         // batch's wakes.
     }
     /// Sets the count (no waiter must be queued for it to mean much).
@@ -245,21 +247,34 @@ fn count_overflow(count: usize, n: usize) -> ! {
     )
 }
 
-/// The waiters of one `complete_all` ([`Units::give_all`]) being handed
-/// their units: whatever is left when it drops (a `Waker` panicked) is
-/// handed over then, as the panic unwinds.
+/// The first waiter not [granted](Locked::grant) its unit already (by a
+/// `complete_all` whose wakes are under way).
+fn first_not_granted(locked: &mut Locked<'_>) -> Option<*const Node> {
+    let mut cursor = locked.front().map(|(node, _, _)| node as *const Node);
+    while let Some(node) = cursor {
+        // SAFETY: queued, so valid while the lock is held.
+        let node = unsafe { &*node };
+        if !locked.is_granted(node) {
+            return Some(node);
+        }
+        cursor = locked.next(node).map(|(node, _, _)| node as *const Node);
+    }
+    None
+}
+
+/// The waiters granted by a `complete_all` ([`Units::give_all`]) being
+/// woken: whatever is left when it drops (a `Waker` panicked) is woken
+/// then, as the panic unwinds.
 struct GiveAll<'a> {
     locked: Locked<'a>,
-    /// The generation `complete_all` completed: the grants' tag.
-    generation: usize,
-    /// The queue's enqueue count when it began: waiters queued later came
-    /// after a `reinit` (the count being `ALL` until then).
-    start: usize,
 }
 
 impl GiveAll<'_> {
-    /// Hands a unit to each waiter at the front queued before `start`.
-    fn grant(&mut self) {
+    /// Wakes the granted waiters at the front of the queue (those of this
+    /// `complete_all`, or of one that began later). Waiters queue at the
+    /// back: those queued since the grants (after a `reinit`) are behind
+    /// them, and not granted.
+    fn wake(&mut self) {
         loop {
             if self.locked.batch_full() {
                 self.locked.relock();
@@ -267,18 +282,14 @@ impl GiveAll<'_> {
             let Some((node, _, _)) = self.locked.front() else {
                 return;
             };
-            // The node's memory stays valid through `wake` (its owner
-            // waits for the waker to be done with it: `Node::state`).
             let node: *const Node = node;
-            // SAFETY: queued, so valid until taken off, which `wake` does.
+            // SAFETY: queued, so valid until taken off, which `wake` does;
+            // its memory stays valid through `wake` (its owner waits for
+            // the waker to be done with it: `Node::state`).
             let node = unsafe { &*node };
-            // Waiters queue at the back: the first one queued since
-            // `complete_all` began (after a `reinit`) is the first of the
-            // next generation's.
-            if !self.locked.queued_before(node, self.start) {
+            if !self.locked.is_granted(node) {
                 return;
             }
-            self.locked.set_tag(node, self.generation);
             self.locked.wake(node, GRANTED);
         }
     }
@@ -286,9 +297,9 @@ impl GiveAll<'_> {
 
 impl Drop for GiveAll<'_> {
     fn drop(&mut self) {
-        // Nothing left, unless a `Waker` panicked in `grant` (at a
+        // Nothing left, unless a `Waker` panicked in `wake` (at a
         // `relock`, which took the lock again).
-        self.grant();
+        self.wake();
     }
 }
 
@@ -340,6 +351,13 @@ impl Future for Take<'_> {
         let mut locked = this.units.queue.lock();
         if this.queued {
             if this.node.state() == GRANTED {
+                this.done = true;
+                return Poll::Ready(());
+            }
+            if locked.is_granted(&this.node) {
+                // Granted by a `complete_all` whose wake is yet to come:
+                // done now, off the queue (the wake passes it by).
+                locked.remove(&this.node);
                 this.done = true;
                 return Poll::Ready(());
             }

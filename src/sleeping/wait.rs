@@ -143,6 +143,9 @@ struct Links {
     /// The queue's enqueue count when it was queued: a wake of many
     /// leaves those queued after it began alone.
     seq: usize,
+    /// Handed what it waits for while still queued, its wake to come
+    /// ([`Locked::grant`]); cleared when it leaves the queue.
+    granted: bool,
     wake: Wake,
 }
 
@@ -175,6 +178,7 @@ impl Node {
                 exclusive: false,
                 tag: 0,
                 seq: 0,
+                granted: false,
                 wake: Wake::None,
             }),
             state: AtomicUsize::new(WAITING),
@@ -556,6 +560,7 @@ impl Locked<'_> {
                 return None;
             }
             links.linked = false;
+            links.granted = false;
             Some((links.prev, links.next))
         }) else {
             return false;
@@ -582,6 +587,27 @@ impl Locked<'_> {
     /// The primitive's tag of `node`.
     pub(crate) fn tag(&mut self, node: &Node) -> usize {
         self.links(node, |links| links.tag)
+    }
+
+    /// Marks `node` (queued) as handed what it waits for, under this
+    /// lock, with its wake to come ([`wake`](Self::wake) with
+    /// [`GRANTED`], in a later batch): it stays queued meanwhile, so a
+    /// grant of one unit passes it by ([`is_granted`](Self::is_granted)),
+    /// and a waiter whose deadline passes first takes itself off as
+    /// granted ([`WaitQueue::sleep`]). `complete_all` grants every waiter
+    /// at once this way, as Linux's does under its lock, and wakes them in
+    /// batches.
+    pub(crate) fn grant(&mut self, node: &Node) {
+        self.links(node, |links| {
+            debug_assert!(links.linked, "ksync: a grant to a node not queued");
+            links.granted = true;
+        });
+    }
+
+    /// Whether `node` (queued) was [`grant`](Self::grant)ed, its wake to
+    /// come.
+    pub(crate) fn is_granted(&mut self, node: &Node) -> bool {
+        self.links(node, |links| links.granted)
     }
 
     /// Whether `node` is queued.
@@ -814,7 +840,10 @@ impl WaitQueue {
     /// Sleeps until a waker took `node` off the queue ([`WOKEN`] or
     /// [`GRANTED`]: returned) or, with a `deadline_ns`, until the clock
     /// passed it and the node is still queued ([`WAITING`]: taken off,
-    /// returned). The node was queued by this task.
+    /// returned; [`GRANTED`] if it was [granted](Locked::grant), its wake
+    /// yet to come: it takes itself off as granted, as Linux's timed wait
+    /// looks at `done` once its timeout ends). The node was queued by this
+    /// task.
     pub(crate) fn sleep(&self, node: &Node, deadline_ns: Option<u64>) -> usize {
         loop {
             // Once the waker is done with the node and the token.
@@ -828,7 +857,14 @@ impl WaitQueue {
                 // WAITING is made under (a PENDING seen here is waited
                 // for below).
                 if node.state.load(Ordering::Relaxed) == WAITING {
+                    // Read before `remove` clears it.
+                    let granted = locked.is_granted(node);
                     locked.remove(node);
+                    if granted {
+                        // Relaxed: only this task reads it, after this.
+                        node.state.store(GRANTED, Ordering::Relaxed);
+                        return GRANTED;
+                    }
                     return WAITING;
                 }
                 drop(locked);
