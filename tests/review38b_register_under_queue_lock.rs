@@ -1,0 +1,154 @@
+//! Review 38b: the host kernel registers a thread as a task at its first
+//! `current_task`, allocating its record (src/host/tasks.rs `SLOT`'s
+//! initializer: "Allocated before the slot is published: nothing shared is
+//! held while the allocator runs (it may wake a queue, re-entering)"). But
+//! the first `current_task` of a thread whose first ksync call is a wait
+//! that sleeps runs in `Locked::enqueue` (src/sleeping/wait.rs), under the
+//! wait queue's lock: a global allocator that wakes that queue (the case
+//! `tests/host_reentrant_wake.rs` makes deterministic) takes the queue's
+//! ticket lock again on the same thread, and the thread spins for ever.
+//!
+//! The second test: the process's first CPU id is claimed with the id
+//! table's `std::sync::Mutex` held while the table is sized
+//! (src/host/threads.rs `claim`, `used.resize(MAX_CPUS, false)`, which
+//! allocates): a global allocator that wakes a wait queue there runs the
+//! queue lock's `preempt_disable`, whose `cpu_id` claims an id, locking the
+//! same std mutex on the same thread: a deadlock, the first time any
+//! thread of the process asks for its CPU id.
+//!
+//! (Its own test binary: the global allocator is process-wide. Each case
+//! runs in a child process under a 60 s watchdog.)
+
+#![cfg(not(ksync_loom))]
+
+use std::alloc::{GlobalAlloc, Layout, System};
+use std::cell::Cell;
+use std::time::Duration;
+
+use ksync::wait::WaitQueue;
+
+static Q: WaitQueue = WaitQueue::new();
+
+thread_local! {
+    /// This thread's allocations wake `Q` (no destructor).
+    static WAKE_ON_ALLOC: Cell<bool> = const { Cell::new(false) };
+}
+
+struct WakingAlloc;
+
+// SAFETY: forwards to `System`; the wake allocates nothing.
+unsafe impl GlobalAlloc for WakingAlloc {
+    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
+        wake_hook();
+        // SAFETY: forwarded.
+        unsafe { System.alloc(layout) }
+    }
+    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
+        // SAFETY: forwarded.
+        unsafe { System.dealloc(ptr, layout) }
+    }
+    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
+        wake_hook();
+        // SAFETY: forwarded.
+        unsafe { System.realloc(ptr, layout, new) }
+    }
+}
+
+fn wake_hook() {
+    let on = WAKE_ON_ALLOC
+        .try_with(|w| w.replace(false))
+        .unwrap_or(false);
+    if on {
+        Q.wake_one();
+        let _ = WAKE_ON_ALLOC.try_with(|w| w.set(true));
+    }
+}
+
+#[global_allocator]
+static A: WakingAlloc = WakingAlloc;
+
+const CHILD: &str = "KSYNC_TEST_REVIEW38B_REGISTER_CHILD";
+
+/// Runs `case` in a child process (this binary, running only `name`)
+/// under a 60 s watchdog; whether it printed "waited" and exited.
+fn run_child(name: &str, case: &str) -> (Option<std::process::ExitStatus>, String) {
+    let mut proc = std::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--exact", name, "--nocapture", "--test-threads=1"])
+        .env(CHILD, case)
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let start = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = proc.try_wait().unwrap() {
+            break Some(s);
+        }
+        if start.elapsed() > Duration::from_secs(60) {
+            proc.kill().unwrap();
+            break None;
+        }
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let out = proc.wait_with_output().unwrap();
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&out.stdout),
+        String::from_utf8_lossy(&out.stderr)
+    );
+    (status, text)
+}
+
+#[test]
+#[cfg_attr(not(target_arch = "x86_64"), ignore = "spawns itself")]
+fn a_first_wait_does_not_register_the_task_under_the_queue_lock() {
+    if std::env::var_os(CHILD).is_some() {
+        // The id table sized first, with no wake on allocation: only the
+        // task registration is left for the wait below.
+        let _ = ksync::kernel::cpu_id();
+        child();
+        return;
+    }
+    let (status, text) = run_child(
+        "a_first_wait_does_not_register_the_task_under_the_queue_lock",
+        "slot",
+    );
+    assert!(
+        status.is_some_and(|s| s.success()) && text.contains("waited"),
+        "a thread whose first ksync call is a wait that sleeps hung (registered as a task \
+         under the queue lock, its allocator woke the queue) or failed ({status:?}):\n{text}"
+    );
+}
+
+#[test]
+#[cfg_attr(not(target_arch = "x86_64"), ignore = "spawns itself")]
+fn the_first_cpu_id_is_not_claimed_while_the_allocator_may_wake() {
+    if std::env::var_os(CHILD).is_some() {
+        child();
+        return;
+    }
+    let (status, text) = run_child(
+        "the_first_cpu_id_is_not_claimed_while_the_allocator_may_wake",
+        "claim",
+    );
+    assert!(
+        status.is_some_and(|s| s.success()) && text.contains("waited"),
+        "the process's first CPU id claim hung (the id table sized under its std mutex, the \
+         allocator's wake asked for a CPU id) or failed ({status:?}):\n{text}"
+    );
+}
+
+fn child() {
+    let t = std::thread::spawn(|| {
+        // The thread's allocations from now on wake Q, as a kernel heap
+        // that wakes its reclaim waiters might.
+        WAKE_ON_ALLOC.with(|w| w.set(true));
+        // Its first ksync call that needs its task token: a wait that
+        // sleeps (1 ms, nobody wakes it).
+        let got = Q.wait_event_timeout(|| false, Duration::from_millis(1));
+        WAKE_ON_ALLOC.with(|w| w.set(false));
+        got
+    });
+    let got = t.join().unwrap();
+    println!("waited: {got}");
+}
