@@ -465,7 +465,8 @@ pub fn tick() {
 /// ```
 pub fn schedule() {
     check_switch("hostile::schedule");
-    if backend::preempt_count() == 0 && !interrupts::irqs_disabled() {
+    if backend::preempt_count() == 0 && !interrupts::irqs_disabled() && !backend::masked_by_ksync()
+    {
         crate::rcu::kernel_quiescent_state();
     }
     std::thread::yield_now();
@@ -538,7 +539,7 @@ fn point_slow(site: &'static core::panic::Location<'static>) {
     }
     let r = draw();
     let roll = (r & 0xFFFF) as u32;
-    let irqs_off = interrupts::irqs_disabled();
+    let irqs_off = interrupts::irqs_disabled() || backend::masked_by_ksync();
     let count = backend::preempt_count();
     let slot = (core::ptr::from_ref(site) as usize >> 3) % SITES;
     let hits = SITE_HITS[slot].fetch_add(1, Ordering::Relaxed);
@@ -700,7 +701,7 @@ pub(super) fn check_switch(what: &str) {
         return;
     }
     let count = backend::preempt_count();
-    let masked = interrupts::irqs_disabled();
+    let masked = interrupts::irqs_disabled() || backend::masked_by_ksync();
     if count != 0 || masked || interrupts::in_interrupt() {
         breach(&std::format!(
             "{what} (a context switch) with preemption count {count}, interrupts {}, \
