@@ -447,9 +447,14 @@ pub(super) fn for_free_cpus(mut f: impl FnMut(usize)) {
 /// Whether this CPU masked interrupts through ksync where the host's own
 /// flag does not show it (`ArchIrq`, counted in debug builds and with
 /// lockdep): no preemption and no migration then.
+/// (The id is read here, not through the `cpu_id` hook: that may be a
+/// point of the hostile schedule, which asks this.)
 pub(super) fn masked_by_ksync() -> bool {
     #[cfg(any(feature = "lockdep", all(debug_assertions, not(ksync_loom))))]
-    return crate::kernel::irq::masked_by_ksync();
+    {
+        let id = THIS_CPU.try_with(|c| c.0.get()).ok().flatten();
+        id.is_some_and(crate::kernel::irq::masked_on)
+    }
     #[cfg(not(any(feature = "lockdep", all(debug_assertions, not(ksync_loom)))))]
     false
 }
