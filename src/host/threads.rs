@@ -5,12 +5,12 @@
 use std::boxed::Box;
 use std::cell::Cell;
 use std::sync::{Mutex, MutexGuard};
-use std::vec::Vec;
 
 use crate::kernel::MAX_CPUS;
 
-/// Ids in use (index = id).
-static IN_USE: Mutex<Vec<bool>> = Mutex::new(Vec::new());
+/// Ids in use (index = id). A fixed array: nothing allocates while it is
+/// locked (an allocator that wakes a queue asks for a CPU id, re-entering).
+static IN_USE: Mutex<[bool; MAX_CPUS]> = Mutex::new([false; MAX_CPUS]);
 
 struct ThreadCpu(Cell<Option<usize>>);
 
@@ -77,6 +77,8 @@ std::thread_local! {
     static CPU_ID: Cell<usize> = const { Cell::new(usize::MAX) };
     static THIS_CPU: ThreadCpu = const { ThreadCpu(Cell::new(None)) };
     static EXIT_CPU: ExitCpu = const { ExitCpu(Cell::new(None)) };
+    /// See [`late_cpu`]: no destructor, so readable to the thread's end.
+    static LATE_CPU: Cell<usize> = const { Cell::new(usize::MAX) };
     /// This thread's preemption count, plus [`NOT_ARMED`] while no
     /// preemption is armed ([`preempt_at_next_point`]).
     static PREEMPT: Cell<u32> = const { Cell::new(NOT_ARMED) };
@@ -92,15 +94,12 @@ std::thread_local! {
 /// read-modify-write like `preempt_disable`'s increment.
 const NOT_ARMED: u32 = 1 << 31;
 
-fn lock_in_use() -> MutexGuard<'static, Vec<bool>> {
+fn lock_in_use() -> MutexGuard<'static, [bool; MAX_CPUS]> {
     IN_USE.lock().unwrap_or_else(|e| e.into_inner())
 }
 
 fn claim() -> usize {
     let mut used = lock_in_use();
-    if used.is_empty() {
-        used.resize(MAX_CPUS, false);
-    }
     let Some(id) = used.iter().position(|u| !u) else {
         drop(used);
         panic!(
@@ -139,18 +138,65 @@ fn cpu_id_slow() -> usize {
     let id = THIS_CPU
         .try_with(|cpu| get_or_claim(&cpu.0))
         .or_else(|_| EXIT_CPU.try_with(|cpu| get_or_claim(&cpu.0)))
-        .unwrap_or_else(|_| {
-            // Both gone: a destructor that runs after `EXIT_CPU`'s (not
-            // seen: it would be registered after it, during the exit). An
-            // id of its own, never freed, rather than an abort.
-            claim()
-        });
+        .unwrap_or_else(|_| late_cpu());
     if PREEMPT.with(Cell::get) & NOT_ARMED != 0 {
         CPU_ID.with(|c| c.set(id));
     } else if PREEMPT.with(Cell::get) == 0 {
         // Preemption enabled: the id was read, and the task may be
         // preempted (and migrate) before the caller uses it.
         preempt_now();
+    }
+    id
+}
+
+/// The id of a thread whose [`THIS_CPU`] and [`EXIT_CPU`] are both gone: a
+/// thread-local destructor that runs after `EXIT_CPU`'s (registered before
+/// the thread's first ksync call, when an earlier such destructor claimed
+/// `EXIT_CPU`). Kept in [`LATE_CPU`], which has no destructor (readable to
+/// the end), and freed by a destructor registered with the C runtime for
+/// it: registered during the teardown, that runs right after the
+/// destructor that claimed the id, and the next late destructor claims
+/// again. Where that registration is not available, the id stays claimed
+/// for the process (one per such thread, not per call).
+fn late_cpu() -> usize {
+    let id = LATE_CPU.with(Cell::get);
+    if id != usize::MAX {
+        return id;
+    }
+    let id = claim();
+    LATE_CPU.with(|c| c.set(id));
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    {
+        unsafe extern "C" {
+            // glibc's registration of a thread-local destructor (what
+            // std's `thread_local!` uses on this target).
+            fn __cxa_thread_atexit_impl(
+                dtor: unsafe extern "C" fn(*mut core::ffi::c_void),
+                obj: *mut core::ffi::c_void,
+                dso_symbol: *mut core::ffi::c_void,
+            ) -> i32;
+        }
+        unsafe extern "C" fn free_late(_: *mut core::ffi::c_void) {
+            let id = LATE_CPU.with(|c| c.replace(usize::MAX));
+            if id != usize::MAX {
+                release(id);
+            }
+        }
+        // SAFETY: `free_late` may run at any point of the thread's exit
+        // (it touches only the destructor-less `LATE_CPU` and the id
+        // table); the object pointer is unused; the DSO symbol is an
+        // address inside this binary, as glibc asks (it keeps that object
+        // loaded until the destructor has run).
+        let registered = unsafe {
+            __cxa_thread_atexit_impl(
+                free_late,
+                core::ptr::null_mut(),
+                late_cpu as *const () as *mut core::ffi::c_void,
+            )
+        };
+        if registered != 0 {
+            std::eprintln!("ksync test hooks: CPU {id}, claimed at thread exit, stays claimed");
+        }
     }
     id
 }
@@ -305,14 +351,19 @@ pub fn preemption_point() {
 /// ```
 ///
 /// # Panics
-/// With preemption disabled (the `Kernel` contract keeps the task on its
-/// CPU then), or if another live thread has the id `cpu`, or if `cpu` is
+/// With preemption disabled or interrupts masked (the `Kernel` contract
+/// keeps the task on its CPU then), or if another live thread has the id `cpu`, or if `cpu` is
 /// at or past `MAX_CPUS`.
 pub fn migrate_to(cpu: usize) {
     assert_eq!(
         preempt_count(),
         0,
         "ksync test hooks: migrate_to with preemption disabled"
+    );
+    assert!(
+        !super::interrupts::irqs_disabled() && !masked_by_ksync(),
+        "ksync test hooks: migrate_to with interrupts masked (a CPU with \
+         interrupts off is not preempted, so its task is not moved)"
     );
     assert!(
         cpu < MAX_CPUS,
@@ -391,4 +442,19 @@ pub(super) fn for_free_cpus(mut f: impl FnMut(usize)) {
     for (cpu, _) in used.iter().enumerate().filter(|(_, u)| !**u) {
         f(cpu);
     }
+}
+
+/// Whether this CPU masked interrupts through ksync where the host's own
+/// flag does not show it (`ArchIrq`, counted in debug builds and with
+/// lockdep): no preemption and no migration then.
+/// (The id is read here, not through the `cpu_id` hook: that may be a
+/// point of the hostile schedule, which asks this.)
+pub(super) fn masked_by_ksync() -> bool {
+    #[cfg(any(feature = "lockdep", all(debug_assertions, not(ksync_loom))))]
+    {
+        let id = THIS_CPU.try_with(|c| c.0.get()).ok().flatten();
+        id.is_some_and(crate::kernel::irq::masked_on)
+    }
+    #[cfg(not(any(feature = "lockdep", all(debug_assertions, not(ksync_loom)))))]
+    false
 }

@@ -554,9 +554,22 @@ pub(crate) fn count_unmasking() {
 ))]
 #[inline]
 pub(crate) fn masked_by_ksync() -> bool {
+    masked_on(cpu_id_unchecked())
+}
+
+/// Whether CPU `cpu` has masked interrupts through ksync (for the host
+/// kernel, which knows the id without asking its own hook).
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
+#[inline]
+pub(crate) fn masked_on(cpu: usize) -> bool {
     // Relaxed: this CPU's own counter (a stale read after a migration can
     // only hide a use with interrupts on, never invent one).
-    masked_depth().is_some_and(|depth| depth.load(crate::sync::Ordering::Relaxed) != 0)
+    MASKED_DEPTH
+        .get(cpu)
+        .is_some_and(|depth| depth.load(crate::sync::Ordering::Relaxed) != 0)
 }
 
 /// CPU `id` went offline (a host test thread exited): its count restarts.

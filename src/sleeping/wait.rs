@@ -829,6 +829,14 @@ impl WaitQueue {
     /// Takes the queue lock (interrupts off until it drops).
     #[inline]
     pub(crate) fn lock(&self) -> Locked<'_> {
+        // The host kernel registers a task at its first `current_task`,
+        // allocating its record; `enqueue` asks under this lock, where an
+        // allocator that wakes this queue would take it again. A kernel's
+        // own `current` is a register read, so only the host asks first.
+        #[cfg(feature = "test-hooks")]
+        if !kernel::in_interrupt() {
+            let _ = kernel::current_task();
+        }
         self.lock.lock();
         Locked {
             queue: self,

@@ -1,4 +1,4 @@
-//! Review 38b: the host kernel registers a thread as a task at its first
+//! the host kernel registers a thread as a task at its first
 //! `current_task`, allocating its record (src/host/tasks.rs `SLOT`'s
 //! initializer: "Allocated before the slot is published: nothing shared is
 //! held while the allocator runs (it may wake a queue, re-entering)"). But
@@ -67,7 +67,7 @@ fn wake_hook() {
 #[global_allocator]
 static A: WakingAlloc = WakingAlloc;
 
-const CHILD: &str = "KSYNC_TEST_REVIEW38B_REGISTER_CHILD";
+const CHILD: &str = "KSYNC_TEST_HOST_REGISTER_CHILD";
 
 /// Runs `case` in a child process (this binary, running only `name`)
 /// under a 60 s watchdog; whether it printed "waited" and exited.

@@ -1,4 +1,4 @@
-//! Review 38b: loom models of the sleeping mutex's `WAITERS` clearing
+//! loom models of the sleeping mutex's `WAITERS` clearing
 //! (an unlock that frees the lock clears `WAITERS`; the woken waiter sets
 //! it again when it lands). The case not in `tests/loom_wait.rs`: a
 //! holder that relocks while a woken waiter is on its way back, and a
@@ -10,7 +10,7 @@
 //! for the review, not in `cargo xtask`'s loom group.
 //!
 //! `RUSTFLAGS="--cfg ksync_loom" LOOM_MAX_PREEMPTIONS=1 KSYNC_MAX_CPUS=4 \
-//!  CARGO_TARGET_DIR=target/loom cargo test --release --test review38b_loom_mutex`
+//!  CARGO_TARGET_DIR=target/loom cargo test --release --test loom_mutex_handoff`
 
 #![cfg(ksync_loom)]
 

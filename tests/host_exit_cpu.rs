@@ -1,4 +1,4 @@
-//! Review 38b: a CPU id claimed by a thread-local destructor that runs
+//! a CPU id claimed by a thread-local destructor that runs
 //! after both `THIS_CPU`'s and `EXIT_CPU`'s destructors is never freed
 //! (src/host/threads.rs, `cpu_id_slow`'s last fallback). Two destructors
 //! of the user's, registered before ksync's, that each call ksync at

@@ -1,4 +1,4 @@
-//! Review 38b: the host kernel's debug builds count `ArchIrq` masking per
+//! the host kernel's debug builds count `ArchIrq` masking per
 //! CPU id (src/kernel/irq.rs `count_masked`/`count_unmasking`, indexed by
 //! the CPU id at the time), for `might_sleep`. A task that is moved to
 //! another CPU while it has interrupts masked through `ArchIrq` (the
@@ -20,10 +20,15 @@ fn a_migration_inside_an_archirq_section_leaves_no_masking_behind() {
     let left = std::thread::spawn(|| {
         let here = kernel::cpu_id();
         let masked = IrqState::<ArchIrq>::save_with();
-        // The scheduler moves the task (preemption is enabled: ArchIrq
-        // does not disable it).
+        // A scheduler does not move a task off a CPU whose interrupts are
+        // masked: the host kernel refuses, naming the cause, and its
+        // hostile schedule does not migrate or preempt then.
         let other = (0..kernel::nr_cpus()).rev().find(|&c| c != here).unwrap();
-        host::migrate_to(other);
+        let moved = std::panic::catch_unwind(|| host::migrate_to(other));
+        assert!(
+            moved.is_err() || !cfg!(debug_assertions),
+            "migrate_to inside an ArchIrq section was allowed"
+        );
         drop(masked);
         here
     })
