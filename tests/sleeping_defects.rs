@@ -741,6 +741,28 @@ fn a_writer_release_grants_readers_past_one_batch() {
     unsafe { rw.unlock_write() };
 }
 
+/// Queues nine async waiters on `c` (one more than a batch of wakes), the
+/// first with `first` as its waker, runs `complete_all`, and checks that
+/// every one of them goes through.
+fn complete_all_with_nine_waiters(c: &'static Completion, first: Waker) {
+    let noop = Waker::from(Arc::new(NoopWake));
+    let mut waits: Vec<Pin<Box<_>>> = (0..9).map(|_| Box::pin(c.wait())).collect();
+    for (i, w) in waits.iter_mut().enumerate() {
+        let waker = if i == 0 { &first } else { &noop };
+        assert!(
+            w.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
+    }
+    c.complete_all();
+    // Every waiter queued before complete_all goes through, those woken
+    // after the first waiter's task ran included.
+    for w in &mut waits {
+        assert!(w.as_mut().poll(&mut Context::from_waker(&noop)).is_ready());
+    }
+}
+
 /// `complete_all` wakes in batches, dropping the queue lock between them;
 /// a woken task that calls `reinit` meanwhile (the "reuse" pattern) must
 /// not be undone: `complete_all` used to store "done for all" again at its
@@ -760,29 +782,11 @@ fn a_reinit_between_batches_of_complete_all_is_not_undone() {
             }
         }
     }
-    let first = Waker::from(Arc::new(ReinitOnWake));
-    let noop = Waker::from(Arc::new(NoopWake));
-    // Nine queued async waiters: one more than a batch of wakes.
-    let mut waits: Vec<Pin<Box<_>>> = (0..9).map(|_| Box::pin(C.wait())).collect();
-    for (i, w) in waits.iter_mut().enumerate() {
-        let waker = if i == 0 { &first } else { &noop };
-        assert!(
-            w.as_mut()
-                .poll(&mut Context::from_waker(waker))
-                .is_pending()
-        );
-    }
-    C.complete_all();
+    complete_all_with_nine_waiters(&C, Waker::from(Arc::new(ReinitOnWake)));
     assert!(
         REINIT_DONE.load(Ordering::SeqCst),
         "the first waiter was woken"
     );
-    // Every waiter of complete_all went through, the ninth (woken after
-    // the reinit) included.
-    for w in &mut waits {
-        assert!(w.as_mut().poll(&mut Context::from_waker(&noop)).is_ready());
-    }
-    drop(waits);
     assert!(
         !C.is_done(),
         "complete_all undid a reinit made after it woke the first waiter \
@@ -816,25 +820,8 @@ fn a_complete_after_a_reinit_between_batches_of_complete_all_is_not_lost() {
             }
         }
     }
-    let first = Waker::from(Arc::new(RearmAndComplete));
-    let noop = Waker::from(Arc::new(NoopWake));
-    // Nine queued async waiters: one more than a batch of wakes.
-    let mut waits: Vec<Pin<Box<_>>> = (0..9).map(|_| Box::pin(C.wait())).collect();
-    for (i, w) in waits.iter_mut().enumerate() {
-        let waker = if i == 0 { &first } else { &noop };
-        assert!(
-            w.as_mut()
-                .poll(&mut Context::from_waker(waker))
-                .is_pending()
-        );
-    }
-    C.complete_all();
+    complete_all_with_nine_waiters(&C, Waker::from(Arc::new(RearmAndComplete)));
     assert!(REARMED.load(Ordering::SeqCst), "the first waiter was woken");
-    // Every waiter queued before complete_all goes through.
-    for w in &mut waits {
-        assert!(w.as_mut().poll(&mut Context::from_waker(&noop)).is_ready());
-    }
-    drop(waits);
     assert!(
         C.try_wait_for_completion(),
         "the complete() made after the reinit went to a waiter of complete_all \
