@@ -1,0 +1,54 @@
+//! Review 38c: the host kernel's armed preemption (`preempt_at_next_point`)
+//! fires at a `cpu_id` read with interrupts masked (preemption count 0).
+//! A CPU with interrupts off is not preempted (the reason `migrate_to` now
+//! panics there and the hostile schedule holds off): the armed "scheduler"
+//! runs anyway, and one that migrates panics inside a legal program.
+
+use std::cell::Cell;
+use std::rc::Rc;
+
+use ksync::kernel::irq::{ArchIrq, IrqState};
+use ksync::{host, kernel};
+
+fn armed_preemption_fires_with(mask: impl FnOnce() -> Box<dyn std::any::Any>) -> bool {
+    #[cfg(feature = "hostile")]
+    host::hostile::set_enabled(false);
+    let fired = Rc::new(Cell::new(false));
+    let seen = fired.clone();
+    host::preempt_at_next_point(move || seen.set(true));
+    let irqs = mask();
+    let _ = kernel::cpu_id(); // a preemption point only with interrupts on
+    let fired_masked = fired.get();
+    drop(irqs);
+    // A point with interrupts on runs it if it was left armed (a thread
+    // that exits with one armed hangs: tests/review38c_exit_armed.rs).
+    let _ = kernel::cpu_id();
+    assert!(fired.get(), "the armed preemption never ran");
+    fired_masked
+}
+
+#[test]
+fn no_armed_preemption_with_kernel_irqs_masked() {
+    std::thread::spawn(|| {
+        let fired = armed_preemption_fires_with(|| Box::new(IrqState::save()));
+        assert!(
+            !fired,
+            "the armed preemption ran at a cpu_id read with interrupts masked (IrqState::save)"
+        );
+    })
+    .join()
+    .unwrap();
+}
+
+#[test]
+fn no_armed_preemption_with_arch_irqs_masked() {
+    std::thread::spawn(|| {
+        let fired = armed_preemption_fires_with(|| Box::new(IrqState::<ArchIrq>::save_with()));
+        assert!(
+            !fired,
+            "the armed preemption ran at a cpu_id read with interrupts masked (ArchIrq)"
+        );
+    })
+    .join()
+    .unwrap();
+}
