@@ -590,15 +590,21 @@ fn idle_cpu_event(r: u64) {
 
 /// Runs the kernel's own action with points off.
 /// Whether this CPU masked interrupts through ksync where the host's flag
-/// does not show it (`ArchIrq`), read with the schedule paused: the count
-/// is itself a shim atomic, whose load would be a point.
+/// does not show it (`ArchIrq`; the backend reads it with the schedule
+/// paused: the count is itself a shim atomic, whose load would be a point).
 fn masked_quietly() -> bool {
+    backend::masked_by_ksync()
+}
+
+/// Runs `f` with the schedule paused on this thread (no point in it acts),
+/// for the host's own reads of shim atomics.
+pub(super) fn paused<T>(f: impl FnOnce() -> T) -> T {
     let Ok(was) = BUSY.try_with(|b| b.replace(true)) else {
-        return false;
+        return f();
     };
-    let masked = backend::masked_by_ksync();
+    let out = f();
     let _ = BUSY.try_with(|b| b.set(was));
-    masked
+    out
 }
 
 fn busy(f: impl FnOnce()) {

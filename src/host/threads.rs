@@ -141,9 +141,14 @@ fn cpu_id_slow() -> usize {
         .unwrap_or_else(|_| late_cpu());
     if PREEMPT.with(Cell::get) & NOT_ARMED != 0 {
         CPU_ID.with(|c| c.set(id));
-    } else if PREEMPT.with(Cell::get) == 0 {
-        // Preemption enabled: the id was read, and the task may be
-        // preempted (and migrate) before the caller uses it.
+    } else if PREEMPT.with(Cell::get) == 0
+        && !super::interrupts::irqs_disabled()
+        && !masked_by_ksync()
+    {
+        // Preemption enabled and interrupts on: the id was read, and the
+        // task may be preempted (and migrate) before the caller uses it.
+        // With interrupts masked the armed preemption waits for a later
+        // point, as a timer interrupt waits for the unmask.
         preempt_now();
     }
     id
@@ -177,9 +182,13 @@ fn late_cpu() -> usize {
             ) -> i32;
         }
         unsafe extern "C" fn free_late(_: *mut core::ffi::c_void) {
-            let id = LATE_CPU.with(|c| c.replace(usize::MAX));
+            let id = LATE_CPU.with(Cell::get);
             if id != usize::MAX {
+                // Still this thread's id while it goes offline (RCU's
+                // offline path takes locks, which ask for the CPU id: a
+                // cleared cell would claim, and register, another).
                 release(id);
+                LATE_CPU.with(|c| c.set(usize::MAX));
             }
         }
         // SAFETY: `free_late` may run at any point of the thread's exit
@@ -205,10 +214,14 @@ fn late_cpu() -> usize {
 /// switching this task out and back in), if any.
 fn preempt_now() {
     // `try_with`: both have destructors, and this may run in a later one.
-    let Some(switch) = PREEMPTION.try_with(Cell::take).ok().flatten() else {
+    let switch = PREEMPTION.try_with(Cell::take).ok().flatten();
+    // Disarmed whatever was found: once `PREEMPTION` is destroyed (the
+    // thread is exiting) nothing can run or arm a switch again, and an
+    // armed flag left set would keep every `cpu_id` on the slow path.
+    PREEMPT.with(|c| c.set(c.get() | NOT_ARMED));
+    let Some(switch) = switch else {
         return;
     };
-    PREEMPT.with(|c| c.set(c.get() | NOT_ARMED));
     let id = THIS_CPU.try_with(|cpu| cpu.0.get()).ok().flatten();
     CPU_ID.with(|c| c.set(id.unwrap_or(usize::MAX)));
     switch();
@@ -452,8 +465,16 @@ pub(super) fn for_free_cpus(mut f: impl FnMut(usize)) {
 pub(super) fn masked_by_ksync() -> bool {
     #[cfg(any(feature = "lockdep", all(debug_assertions, not(ksync_loom))))]
     {
-        let id = THIS_CPU.try_with(|c| c.0.get()).ok().flatten();
-        id.is_some_and(crate::kernel::irq::masked_on)
+        let read = || {
+            let id = THIS_CPU.try_with(|c| c.0.get()).ok().flatten();
+            id.is_some_and(crate::kernel::irq::masked_on)
+        };
+        // The count is a shim atomic: under the hostile kernel its load
+        // would be a point of the schedule, which asks this.
+        #[cfg(feature = "hostile")]
+        return super::hostile::paused(read);
+        #[cfg(not(feature = "hostile"))]
+        return read();
     }
     #[cfg(not(any(feature = "lockdep", all(debug_assertions, not(ksync_loom)))))]
     false

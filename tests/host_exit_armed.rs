@@ -1,6 +1,7 @@
-//! Review 38c: a thread that exits with a preemption armed
-//! (`host::preempt_at_next_point`) and not yet run never finishes its
-//! exit. Its `PREEMPTION` local is gone by then, so `preempt_now` cannot
+//! A thread that exits with a preemption armed
+//! (`host::preempt_at_next_point`) and not yet run used to never finish
+//! its exit (now it is disarmed when `PREEMPTION` is gone, and `free_late`
+//! keeps the id until it is released). Its `PREEMPTION` local is gone by then, so `preempt_now` cannot
 //! take the armed switch nor mark the thread unarmed: every `cpu_id` of
 //! its destructors takes the slow path. One that comes after `THIS_CPU`'s
 //! and `EXIT_CPU`'s destructors claims a `LATE_CPU` id; `free_late`
