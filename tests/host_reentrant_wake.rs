@@ -12,8 +12,6 @@
 
 #![cfg(not(ksync_loom))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use std::sync::mpsc;
 use std::thread;
@@ -21,46 +19,19 @@ use std::time::Duration;
 
 use ksync::wait::WaitQueue;
 
+#[path = "common/child.rs"]
+mod child;
+#[path = "common/waking_alloc.rs"]
+mod waking_alloc;
+
+use child::run_child;
+use waking_alloc::{WakingAlloc, wake_on_alloc};
+
 static Q: WaitQueue = WaitQueue::new();
 static STOP: AtomicBool = AtomicBool::new(false);
 
-thread_local! {
-    /// This thread's allocations wake `Q` (no destructor).
-    static WAKE_ON_ALLOC: Cell<bool> = const { Cell::new(false) };
-}
-
-struct WakingAlloc;
-
-// SAFETY: forwards to `System`; the wake allocates nothing.
-unsafe impl GlobalAlloc for WakingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        wake_hook();
-        // SAFETY: forwarded.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        wake_hook();
-        // SAFETY: forwarded.
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
-
-fn wake_hook() {
-    let on = WAKE_ON_ALLOC
-        .try_with(|w| w.replace(false))
-        .unwrap_or(false);
-    if on {
-        Q.wake_one();
-        let _ = WAKE_ON_ALLOC.try_with(|w| w.set(true));
-    }
-}
-
 #[global_allocator]
-static A: WakingAlloc = WakingAlloc;
+static A: WakingAlloc = WakingAlloc(&Q);
 
 static IDLE: ksync::mutex::Mutex<u32> = ksync::mutex::Mutex::new(0);
 
@@ -74,27 +45,7 @@ fn a_wake_made_while_the_host_registers_the_task_does_not_deadlock() {
         return;
     }
     let name = "a_wake_made_while_the_host_registers_the_task_does_not_deadlock";
-    let mut proc = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = proc.try_wait().unwrap() {
-            break Some(s);
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            proc.kill().unwrap();
-            break None;
-        }
-        thread::sleep(Duration::from_millis(50));
-    };
-    let out = proc.wait_with_output().unwrap();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let stderr = String::from_utf8_lossy(&out.stderr);
+    let (status, stdout, stderr) = run_child(name, CHILD, "1", Duration::from_secs(60));
     assert!(
         status.is_some_and(|s| s.success()) && stdout.contains("all registered"),
         "a wake made during the host's task registration deadlocked or failed \
@@ -114,11 +65,11 @@ fn child() {
     for i in 0..40 {
         let (tx, rx) = mpsc::channel();
         let t = thread::spawn(move || {
-            WAKE_ON_ALLOC.with(|w| w.set(true));
+            wake_on_alloc(true);
             // The first look-up of this task's token registers it
             // (a try_lock claims no CPU id, only the owner token).
             drop(IDLE.try_lock());
-            WAKE_ON_ALLOC.with(|w| w.set(false));
+            wake_on_alloc(false);
             tx.send(()).unwrap();
             while !STOP.load(Relaxed) {
                 thread::park();

@@ -21,82 +21,29 @@
 
 #![cfg(not(ksync_loom))]
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
 use std::time::Duration;
 
 use ksync::wait::WaitQueue;
 
+#[path = "common/child.rs"]
+mod child;
+#[path = "common/waking_alloc.rs"]
+mod waking_alloc;
+
+use waking_alloc::{WakingAlloc, wake_on_alloc};
+
 static Q: WaitQueue = WaitQueue::new();
 
-thread_local! {
-    /// This thread's allocations wake `Q` (no destructor).
-    static WAKE_ON_ALLOC: Cell<bool> = const { Cell::new(false) };
-}
-
-struct WakingAlloc;
-
-// SAFETY: forwards to `System`; the wake allocates nothing.
-unsafe impl GlobalAlloc for WakingAlloc {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        wake_hook();
-        // SAFETY: forwarded.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: forwarded.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new: usize) -> *mut u8 {
-        wake_hook();
-        // SAFETY: forwarded.
-        unsafe { System.realloc(ptr, layout, new) }
-    }
-}
-
-fn wake_hook() {
-    let on = WAKE_ON_ALLOC
-        .try_with(|w| w.replace(false))
-        .unwrap_or(false);
-    if on {
-        Q.wake_one();
-        let _ = WAKE_ON_ALLOC.try_with(|w| w.set(true));
-    }
-}
-
 #[global_allocator]
-static A: WakingAlloc = WakingAlloc;
+static A: WakingAlloc = WakingAlloc(&Q);
 
 const CHILD: &str = "KSYNC_TEST_HOST_REGISTER_CHILD";
 
 /// Runs `case` in a child process (this binary, running only `name`)
-/// under a 60 s watchdog; whether it printed "waited" and exited.
+/// under a 60 s watchdog: its status and its output.
 fn run_child(name: &str, case: &str) -> (Option<std::process::ExitStatus>, String) {
-    let mut proc = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(CHILD, case)
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = std::time::Instant::now();
-    let status = loop {
-        if let Some(s) = proc.try_wait().unwrap() {
-            break Some(s);
-        }
-        if start.elapsed() > Duration::from_secs(60) {
-            proc.kill().unwrap();
-            break None;
-        }
-        std::thread::sleep(Duration::from_millis(50));
-    };
-    let out = proc.wait_with_output().unwrap();
-    let text = format!(
-        "{}\n{}",
-        String::from_utf8_lossy(&out.stdout),
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (status, text)
+    let (status, stdout, stderr) = child::run_child(name, CHILD, case, Duration::from_secs(60));
+    (status, format!("{stdout}\n{stderr}"))
 }
 
 #[test]
@@ -142,11 +89,11 @@ fn child() {
     let t = std::thread::spawn(|| {
         // The thread's allocations from now on wake Q, as a kernel heap
         // that wakes its reclaim waiters might.
-        WAKE_ON_ALLOC.with(|w| w.set(true));
+        wake_on_alloc(true);
         // Its first ksync call that needs its task token: a wait that
         // sleeps (1 ms, nobody wakes it).
         let got = Q.wait_event_timeout(|| false, Duration::from_millis(1));
-        WAKE_ON_ALLOC.with(|w| w.set(false));
+        wake_on_alloc(false);
         got
     });
     let got = t.join().unwrap();

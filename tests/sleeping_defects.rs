@@ -26,6 +26,11 @@ use ksync::mutex::Mutex;
 use ksync::semaphore::Semaphore;
 use ksync::wait::WaitQueue;
 
+#[path = "common/child.rs"]
+mod child;
+
+use child::run_child;
+
 /// A generous bound that turns a hang into a failure.
 const HANG: Duration = Duration::from_secs(60);
 
@@ -38,41 +43,6 @@ impl Wake for NoopWake {
 fn poll_once<F: Future>(fut: Pin<&mut F>) -> Poll<F::Output> {
     let waker = Waker::from(Arc::new(NoopWake));
     fut.poll(&mut Context::from_waker(&waker))
-}
-
-/// Runs this test binary's test `name` alone in a child process with the
-/// environment variable `child` set (the test then plays the child),
-/// killing it after `limit`: its exit status (`None`: killed, hung),
-/// stdout and stderr.
-fn run_child(
-    name: &str,
-    child: &str,
-    limit: Duration,
-) -> (Option<std::process::ExitStatus>, String, String) {
-    let mut proc = std::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--exact", name, "--nocapture", "--test-threads=1"])
-        .env(child, "1")
-        .stdout(std::process::Stdio::piped())
-        .stderr(std::process::Stdio::piped())
-        .spawn()
-        .unwrap();
-    let start = Instant::now();
-    let status = loop {
-        if let Some(s) = proc.try_wait().unwrap() {
-            break Some(s);
-        }
-        if start.elapsed() > limit {
-            proc.kill().unwrap();
-            break None;
-        }
-        thread::sleep(Duration::from_millis(20));
-    };
-    let out = proc.wait_with_output().unwrap();
-    (
-        status,
-        String::from_utf8_lossy(&out.stdout).into_owned(),
-        String::from_utf8_lossy(&out.stderr).into_owned(),
-    )
 }
 
 fn panic_text(p: &Box<dyn std::any::Any + Send>) -> String {
@@ -951,6 +921,7 @@ fn a_panicking_waker_past_one_batch_leaves_the_queue_usable() {
     let (status, stdout, stderr) = run_child(
         "a_panicking_waker_past_one_batch_leaves_the_queue_usable",
         CHILD,
+        "1",
         HANG,
     );
     assert!(
@@ -1023,6 +994,7 @@ fn replacing_a_waker_does_not_drop_it_under_the_queue_lock() {
     let (status, stdout, stderr) = run_child(
         "replacing_a_waker_does_not_drop_it_under_the_queue_lock",
         CHILD,
+        "1",
         HANG,
     );
     assert!(
@@ -1102,7 +1074,7 @@ fn a_destructor_registered_before_the_first_ksync_call_takes_a_contended_mutex()
     const CHILD: &str = "KSYNC_TEST_TLS_FIRST_CHILD";
     if std::env::var_os(CHILD).is_none() {
         let name = "a_destructor_registered_before_the_first_ksync_call_takes_a_contended_mutex";
-        let (status, stdout, stderr) = run_child(name, CHILD, HANG);
+        let (status, stdout, stderr) = run_child(name, CHILD, "1", HANG);
         assert!(
             status.is_some_and(|s| s.success()) && stdout.contains("destructor took the mutex"),
             "the child failed ({status:?}):\n{stderr}"
@@ -1134,7 +1106,7 @@ fn a_destructor_registered_before_the_first_ksync_call_takes_a_free_mutex() {
     const CHILD: &str = "KSYNC_TEST_TLS_FIRST_FREE_CHILD";
     if std::env::var_os(CHILD).is_none() {
         let name = "a_destructor_registered_before_the_first_ksync_call_takes_a_free_mutex";
-        let (status, stdout, stderr) = run_child(name, CHILD, HANG);
+        let (status, stdout, stderr) = run_child(name, CHILD, "1", HANG);
         assert!(
             status.is_some_and(|s| s.success()) && stdout.contains("destructor took the mutex"),
             "the child failed ({status:?}):\n{stderr}"
@@ -1264,6 +1236,7 @@ fn a_panicking_waker_in_wake_all_wakes_every_other_waiter() {
     let (status, stdout, stderr) = run_child(
         "a_panicking_waker_in_wake_all_wakes_every_other_waiter",
         CHILD,
+        "1",
         HANG,
     );
     assert!(
