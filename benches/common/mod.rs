@@ -12,14 +12,9 @@ use core_affinity::CoreId;
 /// aarch64, whose prefetchers pair lines).
 pub(crate) use crossbeam_utils::CachePadded;
 
-/// Sorts `v` and returns its median.
+/// Sorts `v` and returns its median: the middle value, or the mean of the
+/// two middle ones.
 pub(crate) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
-}
-
-/// The median of `v`: the middle value, or the mean of the two middle ones.
-pub(crate) fn median_of(mut v: Vec<f64>) -> f64 {
     v.sort_by(f64::total_cmp);
     let n = v.len();
     if n % 2 == 1 {
@@ -27,6 +22,11 @@ pub(crate) fn median_of(mut v: Vec<f64>) -> f64 {
     } else {
         (v[n / 2 - 1] + v[n / 2]) / 2.0
     }
+}
+
+/// [`median`] of an owned vector.
+pub(crate) fn median_of(mut v: Vec<f64>) -> f64 {
+    median(&mut v)
 }
 
 /// The `p`-th percentile (nearest rank) of `v`.

@@ -539,7 +539,7 @@ fn point_slow(site: &'static core::panic::Location<'static>) {
     }
     let r = draw();
     let roll = (r & 0xFFFF) as u32;
-    let irqs_off = interrupts::irqs_disabled() || masked_quietly();
+    let irqs_off = interrupts::irqs_disabled() || backend::masked_by_ksync();
     let count = backend::preempt_count();
     let slot = (core::ptr::from_ref(site) as usize >> 3) % SITES;
     let hits = SITE_HITS[slot].fetch_add(1, Ordering::Relaxed);
@@ -589,13 +589,6 @@ fn idle_cpu_event(r: u64) {
 }
 
 /// Runs the kernel's own action with points off.
-/// Whether this CPU masked interrupts through ksync where the host's flag
-/// does not show it (`ArchIrq`; the backend reads it with the schedule
-/// paused: the count is itself a shim atomic, whose load would be a point).
-fn masked_quietly() -> bool {
-    backend::masked_by_ksync()
-}
-
 /// Runs `f` with the schedule paused on this thread (no point in it acts),
 /// for the host's own reads of shim atomics.
 pub(super) fn paused<T>(f: impl FnOnce() -> T) -> T {
@@ -719,7 +712,7 @@ pub(super) fn check_switch(what: &str) {
         return;
     }
     let count = backend::preempt_count();
-    let masked = interrupts::irqs_disabled() || masked_quietly();
+    let masked = interrupts::irqs_disabled() || backend::masked_by_ksync();
     if count != 0 || masked || interrupts::in_interrupt() {
         breach(&std::format!(
             "{what} (a context switch) with preemption count {count}, interrupts {}, \

@@ -154,11 +154,7 @@ impl StallTest {
             self.rounds_ok.fetch_add(1, Ordering::Relaxed);
         }
         for _ in 0..CLEAN_TRIES {
-            // Relaxed: statistics of the timer interrupts, read after the
-            // grace periods below (an old gap only excuses less).
-            for gap in &self.max_gap[..ctx.cpus] {
-                gap.store(0, Ordering::Relaxed);
-            }
+            self.reset_gaps(ctx.cpus);
             let before = hooks::stall_log().count;
             for _ in 0..CLEAN_GPS {
                 rcu::synchronize();
@@ -167,12 +163,9 @@ impl StallTest {
             if log.count == before {
                 return;
             }
-            let long = time::ms_to_ticks(timeout_ms(ctx.cpus) / 2);
-            let descheduled = log.last.is_some_and(|report| {
-                report
-                    .cpus()
-                    .all(|cpu| self.max_gap[cpu].load(Ordering::Relaxed) >= long)
-            });
+            let descheduled = log
+                .last
+                .is_some_and(|report| report.cpus().all(|cpu| self.descheduled(cpu, ctx.cpus)));
             if !descheduled {
                 ctx.fail("a stall was reported for a CPU whose timer ticks kept coming, while no CPU was stuck");
                 return;
@@ -182,15 +175,29 @@ impl StallTest {
         ctx.fail("a stall was reported in every try of the clean grace periods (each for a CPU the host did not run)");
     }
 
+    /// Starts a new window for [`descheduled`](Self::descheduled).
+    fn reset_gaps(&self, cpus: usize) {
+        // Relaxed: statistics of the timer interrupts, read after the grace
+        // periods that follow (a gap from before only excuses less).
+        for gap in &self.max_gap[..cpus] {
+            gap.store(0, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the host did not run `cpu` for half the stall timeout since
+    /// the last [`reset_gaps`](Self::reset_gaps): a gap that long between
+    /// two of its timer interrupts (see the module docs).
+    fn descheduled(&self, cpu: usize, cpus: usize) -> bool {
+        let long = time::ms_to_ticks(timeout_ms(cpus) / 2);
+        self.max_gap[cpu].load(Ordering::Relaxed) >= long
+    }
+
     /// CPU 0: one round with `stuck` stuck (it is also the round number).
     /// Returns whether it passed.
     fn round(&self, ctx: &Ctx, stuck: usize) -> bool {
         let log_before = hooks::stall_log();
         let count_before = rcu::stall_count();
-        // Relaxed: as in `drive`.
-        for gap in &self.max_gap[..ctx.cpus] {
-            gap.store(0, Ordering::Relaxed);
-        }
+        self.reset_gaps(ctx.cpus);
         *self.seen.lock() = None;
         // Release pairs with the followers' Acquire load: they see `seen`
         // cleared.
@@ -233,8 +240,7 @@ impl StallTest {
             ctx.fail("the stuck CPU left without seeing a stall report");
             return false;
         };
-        let long = time::ms_to_ticks(timeout_ms(ctx.cpus) / 2);
-        let descheduled = |cpu: usize| self.max_gap[cpu].load(Ordering::Relaxed) >= long;
+        let descheduled = |cpu: usize| self.descheduled(cpu, ctx.cpus);
         for report in [Some(seen), log.last].into_iter().flatten() {
             if let Err(reason) = check(&report, stuck, gp_before, ctx.cpus, descheduled) {
                 ctx.fail(reason);
