@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 
 mod common;
 
-use common::timed_threads;
+use common::{median_of as median, on_core, per_call, summary, timed_threads};
 use core_affinity::CoreId;
 // Keeps each shared object (and each control flag) on its own cache lines.
 use crossbeam_utils::CachePadded;
@@ -253,31 +253,6 @@ fn run(imp: Impl, threads: usize, think_iters: u64, dur: Duration, cores: &[Core
     }
 }
 
-/// Nanoseconds per `op` call, on one thread for `dur`.
-fn per_call(dur: Duration, mut op: impl FnMut()) -> f64 {
-    const BATCH: u64 = 10_000;
-    let (t0, mut calls) = (Instant::now(), 0u64);
-    while t0.elapsed() < dur {
-        for _ in 0..BATCH {
-            op();
-        }
-        calls += BATCH;
-    }
-    t0.elapsed().as_nanos() as f64 / calls as f64
-}
-
-/// Runs `f` on a thread pinned to `core`.
-fn on_core<T: Send>(core: CoreId, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            core_affinity::set_for_current(core);
-            f()
-        })
-        .join()
-        .expect("pinned thread panicked")
-    })
-}
-
 /// Uncontended `get` vs one successful load + `compare_exchange` of the
 /// same shape (count half + 1): `(get ns, cas ns)`, order alternating by rep.
 fn uncontended(rep: usize, dur: Duration) -> (f64, f64) {
@@ -303,26 +278,6 @@ fn uncontended(rep: usize, dur: Duration) -> (f64, f64) {
 }
 
 // ---- statistics and output --------------------------------------------------
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// "median`unit` (min–max)" of `v`, with `prec` decimals.
-fn summary(v: &[f64], prec: usize, unit: &str) -> String {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!(
-        "{:.prec$}{unit} ({lo:.prec$}–{hi:.prec$})",
-        median(v.to_vec())
-    )
-}
 
 /// Per-rep time ratios ns/pair(a) / ns/pair(b), from the same rep.
 fn time_ratios(a: &[Sample], b: &[Sample]) -> Vec<f64> {

@@ -7,13 +7,14 @@
 //!   pair: `ksync::mutex::Mutex` against `ksync::spinlock::TicketMutex`
 //!   (goal: at most 1.2x its time), `parking_lot::Mutex` and
 //!   `std::sync::Mutex`.
-//! * (b) Contended throughput: 2, 4 and 8 threads on the machine's cores
+//! * (b) Contended throughput: 1, 2, 4 and 8 threads on the machine's cores
 //!   (thread `i` pinned to core `i % cores`: on 2 cores, 4 and 8 threads
 //!   are 2x and 4x oversubscribed), each incrementing one counter under the
 //!   lock, for a fixed time: `ksync::mutex::Mutex` against
 //!   `parking_lot::Mutex` (goal: at least 1x its throughput at 4 and 8
 //!   threads) and `std::sync::Mutex`. Every counter must equal the
-//!   increments its threads counted.
+//!   increments its threads counted. The 1-thread row is the lock's
+//!   uncontended throughput through the same loop, for scale.
 //! * (c) Wake-up latency: a ping-pong between two threads (cores 0 and 1
 //!   when there are two). The pinger waits [`PAUSE`] so that the ponger is
 //!   surely asleep, stamps the time and signals; the ponger, once its wait
@@ -49,7 +50,9 @@
 //! which on the host means "has not parked": a holder descheduled by the
 //! OS still counts as running.
 //!
-//! Run: `cargo bench --bench sleeping [-- --quick]`.
+//! Run: `cargo bench --bench sleeping [-- --quick] [-- --contended]`
+//! (`--contended`, or `KSYNC_BENCH_CONTENDED`: section (b) only, for A/B
+//! runs of the mutex's contended path).
 
 mod common;
 
@@ -58,7 +61,9 @@ use std::sync::atomic::Ordering::{AcqRel, Relaxed, Release};
 use std::sync::atomic::{AtomicBool, AtomicU64};
 use std::time::{Duration, Instant};
 
-use common::{CachePadded, timed_threads};
+use common::{
+    CachePadded, median_of as median, on_core, per_call, percentile, ratios, summary, timed_threads,
+};
 use core_affinity::CoreId;
 use ksync::completion::Completion;
 use ksync::percpu_rwlock::GatedPerCpuRwLock;
@@ -67,50 +72,6 @@ use ksync::spinlock::TicketMutex;
 use ksync::wait::WaitQueue;
 
 // ---- statistics ----------------------------------------------------------------
-
-fn median(mut v: Vec<f64>) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let n = v.len();
-    if n % 2 == 1 {
-        v[n / 2]
-    } else {
-        (v[n / 2 - 1] + v[n / 2]) / 2.0
-    }
-}
-
-/// The `p`-th percentile (nearest rank) of `v`.
-fn percentile(v: &mut [f64], p: f64) -> f64 {
-    v.sort_by(f64::total_cmp);
-    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
-    v[rank.clamp(1, v.len()) - 1]
-}
-
-/// "median`unit` (min–max)" of `v`, with `prec` decimals.
-fn summary(v: &[f64], prec: usize, unit: &str) -> String {
-    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
-    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
-    format!(
-        "{:.prec$}{unit} ({lo:.prec$}–{hi:.prec$})",
-        median(v.to_vec())
-    )
-}
-
-/// Per-rep ratios `a[i] / b[i]`.
-fn ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
-    a.iter().zip(b).map(|(x, y)| x / y).collect()
-}
-
-/// Runs `f` on a thread pinned to `core`.
-fn on_core<T: Send>(core: CoreId, f: impl FnOnce() -> T + Send) -> T {
-    std::thread::scope(|s| {
-        s.spawn(move || {
-            core_affinity::set_for_current(core);
-            f()
-        })
-        .join()
-        .expect("pinned thread panicked")
-    })
-}
 
 // ---- (a) uncontended ----------------------------------------------------------------
 
@@ -121,19 +82,6 @@ const UNCONTENDED: [&str; 4] = [
     "parking_lot::Mutex",
     "std::sync::Mutex",
 ];
-
-/// Nanoseconds per `op` call, on this thread for `dur`.
-fn per_call(dur: Duration, mut op: impl FnMut()) -> f64 {
-    const BATCH: u64 = 10_000;
-    let (t0, mut calls) = (Instant::now(), 0u64);
-    while t0.elapsed() < dur {
-        for _ in 0..BATCH {
-            op();
-        }
-        calls += BATCH;
-    }
-    t0.elapsed().as_nanos() as f64 / calls as f64
-}
 
 /// ns per uncontended lock+unlock (with one increment inside) of mutex
 /// `imp`, on a fresh lock; checks the count.
@@ -169,22 +117,35 @@ const CONTENDED: [&str; 3] = [
 ];
 
 /// Thread counts of (b).
-const THREADS: [usize; 3] = [2, 4, 8];
+const THREADS: [usize; 4] = [1, 2, 4, 8];
+
+/// Nanoseconds the calling thread has spent on a CPU (Linux schedstat;
+/// 0 where there is none).
+fn cpu_ns() -> u64 {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()
+        .and_then(|s| s.split_whitespace().next()?.parse().ok())
+        .unwrap_or(0)
+}
 
 /// Increments per microsecond, all threads together, of mutex `imp` at
 /// `threads` threads; checks that the counter equals the increments
-/// counted. Also the fairness: min / max of the per-thread counts.
-fn contended(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> (f64, f64) {
+/// counted. Also the fairness (min / max of the per-thread counts) and
+/// the workers' share of the cores: their time on a CPU over the run's
+/// elapsed time times the cores (Linux schedstat; 0 elsewhere). On a
+/// loaded host a lock whose waiters sleep gets less of the machine than
+/// one whose waiters are runnable: this tells the two effects apart.
+fn contended(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> (f64, f64, f64) {
     macro_rules! run {
         ($mutex:expr, $lock:ident $(. $unwrap:ident ())?) => {{
             let m = CachePadded::new($mutex);
             let (ns, counts) = timed_threads(threads, dur, cores, |stop| {
-                let mut n = 0u64;
+                let (mut n, t0) = (0u64, cpu_ns());
                 while !stop.load(Relaxed) {
                     *black_box(&*m).$lock()$(.$unwrap())? += 1;
                     n += 1;
                 }
-                n
+                (n, cpu_ns() - t0)
             });
             let total = *m.$lock()$(.$unwrap())?;
             (ns, counts, total)
@@ -196,6 +157,8 @@ fn contended(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> (f6
         2 => run!(std::sync::Mutex::new(0u64), lock.unwrap()),
         _ => unreachable!(),
     };
+    let cpu: u64 = counts.iter().map(|c| c.1).sum();
+    let counts: Vec<u64> = counts.iter().map(|c| c.0).collect();
     let sum: u64 = counts.iter().sum();
     assert_eq!(
         total, sum,
@@ -206,6 +169,7 @@ fn contended(imp: usize, threads: usize, dur: Duration, cores: &[CoreId]) -> (f6
     (
         sum as f64 / (ns / 1000.0),
         *min as f64 / (*max).max(1) as f64,
+        cpu as f64 / (ns * threads.min(cores.len()) as f64),
     )
 }
 
@@ -379,6 +343,33 @@ fn reader(imp: usize, dur: Duration) -> f64 {
     }
 }
 
+/// Prints one goal line: `v` against `target` (`op`: "<=" or ">=").
+fn goal(what: String, v: f64, op: &str, target: f64) {
+    let met = if op == "<=" { v <= target } else { v >= target };
+    println!(
+        "- {what}: {v:.2}x (goal {op} {target:.2}x): {}",
+        if met { "MET" } else { "NOT MET" }
+    );
+}
+
+/// The goal lines of (b): at least `parking_lot::Mutex`'s throughput where
+/// threads outnumber the `cores`; `tput_ratio(t, 1)` is the per-rep ratio
+/// at `THREADS[t]`.
+fn contended_goals(tput_ratio: &dyn Fn(usize, usize) -> Vec<f64>, cores: usize) {
+    for (t, &threads) in THREADS.iter().enumerate() {
+        if threads > cores {
+            goal(
+                format!(
+                    "contended ksync::mutex::Mutex throughput vs parking_lot::Mutex, {threads} threads"
+                ),
+                median(tput_ratio(t, 1)),
+                ">=",
+                1.0,
+            );
+        }
+    }
+}
+
 // ---- main ------------------------------------------------------------------------------
 
 fn main() {
@@ -387,16 +378,22 @@ fn main() {
     let cores = core_affinity::get_core_ids().unwrap_or_default();
     assert!(!cores.is_empty(), "core_affinity found no cores");
     let start = Instant::now();
+    // Section (b) only.
+    let contended_only = std::env::args().any(|a| a == "--contended")
+        || std::env::var_os("KSYNC_BENCH_CONTENDED").is_some();
 
     // results[impl][rep] (a), [threads][impl][rep] (b), [impl][rep] (c).
     let mut unc: Vec<Vec<f64>> = vec![Vec::new(); UNCONTENDED.len()];
-    let mut tput: Vec<Vec<Vec<(f64, f64)>>> =
+    let mut tput: Vec<Vec<Vec<(f64, f64, f64)>>> =
         vec![vec![Vec::new(); CONTENDED.len()]; THREADS.len()];
     let mut lat: Vec<Vec<(f64, f64)>> = vec![Vec::new(); SIGNALS.len()];
     let mut rd: Vec<Vec<f64>> = vec![Vec::new(); READERS.len()];
 
     // Warm-up, not recorded.
     on_core(cores[0], || {
+        if contended_only {
+            return;
+        }
         for imp in 0..UNCONTENDED.len() {
             uncontended(imp, dur / 5);
         }
@@ -408,11 +405,16 @@ fn main() {
         contended(imp, 4, dur / 5, &cores);
     }
     for imp in 0..SIGNALS.len() {
-        latency(imp, dur / 5, &cores);
+        if !contended_only {
+            latency(imp, dur / 5, &cores);
+        }
     }
 
     for rep in 0..reps {
         on_core(cores[0], || {
+            if contended_only {
+                return;
+            }
             for j in 0..UNCONTENDED.len() {
                 let i = (j + rep) % UNCONTENDED.len();
                 unc[i].push(uncontended(i, dur));
@@ -429,6 +431,9 @@ fn main() {
             }
         }
         for j in 0..SIGNALS.len() {
+            if contended_only {
+                break;
+            }
             let i = (j + rep) % SIGNALS.len();
             lat[i].push(latency(i, dur, &cores));
         }
@@ -447,14 +452,16 @@ fn main() {
         cores.len()
     );
 
-    println!("## (a) Uncontended lock + increment + unlock, 1 thread on core 0: ns per pair\n");
-    println!("| mutex | ns | time vs TicketMutex |\n|---|---:|---:|");
-    for (i, name) in UNCONTENDED.iter().enumerate() {
-        println!(
-            "| {name} | {} | {} |",
-            summary(&unc[i], 2, ""),
-            summary(&ratios(&unc[i], &unc[1]), 2, "x")
-        );
+    if !contended_only {
+        println!("## (a) Uncontended lock + increment + unlock, 1 thread on core 0: ns per pair\n");
+        println!("| mutex | ns | time vs TicketMutex |\n|---|---:|---:|");
+        for (i, name) in UNCONTENDED.iter().enumerate() {
+            println!(
+                "| {name} | {} | {} |",
+                summary(&unc[i], 2, ""),
+                summary(&ratios(&unc[i], &unc[1]), 2, "x")
+            );
+        }
     }
 
     println!(
@@ -489,7 +496,30 @@ fn main() {
             summary(&tput_ratio(t, 2), 2, "x")
         );
     }
+    println!(
+        "\nThe workers' share of the cores they run on (time on a CPU / (elapsed x \
+         min(threads, cores)), Linux schedstat; below 1 where they sleep or other load runs):\n"
+    );
+    print!("| mutex |");
+    for t in THREADS {
+        print!(" {t} thr |");
+    }
+    println!("\n|---|{}", "---:|".repeat(THREADS.len()));
+    for (i, name) in CONTENDED.iter().enumerate() {
+        print!("| {name} |");
+        for samples in &tput {
+            let share: Vec<f64> = samples[i].iter().map(|s| s.2).collect();
+            print!(" {:.2} |", median(share));
+        }
+        println!();
+    }
 
+    if contended_only {
+        println!("\n## Goals (median of the per-rep ratios)\n");
+        contended_goals(&tput_ratio, cores.len());
+        eprintln!("total {:.1} s", start.elapsed().as_secs_f64());
+        return;
+    }
     println!(
         "\n## (c) Wake-up latency: signal to the woken thread running, ns (ping-pong between \
          cores {} and {}, the pinger pausing {} µs before each signal)\n",
@@ -523,13 +553,6 @@ fn main() {
     }
 
     println!("\n## Goals (median of the per-rep ratios)\n");
-    let goal = |what: String, v: f64, op: &str, target: f64| {
-        let met = if op == "<=" { v <= target } else { v >= target };
-        println!(
-            "- {what}: {v:.2}x (goal {op} {target:.2}x): {}",
-            if met { "MET" } else { "NOT MET" }
-        );
-    };
     goal(
         "uncontended ksync::mutex::Mutex time vs TicketMutex".into(),
         median(ratios(&unc[0], &unc[1])),
@@ -542,17 +565,6 @@ fn main() {
         "<=",
         1.2,
     );
-    for (t, &threads) in THREADS.iter().enumerate() {
-        if threads > cores.len() {
-            goal(
-                format!(
-                    "contended ksync::mutex::Mutex throughput vs parking_lot::Mutex, {threads} threads"
-                ),
-                median(tput_ratio(t, 1)),
-                ">=",
-                1.0,
-            );
-        }
-    }
+    contended_goals(&tput_ratio, cores.len());
     eprintln!("total {:.1} s", start.elapsed().as_secs_f64());
 }

@@ -23,23 +23,10 @@ use std::sync::atomic::AtomicI32;
 use std::sync::atomic::Ordering::{Relaxed, Release};
 use std::time::{Duration, Instant};
 
-use common::{CachePadded, median, timed_threads};
+use common::{CachePadded, median, per_call, timed_threads};
 use core_affinity::CoreId;
 use ksync::spinlock::NoGuard;
 use ksync::{Once, RefCount, RwSpinLock};
-
-/// Nanoseconds per `op` call, on this thread for `dur`.
-fn per_call(dur: Duration, mut op: impl FnMut()) -> f64 {
-    const BATCH: u64 = 10_000;
-    let (t0, mut calls) = (Instant::now(), 0u64);
-    while t0.elapsed() < dur {
-        for _ in 0..BATCH {
-            op();
-        }
-        calls += BATCH;
-    }
-    t0.elapsed().as_nanos() as f64 / calls as f64
-}
 
 /// (a): name, and the row it is compared with (its index), if any.
 const SINGLE: [(&str, Option<usize>); 12] = [

@@ -5,7 +5,14 @@
 //! kernel provides them once, in the final binary, by implementing
 //! [`Kernel`] and naming the type in [`set_kernel!`](crate::set_kernel):
 //!
-//! ```ignore
+#![cfg_attr(feature = "test-hooks", doc = " ```")]
+#![cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+//! # mod my_kernel {
+//! #     pub fn this_cpu_index() -> usize { 0 }
+//! #     pub fn possible_cpus() -> usize { 4 }
+//! #     pub fn preempt_count_inc() {}
+//! #     pub fn preempt_count_dec() {}
+//! # }
 //! struct MyKernel;
 //!
 //! // SAFETY: `cpu_id` reads this CPU's index from a per-CPU register set at
@@ -192,6 +199,24 @@ pub(crate) const fn parse_setting(text: &str, max: usize) -> Option<usize> {
 /// What a kernel tells ksync. Implement it once and name the type in
 /// [`set_kernel!`](crate::set_kernel).
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::Kernel;
+/// # mod arch { pub fn this_cpu_index() -> usize { 0 } }
+///
+/// /// One CPU per core, kernel code never preempted: the two required hooks.
+/// # struct MyKernel;
+///
+/// // SAFETY: `this_cpu_index` is this CPU's boot-time index, below 4, and
+/// // nothing moves a context to another CPU while it runs kernel code.
+/// unsafe impl Kernel for MyKernel {
+///     fn cpu_id() -> usize { arch::this_cpu_index() }
+///     fn nr_cpus() -> usize { 4 }
+/// }
+///
+/// ksync::set_kernel!(MyKernel);
+/// ```
+///
 /// # Safety
 ///
 /// * [`cpu_id`](Kernel::cpu_id) returns the id of the CPU the caller runs
@@ -213,6 +238,22 @@ pub(crate) const fn parse_setting(text: &str, max: usize) -> Option<usize> {
 /// ksync's per-CPU data relies on these for memory safety.
 pub unsafe trait Kernel {
     /// The current CPU's id, in `0..nr_cpus()`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # mod arch { pub fn read_tpidr_el1() -> usize { 1 } }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: boot code writes each CPU's index to its TPIDR_EL1, once.
+    /// unsafe impl Kernel for MyKernel {
+    ///     fn cpu_id() -> usize { arch::read_tpidr_el1() }
+    ///     fn nr_cpus() -> usize { 8 }
+    /// }
+    ///
+    /// ksync::set_kernel!(MyKernel);
+    /// assert!(MyKernel::cpu_id() < MyKernel::nr_cpus());
+    /// ```
     #[doc(alias = "smp_processor_id")]
     fn cpu_id() -> usize;
 
@@ -222,6 +263,23 @@ pub unsafe trait Kernel {
     /// started yet, still count). Returning the configured maximum is
     /// always correct; a smaller exact value only makes the per-CPU sums
     /// shorter.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # fn smp_processor_id() -> usize { 0 }
+    /// /// `CONFIG_NR_CPUS`: the configured maximum is always a valid answer,
+    /// /// even before the other CPUs are started.
+    /// const NR_CPUS: usize = 16;
+    ///
+    /// # struct MyKernel;
+    /// // SAFETY: CPU ids are assigned at bring-up, 0..NR_CPUS.
+    /// unsafe impl Kernel for MyKernel {
+    ///     fn cpu_id() -> usize { smp_processor_id() }
+    ///     fn nr_cpus() -> usize { NR_CPUS }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// ```
     #[doc(alias = "nr_cpu_ids")]
     fn nr_cpus() -> usize;
 
@@ -229,9 +287,58 @@ pub unsafe trait Kernel {
     /// [`preempt_enable`](Kernel::preempt_enable). Calls nest. The default
     /// does nothing, which is right for kernels that never preempt kernel
     /// code.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    /// use ksync::kernel::Kernel;
+    ///
+    /// // The scheduler's per-CPU preempt count (one CPU here, for brevity).
+    /// static PREEMPT_COUNT: AtomicU32 = AtomicU32::new(0);
+    ///
+    /// # struct MyKernel;
+    /// // SAFETY: the scheduler switches tasks only while PREEMPT_COUNT is 0.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     fn preempt_disable() { PREEMPT_COUNT.fetch_add(1, Relaxed); }
+    ///     fn preempt_enable() { PREEMPT_COUNT.fetch_sub(1, Relaxed); }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    ///
+    /// MyKernel::preempt_disable();
+    /// MyKernel::preempt_disable(); // nests
+    /// MyKernel::preempt_enable();
+    /// assert_eq!(PREEMPT_COUNT.load(Relaxed), 1);
+    /// # MyKernel::preempt_enable();
+    /// ```
     fn preempt_disable() {}
 
     /// Ends one [`preempt_disable`](Kernel::preempt_disable).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    /// use ksync::kernel::Kernel;
+    /// # fn schedule_if_needed() {}
+    /// static PREEMPT_COUNT: AtomicU32 = AtomicU32::new(0);
+    ///
+    /// # struct MyKernel;
+    /// // SAFETY: tasks switch only while PREEMPT_COUNT is 0 (one CPU).
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     fn preempt_disable() { PREEMPT_COUNT.fetch_add(1, Relaxed); }
+    ///     fn preempt_enable() {
+    ///         // The last enable runs a reschedule that was held back, as
+    ///         // Linux's `preempt_enable` does.
+    ///         if PREEMPT_COUNT.fetch_sub(1, Relaxed) == 1 {
+    ///             schedule_if_needed();
+    ///         }
+    ///     }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// ```
     fn preempt_enable() {}
 
     /// [`preempt_disable`](Kernel::preempt_disable), then the id of the
@@ -240,6 +347,39 @@ pub unsafe trait Kernel {
     /// one hook call (its preempt count and CPU id are usually in one
     /// per-CPU block). Must equal the two calls in that order. The default
     /// makes them.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicU32, AtomicUsize, Ordering::Relaxed};
+    /// use ksync::kernel::Kernel;
+    ///
+    /// /// The per-CPU block a kernel keeps behind `gs` or `TPIDR_EL1`.
+    /// struct PerCpuBlock { cpu: AtomicUsize, preempt_count: AtomicU32 }
+    /// # static BOOT_CPU: PerCpuBlock =
+    /// #     PerCpuBlock { cpu: AtomicUsize::new(0), preempt_count: AtomicU32::new(0) };
+    /// fn this_cpu() -> &'static PerCpuBlock {
+    ///     // ... read `gs:` / `TPIDR_EL1` ...
+    /// #   &BOOT_CPU
+    /// }
+    ///
+    /// # struct MyKernel;
+    /// // SAFETY: each CPU's block names that CPU; no switch while the count is set.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { this_cpu().cpu.load(Relaxed) }
+    /// #     fn nr_cpus() -> usize { 1 }
+    /// #     fn preempt_disable() { this_cpu().preempt_count.fetch_add(1, Relaxed); }
+    /// #     fn preempt_enable() { this_cpu().preempt_count.fetch_sub(1, Relaxed); }
+    ///     // `get_cpu()`: one per-CPU block lookup for both.
+    ///     fn preempt_disable_cpu_id() -> usize {
+    ///         let block = this_cpu();
+    ///         block.preempt_count.fetch_add(1, Relaxed);
+    ///         block.cpu.load(Relaxed)
+    ///     }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// assert_eq!(MyKernel::preempt_disable_cpu_id(), 0);
+    /// # MyKernel::preempt_enable();
+    /// ```
     #[doc(alias = "get_cpu")]
     #[inline]
     fn preempt_disable_cpu_id() -> usize {
@@ -253,6 +393,36 @@ pub unsafe trait Kernel {
     /// architecture's (see [`irq`]): `pushfq; cli` on x86_64, `DAIF` on
     /// aarch64, `sstatus.SIE` on riscv64 (all bare metal), the binary's
     /// `critical-section` implementation elsewhere.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # mod plic {
+    /// #     pub fn threshold() -> usize { 0 }
+    /// #     pub fn set_threshold(_: usize) {}
+    /// #     pub const MASK_ALL: usize = 7;
+    /// # }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU; raising the interrupt controller's priority threshold
+    /// // to its maximum masks every interrupt on this CPU, restoring it unmasks.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     fn irq_save() -> usize {
+    ///         let old = plic::threshold();
+    ///         plic::set_threshold(plic::MASK_ALL);
+    ///         old
+    ///     }
+    ///     unsafe fn irq_restore(flags: usize) { plic::set_threshold(flags) }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    ///
+    /// let flags = MyKernel::irq_save();
+    /// // ... this CPU's interrupt handlers cannot run here ...
+    /// // SAFETY: restores the matching save, on this CPU.
+    /// unsafe { MyKernel::irq_restore(flags) };
+    /// ```
     #[doc(alias = "local_irq_save")]
     #[inline]
     fn irq_save() -> usize {
@@ -262,6 +432,24 @@ pub unsafe trait Kernel {
     /// Restores the state saved by the matching
     /// [`irq_save`](Kernel::irq_save) (interrupts enabled again only if
     /// they were enabled then).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    ///
+    /// // Callers nest saves and restore them in reverse order, like
+    /// // `local_irq_save` / `local_irq_restore`:
+    /// fn nested<K: Kernel>() {
+    ///     let outer = K::irq_save();
+    ///     let inner = K::irq_save();
+    ///     // SAFETY: both come from `irq_save` on this CPU, restored innermost first.
+    ///     unsafe {
+    ///         K::irq_restore(inner); // still off: `inner` saved them off
+    ///         K::irq_restore(outer); // back to what they were before
+    ///     }
+    /// }
+    /// # nested::<ksync::host::HostKernel>();
+    /// ```
     ///
     /// # Safety
     /// `flags` comes from the matching `irq_save` on this CPU; saves are
@@ -279,6 +467,27 @@ pub unsafe trait Kernel {
     /// panic. The default logs it with `defmt` when that feature is on and
     /// does nothing otherwise (the report is also `check_stall`'s return
     /// value, and [`rcu::stall_count`](crate::rcu::stall_count) counts it).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::{Kernel, StallReport};
+    /// # macro_rules! pr_err { ($($t:tt)*) => { eprintln!($($t)*) } }
+    /// # fn dump_stack_of(_cpu: usize) {}
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU, never preempted.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     fn rcu_stall(report: &StallReport) {
+    ///         pr_err!("{report}"); // "rcu: grace period 0x.. stalled for ..."
+    ///         for cpu in report.cpus() {
+    ///             dump_stack_of(cpu);
+    ///         }
+    ///     }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// ```
     #[doc(alias = "print_cpu_stall")]
     fn rcu_stall(report: &StallReport) {
         #[cfg(feature = "defmt")]
@@ -291,6 +500,25 @@ pub unsafe trait Kernel {
     /// classes taken both in handlers and elsewhere with interrupts
     /// enabled. The default, `false`, is right for kernels whose handlers
     /// take no ksync locks; lockdep then never reports such an inversion.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicU32, Ordering::Relaxed};
+    /// use ksync::kernel::Kernel;
+    ///
+    /// // Bumped by the trap entry code around each handler (`irq_enter`).
+    /// static HARDIRQ_COUNT: AtomicU32 = AtomicU32::new(0);
+    ///
+    /// # struct MyKernel;
+    /// // SAFETY: one CPU, never preempted.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     fn in_interrupt() -> bool { HARDIRQ_COUNT.load(Relaxed) != 0 }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// assert!(!MyKernel::in_interrupt());
+    /// ```
     #[doc(alias = "in_hardirq")]
     #[inline]
     #[must_use]
@@ -299,13 +527,35 @@ pub unsafe trait Kernel {
     }
 
     /// Whether local interrupts are disabled on this CPU (Linux's
-    /// `irqs_disabled()`). Only [`lockdep`](crate::lockdep) asks, to tell
-    /// whether a lock is taken with interrupts enabled. It already knows
-    /// about masking done through ksync (the IRQ-saving locks,
+    /// `irqs_disabled()`). [`lockdep`](crate::lockdep) asks, to tell
+    /// whether a lock is taken with interrupts enabled, and
+    /// [`might_sleep`](crate::wait::might_sleep) in debug builds, to
+    /// refuse a sleep with interrupts masked. lockdep already knows about
+    /// masking done through ksync (the IRQ-saving locks,
     /// [`IrqState`](irq::IrqState), [`Kernel::irq_save`] through ksync), so
-    /// the default, `false`, only misses masking the kernel did by other
-    /// means; a kernel that implements [`in_interrupt`](Kernel::in_interrupt)
-    /// should implement this too.
+    /// with it the default, `false`, only misses masking the kernel did by
+    /// other means; without lockdep, `might_sleep` also misses masking
+    /// through [`ArchIrq`](irq::ArchIrq) (the `ArchIrq*` locks), which
+    /// needs no hooks and so is not counted per CPU, unless this reads the
+    /// CPU's interrupt flag. A kernel that implements
+    /// [`in_interrupt`](Kernel::in_interrupt) should implement this too.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # mod arch { pub fn read_rflags() -> u64 { 0x202 } }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU, never preempted.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     // x86_64: interrupts are off when RFLAGS.IF (bit 9) is clear.
+    ///     fn irqs_disabled() -> bool { arch::read_rflags() & (1 << 9) == 0 }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// assert!(!MyKernel::irqs_disabled());
+    /// ```
     #[inline]
     #[must_use]
     fn irqs_disabled() -> bool {
@@ -318,6 +568,25 @@ pub unsafe trait Kernel {
     /// every other live task's. [`wake`](Kernel::wake) gets it back. The
     /// default, `cpu_id() + 1`, is right for a kernel without a scheduler
     /// (one flow of control per CPU).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # pub struct Task { pub pid: u32 }
+    /// # static INIT_TASK: Task = Task { pid: 1 };
+    /// # fn current() -> &'static Task { &INIT_TASK }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU, never preempted.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     // The address of the task struct: nonzero, unique while it lives.
+    ///     fn current_task() -> usize { current() as *const Task as usize }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// assert_ne!(MyKernel::current_task(), 0);
+    /// ```
     #[doc(alias = "current")]
     #[inline]
     #[must_use]
@@ -338,6 +607,31 @@ pub unsafe trait Kernel {
     /// with its token. The default returns at once (one `spin_loop` hint):
     /// a kernel without a scheduler busy-waits in the sleeping
     /// primitives, which is correct but does not yield the CPU.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # mod sched {
+    /// #     pub fn set_current_state_uninterruptible() {}
+    /// #     pub fn schedule_until(_deadline_ns: Option<u64>) {}
+    /// #     pub fn wake_up_process(_task: usize) {}
+    /// # }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU; the scheduler switches only with preemption enabled.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     fn block(deadline_ns: Option<u64>) {
+    ///         // A `wake_up_process` since the waiter queued itself sets the task
+    ///         // back to running, so this `schedule` returns at once.
+    ///         sched::set_current_state_uninterruptible();
+    ///         sched::schedule_until(deadline_ns);
+    ///     }
+    ///     fn wake(task: usize) { sched::wake_up_process(task) }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// ```
     #[doc(alias = "schedule")]
     #[inline]
     fn block(deadline_ns: Option<u64>) {
@@ -357,6 +651,23 @@ pub unsafe trait Kernel {
     /// it for a task that has exited: the waiter does not return from its
     /// wait before the waker's `wake` returned. The default does nothing
     /// (see `block`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # mod sched { pub fn wake_up_process(_task: usize) -> bool { false } }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU, never preempted.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     // Sets the task running and queues it on its CPU's run queue; a task
+    ///     // that is not asleep only gets its next `block` to return at once.
+    ///     fn wake(task: usize) { sched::wake_up_process(task); }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// ```
     #[doc(alias = "wake_up_process")]
     #[inline]
     fn wake(task: usize) {
@@ -369,6 +680,24 @@ pub unsafe trait Kernel {
     /// section of [`rcu`](crate::rcu), spinlocks held with `lockdep`),
     /// before they block ([`might_sleep`](crate::wait::might_sleep)). The
     /// default is `!in_interrupt()`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # mod sched { pub fn preempt_count() -> u32 { 0 } pub fn in_hardirq() -> bool { false } }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU; no switch while the preempt count is nonzero.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     fn in_interrupt() -> bool { sched::in_hardirq() }
+    ///     // Linux's `might_sleep` test: no handler, no preemption disabled.
+    ///     fn may_sleep() -> bool { !sched::in_hardirq() && sched::preempt_count() == 0 }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// assert!(MyKernel::may_sleep());
+    /// ```
     #[inline]
     #[must_use]
     fn may_sleep() -> bool {
@@ -379,6 +708,25 @@ pub unsafe trait Kernel {
     /// (`wait_event_timeout`, `down_timeout`, ...) and their deadlines to
     /// [`block`](Kernel::block). Any epoch. The default panics with a
     /// message naming this hook: only the timed waits call it.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # mod arch { pub fn read_cntvct() -> u64 { 1_000 } pub const CNTFRQ_HZ: u64 = 62_500_000; }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU, never preempted.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     // aarch64's virtual counter, scaled to nanoseconds (`ktime_get_ns`).
+    ///     fn clock_ns() -> u64 {
+    ///         (arch::read_cntvct() as u128 * 1_000_000_000 / arch::CNTFRQ_HZ as u128) as u64
+    ///     }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// assert_eq!(MyKernel::clock_ns(), 16_000);
+    /// ```
     #[doc(alias = "ktime_get_ns")]
     #[inline]
     fn clock_ns() -> u64 {
@@ -390,6 +738,26 @@ pub unsafe trait Kernel {
     /// spins while its owner runs and sleeps once it does not. The
     /// default, `true`, makes waiters spin a bounded while
     /// ([`SPIN_LIMIT`] rounds) before they sleep.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # pub struct Task { pub on_cpu: core::sync::atomic::AtomicBool }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU, never preempted.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     // Linux's `owner_on_cpu`: the token is the task struct's address.
+    ///     fn task_running(task: usize) -> bool {
+    ///         // SAFETY: ksync passes only tokens of live tasks.
+    ///         let task = unsafe { &*(task as *const Task) };
+    ///         task.on_cpu.load(core::sync::atomic::Ordering::Relaxed)
+    ///     }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// ```
     #[inline]
     #[must_use]
     fn task_running(task: usize) -> bool {
@@ -408,6 +776,23 @@ pub unsafe trait Kernel {
     /// section; a context switch here is a quiescent state as in `block`.
     /// The default is one `spin_loop` hint (no scheduler, no one to yield
     /// to).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::Kernel;
+    /// # mod sched { pub fn yield_current() {} }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU, never preempted.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     // Puts the task at the back of its run queue and switches.
+    ///     fn yield_now() { sched::yield_current() }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// MyKernel::yield_now();
+    /// ```
     #[doc(alias = "yield")]
     #[inline]
     fn yield_now() {
@@ -419,6 +804,24 @@ pub unsafe trait Kernel {
     /// `defmt` (when that feature is on) and panics with it, as a kernel
     /// built for debugging usually wants. A kernel may print and carry on
     /// instead: lockdep's tables stay consistent after every report.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::{Kernel, LockdepReport};
+    /// # macro_rules! pr_warn { ($($t:tt)*) => { eprintln!($($t)*) } }
+    /// # struct MyKernel;
+    ///
+    /// // SAFETY: one CPU, never preempted.
+    /// unsafe impl Kernel for MyKernel {
+    /// #     fn cpu_id() -> usize { 0 }
+    /// #     fn nr_cpus() -> usize { 1 }
+    ///     // Print and carry on, as Linux does after its first splat.
+    ///     fn lockdep_report(report: &LockdepReport) {
+    ///         pr_warn!("{report}");
+    ///     }
+    /// }
+    /// ksync::set_kernel!(MyKernel);
+    /// ```
     #[doc(alias = "print_circular_bug")]
     fn lockdep_report(report: &LockdepReport) {
         #[cfg(feature = "defmt")]
@@ -443,7 +846,19 @@ pub unsafe trait Kernel {
 /// `[dev-dependencies]` keeps its `set_kernel!` as it is, and its tests run
 /// on the host kernel, not on the type named here.
 ///
-/// ```ignore
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// # mod arch { pub fn this_cpu_index() -> usize { 0 } }
+/// # struct MyKernel;
+///
+/// // SAFETY: each CPU's index is set at boot, below 4, and kernel code
+/// // is never preempted.
+/// unsafe impl ksync::kernel::Kernel for MyKernel {
+///     fn cpu_id() -> usize { arch::this_cpu_index() }
+///     fn nr_cpus() -> usize { 4 }
+/// }
+///
+/// // Once, in the kernel binary; libraries using ksync leave it to it.
 /// ksync::set_kernel!(MyKernel);
 /// ```
 #[macro_export]
@@ -708,6 +1123,17 @@ pub(crate) fn rcu_stall(report: &StallReport) {
 /// The current CPU's id (the kernel's [`Kernel::cpu_id`]). Only stable while
 /// preemption is disabled.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel;
+///
+/// // Stable only while preemption is disabled: read it under the guard.
+/// let preempt = kernel::preempt_disable();
+/// let cpu = kernel::cpu_id();
+/// assert!(cpu < kernel::nr_cpus());
+/// assert_eq!(preempt.cpu_id(), cpu);
+/// ```
+///
 /// # Panics
 /// If the kernel returns an id at or past [`MAX_CPUS`] (the check that
 /// keeps per-CPU slots in bounds; it costs no hook call, unlike one against
@@ -733,6 +1159,15 @@ pub(crate) fn cpu_id_unchecked() -> usize {
 
 /// The number of possible CPUs (the kernel's [`Kernel::nr_cpus`], capped
 /// at [`MAX_CPUS`]).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel;
+///
+/// // Sizing per-CPU state: every id `cpu_id()` can return is below it.
+/// let per_cpu_hits = vec![0u64; kernel::nr_cpus()];
+/// assert!(per_cpu_hits.len() <= kernel::MAX_CPUS);
+/// ```
 ///
 /// # Panics
 /// If the kernel reports more than [`MAX_CPUS`] or zero.
@@ -833,6 +1268,17 @@ pub(crate) fn preempt_disabled_by_ksync() -> bool {
 
 /// Disables preemption until the returned guard drops: the caller stays on
 /// this CPU. `!Send`.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel;
+///
+/// let guard = kernel::preempt_disable();
+/// // This task stays on this CPU until `guard` drops: the id stays valid.
+/// let cpu = guard.cpu_id();
+/// # assert!(cpu < kernel::nr_cpus());
+/// drop(guard); // preemption enabled again
+/// ```
 #[inline]
 pub fn preempt_disable() -> PreemptGuard {
     ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
@@ -878,6 +1324,19 @@ pub(crate) fn preempt_enable_hook() {
 }
 
 /// Preemption disabled (see [`preempt_disable`]); enabled again on drop.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::{self, PreemptGuard};
+///
+/// // Code that must stay on one CPU can ask for the proof:
+/// fn touch_this_cpu(guard: &PreemptGuard) -> usize {
+///     guard.cpu_id()
+/// }
+/// let guard = kernel::preempt_disable();
+/// let a = touch_this_cpu(&guard);
+/// assert_eq!(a, touch_this_cpu(&guard)); // same CPU, same id
+/// ```
 #[must_use = "dropping the guard enables preemption at once"]
 #[derive(Debug)]
 pub struct PreemptGuard {
@@ -886,6 +1345,14 @@ pub struct PreemptGuard {
 
 impl PreemptGuard {
     /// The current CPU's id, stable for the guard's life.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// let guard = ksync::kernel::preempt_disable();
+    /// let cpu = guard.cpu_id();
+    /// // ... index this CPU's data with `cpu` ...
+    /// assert_eq!(cpu, guard.cpu_id());
+    /// ```
     #[inline]
     #[must_use]
     pub fn cpu_id(&self) -> usize {

@@ -93,6 +93,19 @@ crate::sync::const_init! {
 
 /// One cache-padded `T` per possible CPU.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use ksync::percpu::PerCpu;
+///
+/// // `DEFINE_PER_CPU(unsigned long, nr_switches)`
+/// static NR_SWITCHES: PerCpu<AtomicU64> = PerCpu::new();
+///
+/// NR_SWITCHES.get().fetch_add(1, Relaxed); // `this_cpu_inc`
+/// let total: u64 = NR_SWITCHES.iter().map(|n| n.load(Relaxed)).sum();
+/// assert_eq!(total, 1);
+/// ```
+///
 /// # Zeroed memory
 ///
 /// All-zero bytes are a valid `PerCpu<T>` whenever they are a valid `T`:
@@ -107,6 +120,16 @@ pub struct PerCpu<T> {
 impl<T: ConstInit> PerCpu<T> {
     const_fn! {
         /// Every slot holds `T::INIT`. `const`, for `static`s.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use core::sync::atomic::AtomicUsize;
+        /// use ksync::percpu::PerCpu;
+        ///
+        /// // Every slot starts at `AtomicUsize::INIT` (zero); `const`, so a `static`.
+        /// static RUNQUEUE_LEN: PerCpu<AtomicUsize> = PerCpu::new();
+        /// # assert_eq!(RUNQUEUE_LEN.iter().count(), ksync::kernel::nr_cpus());
+        /// ```
         pub fn new() -> Self {
             Self { slots: array![CachePadded::new(init::<T>()); MAX_CPUS] }
         }
@@ -121,6 +144,17 @@ impl<T: ConstInit> Default for PerCpu<T> {
 
 impl<T> PerCpu<T> {
     /// Slot `i` holds `init(i)`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu::PerCpu;
+    ///
+    /// // Each CPU's slot knows its CPU, e.g. for a per-CPU run queue.
+    /// struct RunQueue { cpu: usize }
+    /// let rqs = PerCpu::from_fn(|cpu| RunQueue { cpu });
+    /// assert_eq!(rqs.cpu(1).cpu, 1);
+    /// assert_eq!(rqs.get().cpu, ksync::kernel::cpu_id());
+    /// ```
     pub fn from_fn(mut init: impl FnMut(usize) -> T) -> Self {
         Self {
             slots: core::array::from_fn(|i| CachePadded::new(init(i))),
@@ -128,6 +162,18 @@ impl<T> PerCpu<T> {
     }
 
     /// This CPU's slot, with preemption disabled until the guard drops.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    /// use ksync::percpu::PerCpu;
+    ///
+    /// static PGFAULTS: PerCpu<AtomicU64> = PerCpu::new();
+    ///
+    /// let slot = PGFAULTS.get(); // `get_cpu_ptr`: preemption off until `slot` drops
+    /// slot.fetch_add(1, Relaxed);
+    /// assert_eq!(PGFAULTS.cpu(slot.cpu()).load(Relaxed), 1);
+    /// ```
     ///
     /// # Panics
     /// If the kernel's CPU id is at or past [`MAX_CPUS`] (the message names
@@ -156,6 +202,17 @@ impl<T> PerCpu<T> {
 
     /// CPU `cpu`'s slot.
     ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+    /// use ksync::percpu::PerCpu;
+    ///
+    /// // `per_cpu(need_resched, cpu)`: ask another CPU to reschedule.
+    /// static NEED_RESCHED: PerCpu<AtomicBool> = PerCpu::new();
+    /// NEED_RESCHED.cpu(1).store(true, Relaxed);
+    /// assert!(NEED_RESCHED.cpu(1).load(Relaxed));
+    /// ```
+    ///
     /// # Panics
     /// If `cpu` is at or past the number of possible CPUs
     /// ([`nr_cpus`](kernel::nr_cpus), at most [`MAX_CPUS`]): the message
@@ -175,6 +232,20 @@ impl<T> PerCpu<T> {
     }
 
     /// The slots of the possible CPUs (`0..nr_cpus()`), in id order.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    /// use ksync::percpu::PerCpu;
+    ///
+    /// static IRQS: PerCpu<AtomicU64> = PerCpu::new();
+    /// let this_cpu = IRQS.get();
+    /// this_cpu.fetch_add(1, Relaxed);
+    ///
+    /// // `for_each_possible_cpu`: the busiest CPU, for /proc/interrupts.
+    /// let busiest = IRQS.iter().enumerate().max_by_key(|(_, n)| n.load(Relaxed));
+    /// assert_eq!(busiest.map(|(cpu, _)| cpu), Some(this_cpu.cpu()));
+    /// ```
     #[doc(alias = "for_each_possible_cpu")]
     #[inline]
     pub fn iter(&self) -> impl ExactSizeIterator<Item = &T> + '_ {
@@ -182,6 +253,18 @@ impl<T> PerCpu<T> {
     }
 
     /// Exclusive access to every slot (no other CPU can see them).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu::PerCpu;
+    ///
+    /// // Before the other CPUs start: plain writes, no atomics needed.
+    /// let mut budgets: PerCpu<u32> = PerCpu::new();
+    /// for budget in budgets.iter_mut() {
+    ///     *budget = 64;
+    /// }
+    /// assert_eq!(*budgets.cpu(0), 64);
+    /// ```
     #[inline]
     pub fn iter_mut(&mut self) -> impl ExactSizeIterator<Item = &mut T> + '_ {
         self.slots.iter_mut().map(|slot| &mut **slot)
@@ -196,6 +279,20 @@ impl<T: fmt::Debug> fmt::Debug for PerCpu<T> {
 
 /// This CPU's slot of a [`PerCpu`], with preemption disabled. `!Send`: it
 /// belongs to the CPU it was taken on.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use ksync::percpu::{PerCpu, PerCpuRef};
+///
+/// static SOFTIRQS: PerCpu<AtomicU64> = PerCpu::new();
+///
+/// // A helper that needs "this CPU's slot, and stay here" takes the guard.
+/// fn account(slot: &PerCpuRef<'_, AtomicU64>) {
+///     slot.fetch_add(1, Relaxed);
+/// }
+/// account(&SOFTIRQS.get());
+/// ```
 #[must_use = "the guard keeps preemption disabled while it lives"]
 pub struct PerCpuRef<'a, T> {
     slot: &'a T,
@@ -205,6 +302,16 @@ pub struct PerCpuRef<'a, T> {
 
 impl<'a, T> PerCpuRef<'a, T> {
     /// The CPU whose slot this is (the current CPU).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu::PerCpu;
+    ///
+    /// static LAST_TICK: PerCpu<u64> = PerCpu::new();
+    /// let slot = LAST_TICK.get();
+    /// // Stable while `slot` lives: the task cannot migrate.
+    /// assert_eq!(slot.cpu(), ksync::kernel::cpu_id());
+    /// ```
     #[inline]
     #[must_use]
     pub fn cpu(&self) -> usize {

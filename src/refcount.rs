@@ -20,6 +20,7 @@
 //! | [`AddUseAfterFree`](Saturation::AddUseAfterFree) | zero: the object is being freed | `inc`, `add` |
 //! | [`SubUseAfterFree`](Saturation::SubUseAfterFree) | a count that goes below zero | `dec_and_test`, `sub_and_test`, `dec_not_one`, `dec_and_lock` |
 //! | [`DecLeak`](Saturation::DecLeak) | a count that reaches zero without a release | `dec` |
+//! | [`NegativeAmount`](Saturation::NegativeAmount) | a negative amount (before the count moves) | `add`, `add_not_zero`, `sub_and_test` |
 //!
 //! Each is counted ([`stats`]) every time, and reported once per kind (as
 //! Linux's `WARN_ONCE`) to the hook set with [`set_saturation_hook`] (and
@@ -56,6 +57,23 @@ pub const REFCOUNT_MAX: i32 = i32::MAX;
 
 /// Which misuse saturated a [`RefCount`] (Linux's
 /// `refcount_saturation_type`); see the [module docs](self#saturation).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::refcount::{self, RefCount, Saturation};
+///
+/// fn refcount_warn(kind: Saturation) {
+///     match kind {
+///         // A use after free: worth a stack dump.
+///         Saturation::AddUseAfterFree | Saturation::SubUseAfterFree => {}
+///         _ => {} // a leak: log `kind.message()`
+///     }
+/// }
+/// refcount::set_saturation_hook(refcount_warn);
+/// let refs = RefCount::new(0); // the object is being freed
+/// refs.inc(); // a late user: the count saturates, the object is not revived
+/// assert!(refs.is_saturated());
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -70,9 +88,13 @@ pub enum Saturation {
     SubUseAfterFree,
     /// `dec` took the count to zero, where only `dec_and_test` may free.
     DecLeak,
+    /// `add`, `add_not_zero` or `sub_and_test` was given a negative
+    /// amount, which would move the count the other way (ksync's own: the
+    /// count saturates before it moves).
+    NegativeAmount,
 }
 
-const KINDS: usize = 5;
+const KINDS: usize = 6;
 
 impl Saturation {
     const ALL: [Self; KINDS] = [
@@ -81,6 +103,7 @@ impl Saturation {
         Self::AddUseAfterFree,
         Self::SubUseAfterFree,
         Self::DecLeak,
+        Self::NegativeAmount,
     ];
 
     /// Linux's message for it.
@@ -98,6 +121,7 @@ impl Saturation {
             Self::AddUseAfterFree => "refcount_t: addition on 0; use-after-free",
             Self::SubUseAfterFree => "refcount_t: underflow; use-after-free",
             Self::DecLeak => "refcount_t: decrement hit 0; leaking memory",
+            Self::NegativeAmount => "refcount_t: negative amount; leaking memory",
         }
     }
 }
@@ -114,6 +138,17 @@ static HOOK: AtomicPtr<()> = AtomicPtr::new(core::ptr::null_mut());
 
 /// How often each kind of saturation happened so far, in all
 /// [`RefCount`]s.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::refcount::{self, RefCount};
+///
+/// let before = refcount::stats();
+/// let refs = RefCount::new(0);
+/// assert!(!refs.dec_and_test()); // below zero, a put without a get: never "free"
+/// let after = refcount::stats();
+/// assert_eq!(after.sub_use_after_free, before.sub_use_after_free + 1);
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -128,6 +163,8 @@ pub struct Stats {
     pub sub_use_after_free: usize,
     /// [`Saturation::DecLeak`].
     pub dec_leak: usize,
+    /// [`Saturation::NegativeAmount`].
+    pub negative_amount: usize,
 }
 
 /// The process-wide saturation counts.
@@ -148,6 +185,7 @@ pub fn stats() -> Stats {
         add_use_after_free: n(Saturation::AddUseAfterFree),
         sub_use_after_free: n(Saturation::SubUseAfterFree),
         dec_leak: n(Saturation::DecLeak),
+        negative_amount: n(Saturation::NegativeAmount),
     }
 }
 
@@ -168,8 +206,8 @@ pub fn set_saturation_hook(hook: fn(Saturation)) {
     HOOK.store(hook as *mut (), Ordering::Release);
 }
 
-/// `add`'s rare case: `old` was zero, negative (saturated) or overflows
-/// with `n` (or `n` was not positive).
+/// `add`'s rare case: `old` was zero, or negative (saturated), or
+/// overflows with `n`.
 #[cold]
 #[inline(never)]
 fn add_misuse(count: &AtomicI32, old: i32, n: i32) {
@@ -323,6 +361,14 @@ impl RefCount {
 
     /// Adds `n` references (Linux's `refcount_add`). Relaxed.
     ///
+    /// As Linux's, `n == 0` changes nothing on a live count and saturates
+    /// a dead one ([`Saturation::AddUseAfterFree`]: any use of it is one).
+    /// A negative `n` would drop references through the back door (a
+    /// count that reaches zero with no release, then a double free): it
+    /// saturates the count instead, before it moves
+    /// ([`Saturation::NegativeAmount`]). With a constant `n` the check
+    /// compiles away.
+    ///
     #[cfg_attr(feature = "test-hooks", doc = " ```")]
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(1);
@@ -332,6 +378,9 @@ impl RefCount {
     #[doc(alias = "refcount_add")]
     #[inline]
     pub fn add(&self, n: i32) {
+        if n < 0 {
+            return warn_saturate(&self.refs, Saturation::NegativeAmount);
+        }
         // Relaxed: a new reference comes from one the caller holds, which
         // already orders its accesses to the object.
         let old = self.refs.fetch_add(n, Ordering::Relaxed);
@@ -362,7 +411,10 @@ impl RefCount {
         self.add_not_zero(1)
     }
 
-    /// [`inc_not_zero`](Self::inc_not_zero) by `n`.
+    /// [`inc_not_zero`](Self::inc_not_zero) by `n`. `n == 0` takes
+    /// nothing and says whether the count is live; a negative `n` leaves a
+    /// dead count alone (`false`) and saturates a live one (`true`: pinned
+    /// for ever, so still safe to use; [`Saturation::NegativeAmount`]).
     ///
     #[cfg_attr(feature = "test-hooks", doc = " ```")]
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
@@ -379,13 +431,23 @@ impl RefCount {
             if old == 0 {
                 return false;
             }
+            // A negative amount pins the count where it is live: the
+            // exchange (not a plain store) so that a count that reached
+            // zero meanwhile stays dead.
+            let new = if n < 0 {
+                REFCOUNT_SATURATED
+            } else {
+                old.wrapping_add(n)
+            };
             // Relaxed: see `inc_not_zero`.
-            match self.refs.compare_exchange_weak(
-                old,
-                old.wrapping_add(n),
-                Ordering::Relaxed,
-                Ordering::Relaxed,
-            ) {
+            match self
+                .refs
+                .compare_exchange_weak(old, new, Ordering::Relaxed, Ordering::Relaxed)
+            {
+                Ok(_) if n < 0 => {
+                    warn_saturate(&self.refs, Saturation::NegativeAmount);
+                    return true;
+                }
                 Ok(_) => break,
                 Err(seen) => old = seen,
             }
@@ -434,6 +496,11 @@ impl RefCount {
 
     /// Drops `n` references; `true` when they were the last.
     ///
+    /// As Linux's, `n == 0` drops nothing (`false`) on a live count and
+    /// saturates a dead one ([`Saturation::SubUseAfterFree`]). A negative
+    /// `n` would add references: it saturates the count before it moves
+    /// ([`Saturation::NegativeAmount`]) and returns `false`.
+    ///
     #[cfg_attr(feature = "test-hooks", doc = " ```")]
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let r = ksync::RefCount::new(3);
@@ -444,6 +511,10 @@ impl RefCount {
     #[inline]
     #[must_use = "the object must be freed when this returns true"]
     pub fn sub_and_test(&self, n: i32) -> bool {
+        if n < 0 {
+            warn_saturate(&self.refs, Saturation::NegativeAmount);
+            return false;
+        }
         // Release pairs with the Acquire fence of the decrement that
         // reaches zero: every holder's accesses happen-before the free.
         let old = self.refs.fetch_sub(n, Ordering::Release);
@@ -789,6 +860,23 @@ impl<T> Kref<T> {
     /// `struct kref *`): `release` gets `this` itself, with the provenance
     /// the caller's pointer has, so a release that frees the allocation
     /// (`Box::from_raw`, a slab free) is sound when `this` came from it.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::ptr::NonNull;
+    /// use ksync::refcount::Kref;
+    ///
+    /// struct Urb { len: usize }
+    /// fn urb_release(urb: NonNull<Kref<Urb>>) {
+    ///     // SAFETY: the last reference is gone; the Kref came from the box below.
+    ///     drop(unsafe { Box::from_raw(urb.as_ptr()) });
+    /// }
+    /// // SAFETY: boxed, freed only by `urb_release`, once the count is zero.
+    /// let urb = Box::new(unsafe { Kref::new(Urb { len: 512 }, urb_release) });
+    /// let urb = NonNull::from(Box::leak(urb));
+    /// // SAFETY: the creator's reference; `urb` is not used afterwards.
+    /// assert!(unsafe { Kref::put_raw(urb) }); // it was the last: freed
+    /// ```
     ///
     /// # Safety
     /// `this` points to a live `Kref`; the caller owns one counted

@@ -329,6 +329,23 @@ impl LockedI64 {
 /// Implemented for the integer atomics and `bool`/integer `Cell`-free
 /// primitives; implement it for your own types whose initial value is a
 /// constant expression.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use ksync::percpu::{ConstInit, PerCpu};
+///
+/// // Linux's `struct rq` statistics, one per CPU, in a `static`.
+/// struct SchedStats { switches: AtomicU64, migrations: AtomicU64 }
+///
+/// impl ConstInit for SchedStats {
+///     const INIT: Self = Self { switches: AtomicU64::new(0), migrations: AtomicU64::new(0) };
+/// }
+///
+/// static SCHED_STATS: PerCpu<SchedStats> = PerCpu::new();
+/// SCHED_STATS.get().switches.fetch_add(1, Relaxed);
+/// # assert_eq!(SCHED_STATS.get().migrations.load(Relaxed), 0);
+/// ```
 pub trait ConstInit {
     // `const INIT: Self`; a function under loom, whose atomics cannot be
     // constants (see the atomics shim).

@@ -67,6 +67,22 @@ unsafe impl Zeroable for ArchIrq {}
 // not been taken yet, which `Drop` and the engine handle as any other.
 unsafe impl Zeroable for Map {}
 
+/// A zeroed `LockRef` is `LockRef::new(0)`: an object from zero-filled
+/// memory (Linux's `kzalloc`) starts unlocked, with no references.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use bytemuck::Zeroable;
+/// use ksync::LockRef;
+///
+/// struct Inode { i_count: LockRef, i_ino: u64 }
+/// // SAFETY: every field is valid as zero bytes.
+/// unsafe impl Zeroable for Inode {}
+///
+/// let inode = Inode::zeroed(); // as `kzalloc(sizeof(struct inode))` gives it
+/// assert_eq!((inode.i_count.count(), inode.i_ino), (0, 0));
+/// assert!(inode.i_count.get_not_dead()); // the first reference
+/// ```
 // SAFETY: with 64-bit atomics, an `AtomicU64` whose zero has the lock half
 // free and the count 0 (`LockRef::new(0)`); without, a `TicketLock` and an
 // `AtomicI32`, both zero-valid, the same value. Plus a `Map`.
@@ -100,7 +116,7 @@ unsafe impl<T: SeqData + Zeroable, G: SpinGuardian> Zeroable for SeqLock<T, G> {
 /// [`SeqLock`] (doc tests only, never built otherwise). A tuple without
 /// padding is accepted, through `Zeroable` and through zero-filled memory:
 ///
-#[cfg_attr(all(feature = "bytemuck", feature = "test-hooks"), doc = " ```")]
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
 #[cfg_attr(
     not(all(feature = "bytemuck", feature = "test-hooks")),
     doc = " ```ignore"
@@ -176,6 +192,20 @@ pub struct SeqLockZeroedChecks;
 // bound) and padding.
 unsafe impl<T: Zeroable> Zeroable for PerCpu<T> {}
 
+/// A zeroed `PerCpuCounter` is `PerCpuCounter::new()`: 0, the default
+/// batch.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use bytemuck::Zeroable;
+/// use ksync::percpu_counter::{self, PerCpuCounter};
+///
+/// // A filesystem's in-memory superblock from zero-filled memory.
+/// let free_blocks = PerCpuCounter::zeroed();
+/// free_blocks.add(8);
+/// assert_eq!(free_blocks.sum(), 8);
+/// assert_eq!(free_blocks.batch(), percpu_counter::default_batch());
+/// ```
 // SAFETY: a `RawTicketLock`, the total (an `AtomicI64`, or an
 // `UnsafeCell<i64>` without 64-bit atomics), `batch` 0 (which means the
 // default batch, as `new` stores), and a `PerCpu<AtomicI32>` of zeros:

@@ -160,3 +160,65 @@ fn async_wakes_through_an_executor_on_a_wait_queue_are_not_nested_locks() {
     });
     no_report();
 }
+
+/// Runs `sleep` on a fresh thread while a `Mutex` is held and inside the
+/// context `enter` opens; the panic message (empty if none).
+fn sleep_in_under_mutex(enter: fn() -> Box<dyn std::any::Any>, sleep: fn()) -> String {
+    thread::spawn(move || {
+        static M: Mutex<u32> = Mutex::new(0);
+        let held = M.lock(); // a sleeping lock: allowed across a sleep
+        let ctx = enter();
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(sleep));
+        drop(ctx);
+        drop(held);
+        match r {
+            Ok(()) => String::new(),
+            Err(p) => p
+                .downcast_ref::<String>()
+                .cloned()
+                .or_else(|| p.downcast_ref::<&str>().map(|s| s.to_string()))
+                .unwrap_or_default(),
+        }
+    })
+    .join()
+    .unwrap()
+}
+
+/// `might_sleep`'s preemption check used to be skipped whenever lockdep
+/// counted a held lock ("left to lockdep's report"), but that report
+/// covers non-sleeping locks only: a sleep inside `preempt_disable()` or
+/// a `PerCpu::get()` reference with a `Mutex` held went unreported. It is
+/// skipped now only for held non-sleeping locks.
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the checks are debug builds'")]
+fn a_sleep_with_preemption_disabled_is_reported_while_a_mutex_is_held() {
+    let sleeps: [(&str, fn()); 3] = [
+        ("Semaphore::down", || {
+            ksync::semaphore::Semaphore::new(1).down()
+        }),
+        ("Mutex::lock", || drop(Mutex::new(0).lock())),
+        ("RwSemaphore::write", || {
+            drop(ksync::rwsem::RwSemaphore::new(0).write())
+        }),
+    ];
+    for (name, sleep) in sleeps {
+        let msg = sleep_in_under_mutex(|| Box::new(ksync::kernel::preempt_disable()), sleep);
+        assert!(
+            msg.contains("preemption disabled"),
+            "{name} inside preempt_disable() with a Mutex held: no might_sleep report ({msg:?})"
+        );
+        let msg = sleep_in_under_mutex(
+            || {
+                static P: ksync::percpu::PerCpu<std::sync::atomic::AtomicU32> =
+                    ksync::percpu::PerCpu::new();
+                Box::new(P.get())
+            },
+            sleep,
+        );
+        assert!(
+            msg.contains("preemption disabled"),
+            "{name} holding a PerCpu::get() reference with a Mutex held: no might_sleep report \
+             ({msg:?})"
+        );
+    }
+}

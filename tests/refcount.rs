@@ -266,3 +266,53 @@ fn kref_raw_get_and_put() {
     assert!(unsafe { DISK.put() });
     assert_eq!(RAW_RELEASED.load(Ordering::SeqCst), 1);
 }
+
+/// The amount argument (`i32`, Linux's `int`): zero is Linux's answer
+/// (nothing changes on a live count; a dead count saturates, as any use of
+/// it does), and a negative amount, which would move the count the other
+/// way (an `add` that drops references: a count that reaches zero with no
+/// release, then a double free), saturates before the count moves
+/// ([`Saturation::NegativeAmount`]): the object leaks, as for every other
+/// misuse.
+#[test]
+fn zero_and_negative_amounts() {
+    // Zero on a live count: nothing.
+    let r = RefCount::new(2);
+    r.add(0);
+    assert!(r.add_not_zero(0));
+    assert!(!r.sub_and_test(0));
+    assert_eq!(r.read(), 2);
+    // Zero on a dead count: a use after free, as Linux's.
+    let dead = RefCount::new(0);
+    dead.add(0);
+    assert!(dead.is_saturated());
+    let dead = RefCount::new(0);
+    assert!(!dead.add_not_zero(0));
+    assert_eq!(dead.read(), 0);
+    let dead = RefCount::new(0);
+    assert!(!dead.sub_and_test(0));
+    assert!(dead.is_saturated());
+    // Negative: saturates, never moves the count the other way.
+    let before = refcount::stats().negative_amount;
+    let r = RefCount::new(3);
+    r.add(-1);
+    assert_eq!(r.read(), REFCOUNT_SATURATED, "add(-1) moved the count");
+    let r = RefCount::new(1);
+    assert!(!r.sub_and_test(-1));
+    assert_eq!(
+        r.read(),
+        REFCOUNT_SATURATED,
+        "sub_and_test(-1) moved the count"
+    );
+    let r = RefCount::new(3);
+    assert!(r.add_not_zero(-2), "a live count: pinned, still usable");
+    assert_eq!(r.read(), REFCOUNT_SATURATED);
+    let dead = RefCount::new(0);
+    assert!(!dead.add_not_zero(-2), "a dead count stays dead");
+    assert_eq!(dead.read(), 0);
+    let r = RefCount::new(3);
+    r.add(i32::MIN);
+    assert!(r.is_saturated());
+    assert!(refcount::stats().negative_amount >= before + 4);
+    assert!(Saturation::NegativeAmount.message().contains("negative"));
+}

@@ -14,7 +14,7 @@ use std::thread;
 use std::time::Duration;
 
 use ksync::lock_api;
-use ksync::spinlock::{IrqRwSpinLock, NoGuard, RawRwSpinLock, RwSpinLock};
+use ksync::spinlock::{IrqRwSpinLock, NoGuard, RawRwSpinLock, RwSpinLock, SpinGuardian};
 
 mod common;
 use common::wait_until;
@@ -236,8 +236,8 @@ fn upgraders_and_writers_stress_oversubscribed() {
 
 /// Starts a writer on its own thread while `lock` is read-held, and
 /// returns once it waits (new `try_read`s fail: `QW_WAITING` is set).
-fn waiting_writer(
-    lock: &'static RwSpinLock<u32>,
+fn waiting_writer<G: SpinGuardian>(
+    lock: &'static RwSpinLock<u32, G>,
     order: &'static Mutex<Vec<&'static str>>,
 ) -> thread::JoinHandle<()> {
     let h = thread::spawn(move || {
@@ -278,7 +278,10 @@ fn a_waiting_writer_holds_new_readers_back() {
 
 #[test]
 fn an_interrupt_reader_is_admitted_while_a_writer_waits() {
-    static LOCK: RwSpinLock<u32> = RwSpinLock::new(0);
+    // Read in interrupt handlers, so written with interrupts masked (with
+    // them enabled, lockdep reports the lock: a handler's read on the
+    // writer's CPU would wait for it for ever).
+    static LOCK: IrqRwSpinLock<u32> = IrqRwSpinLock::new(0);
     static ORDER: Mutex<Vec<&str>> = Mutex::new(Vec::new());
     let first = LOCK.read();
     let writer = waiting_writer(&LOCK, &ORDER);
@@ -303,7 +306,8 @@ fn an_interrupt_reader_is_admitted_while_a_writer_waits() {
 
 #[test]
 fn an_interrupt_reader_waits_while_a_writer_holds() {
-    static LOCK: RwSpinLock<u32> = RwSpinLock::new(0);
+    // Written with interrupts masked, as above.
+    static LOCK: IrqRwSpinLock<u32> = IrqRwSpinLock::new(0);
     let w = LOCK.write();
     let got_in = Arc::new(AtomicBool::new(false));
     let h = {
@@ -363,37 +367,79 @@ fn policies_disable_what_they_say() {
     }
 }
 
+/// Runs `f` on a thread of its own and returns its panic message; fails
+/// (after 60 s) if it hangs, with `what`, or if it does not panic.
+#[cfg(debug_assertions)]
+fn panic_of(what: &str, f: impl FnOnce() + Send + 'static) -> String {
+    let (tx, rx) = channel();
+    thread::spawn(move || {
+        let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
+        let msg = r.err().map(|e| {
+            e.downcast_ref::<String>()
+                .cloned()
+                .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
+                .unwrap_or_default()
+        });
+        let _ = tx.send(msg);
+    });
+    rx.recv_timeout(Duration::from_secs(60))
+        .unwrap_or_else(|_| panic!("hung: {what} was not reported"))
+        .expect("no panic")
+}
+
 /// Debug builds: a CPU that would wait for its own write hold panics
 /// instead of spinning for ever (lockdep, when on, reports it first).
 #[cfg(debug_assertions)]
 #[test]
 fn waiting_for_my_own_write_hold_panics() {
-    fn watched(f: impl FnOnce() + Send + 'static) -> String {
-        let (tx, rx) = channel();
-        thread::spawn(move || {
-            let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(f));
-            let msg = r.err().map(|e| {
-                e.downcast_ref::<String>()
-                    .cloned()
-                    .or_else(|| e.downcast_ref::<&str>().map(|s| (*s).to_owned()))
-                    .unwrap_or_default()
-            });
-            let _ = tx.send(msg);
-        });
-        rx.recv_timeout(Duration::from_secs(60))
-            .expect("hung: waiting for its own write hold was not reported")
-            .expect("no panic")
-    }
     static W: RwSpinLock<u8> = RwSpinLock::new(0);
-    let read = watched(|| {
+    let read = panic_of("waiting for its own write hold", || {
         let _w = W.write();
         let _r = W.read();
     });
     assert!(read.contains("recursi"), "{read}");
     static W2: RwSpinLock<u8> = RwSpinLock::new(0);
-    let write = watched(|| {
+    let write = panic_of("waiting for its own write hold", || {
         let _w = W2.write();
         let _w2 = W2.write();
     });
     assert!(write.contains("recursi"), "{write}");
+}
+
+/// Debug builds: an upgradeable holder that takes the same lock again,
+/// upgradeable or for writing, would wait for its own hold (it keeps the
+/// queue, and its reader's bias keeps writers out): it panics instead of
+/// spinning for ever, as a write holder that waits for itself does.
+#[cfg(debug_assertions)]
+#[test]
+fn an_upgradeable_holder_taking_the_lock_again_panics() {
+    static U1: RwSpinLock<u8> = RwSpinLock::new(0);
+    let again = panic_of("an upgradeable holder waiting for itself", || {
+        let _u = U1.upgradeable_read();
+        let _u2 = U1.upgradeable_read();
+    });
+    // (With lockdep, its recursion report comes first.)
+    let upgradeable = |msg: &str| cfg!(feature = "lockdep") || msg.contains("upgradeable");
+    assert!(again.contains("recursi") && upgradeable(&again), "{again}");
+    static U2: RwSpinLock<u8> = RwSpinLock::new(0);
+    let write = panic_of("an upgradeable holder waiting for itself", || {
+        let _u = U2.upgradeable_read();
+        let _w = U2.write();
+    });
+    assert!(write.contains("recursi") && upgradeable(&write), "{write}");
+    // Its own reads never wait: still allowed. And the lock is usable
+    // again once the holder let go (the record is cleared by every way
+    // out: unlock, upgrade, downgrade).
+    static U3: RwSpinLock<u8> = RwSpinLock::new(0);
+    let up = U3.upgradeable_read();
+    assert_eq!(*U3.read(), 0);
+    *up.upgrade() += 1;
+    let up = U3.upgradeable_read();
+    drop(up.downgrade());
+    drop(U3.upgradeable_read());
+    let up = U3.upgradeable_read();
+    let w = up.try_upgrade().ok().unwrap();
+    drop(w);
+    drop(U3.upgradeable_read());
+    drop(U3.write());
 }

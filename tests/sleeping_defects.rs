@@ -1,15 +1,22 @@
 //! Regression tests of the sleeping primitives' review (issue 38): a grant
 //! from before `reinit` that came back, a waker called under the queue
 //! lock, `might_sleep` blind spots, the mutex hand-off bound, and a wait
-//! at thread exit on the host kernel. Each failed before its fix.
+//! at thread exit on the host kernel; and of its adversarial review: a
+//! `reinit` undone by `complete_all`, a panicking `Waker` in a batch of
+//! wakes, a replaced `Waker` dropped under the queue lock, a wait in a
+//! thread-local destructor registered before the thread's first ksync
+//! call, `ArchIrq` masking unseen by `might_sleep`; and of review 38b: a
+//! `complete` after a `reinit` between `complete_all`'s batches given to
+//! a waiter `complete_all` released anyway, a timed waiter of
+//! `complete_all` that reported a timeout. Each failed before its fix.
 
 // Under loom the crate is built for the loom models only.
 #![cfg(not(ksync_loom))]
 
 use std::future::Future;
 use std::pin::{Pin, pin};
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex as StdMutex};
+use std::sync::atomic::{AtomicBool, AtomicU32, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex as StdMutex, mpsc};
 use std::task::{Context, Poll, Wake, Waker};
 use std::thread;
 use std::time::{Duration, Instant};
@@ -18,6 +25,11 @@ use ksync::completion::Completion;
 use ksync::mutex::Mutex;
 use ksync::semaphore::Semaphore;
 use ksync::wait::WaitQueue;
+
+#[path = "common/child.rs"]
+mod child;
+
+use child::run_child;
 
 /// A generous bound that turns a hang into a failure.
 const HANG: Duration = Duration::from_secs(60);
@@ -415,8 +427,11 @@ fn might_sleep_reports_atomic_contexts_on_the_uncontended_path() {
 /// Defect 4: once a waiter reached the front of a mutex's queue, it is
 /// woken without the lock at most once (it then asks for the hand-off,
 /// and the next unlock makes it the owner), even when woken waiters take
-/// a while to run (injected latency after each wake) and lockers that
-/// spin keep taking the lock meanwhile.
+/// a while to run (injected latency after each wake), lockers that
+/// spin keep taking the lock meanwhile, and others queue while a woken
+/// waiter is on its way back (so that an unlock then has waiters it
+/// could wake: it must not, or the second woken waiter may queue at the
+/// front ahead of the first and take its hand-off).
 #[test]
 fn a_mutex_waiter_is_woken_without_the_lock_at_most_once() {
     static M: Mutex<u64> = Mutex::new(0);
@@ -438,6 +453,23 @@ fn a_mutex_waiter_is_woken_without_the_lock_at_most_once() {
                     *g += 1;
                     hold();
                     drop(g);
+                }
+            })
+        })
+        .collect();
+    // A locker that comes every 200 µs, polls a `lock_async` future once
+    // and drops it: it takes the lock if it is free, and otherwise queues
+    // (setting the bit that sends the next unlock to the queue) and
+    // leaves at once, so that there is a queued waiter to wake while a
+    // woken one is on its way back.
+    let arrivers: Vec<_> = (0..1)
+        .map(|_| {
+            thread::spawn(|| {
+                while !STOP.load(Ordering::Relaxed) {
+                    thread::sleep(Duration::from_micros(200));
+                    if let Poll::Ready(mut g) = poll_once(pin!(ksync::mutex::lock_async(&M))) {
+                        *g += 1;
+                    }
                 }
             })
         })
@@ -474,7 +506,7 @@ fn a_mutex_waiter_is_woken_without_the_lock_at_most_once() {
     }
     STOP.store(true, Ordering::Relaxed);
     let worst: Vec<u64> = waiters.into_iter().map(|w| w.join().unwrap()).collect();
-    for h in hogs {
+    for h in hogs.into_iter().chain(arrivers) {
         h.join().unwrap();
     }
     eprintln!("most sleeps in one lock, per waiter: {worst:?}");
@@ -554,11 +586,11 @@ fn tls_exit_child() {
     println!("destructor took the mutex");
 }
 
-/// Settled: `wake_n(0)` wakes every non-exclusive waiter and no
-/// exclusive one (unlike Linux's `wake_up_nr(0)`, which wakes all: use
-/// `wake_all` for that), and says how many it woke.
+/// Settled: `wake_n(0)` wakes every waiter, as Linux's `wake_up_nr(q, 0)`
+/// (an `nr_exclusive` of 0 is no limit), and says how many it woke.
+/// (It used to wake only the non-exclusive ones.)
 #[test]
-fn wake_n_zero_wakes_only_the_non_exclusive_waiters() {
+fn wake_n_zero_wakes_every_waiter_as_linux() {
     let q = WaitQueue::new();
     let counts: Vec<_> = (0..3)
         .map(|_| Arc::new(CountWake(AtomicUsize::new(0))))
@@ -576,11 +608,34 @@ fn wake_n_zero_wakes_only_the_non_exclusive_waiters() {
         };
         assert!(pending.is_pending());
     }
-    assert_eq!(q.wake_n(0), 1);
+    assert_eq!(
+        q.wake_n(0),
+        3,
+        "wake_n(0) wakes all, exclusive ones included"
+    );
     let woken: Vec<usize> = counts.iter().map(|c| c.0.load(Ordering::SeqCst)).collect();
-    assert_eq!(woken, [0, 1, 0]);
-    assert_eq!(q.wake_n(0), 0, "only exclusive waiters are left");
-    assert_eq!(q.wake_all(), 2);
+    assert_eq!(woken, [1, 1, 1]);
+    assert_eq!(q.wake_n(0), 0, "nobody is left");
+    assert!(!q.has_waiters());
+}
+
+/// `Semaphore::up` with the count at its limit (`usize::MAX - 1`) panics
+/// naming the count and the limit, and leaves the count as it was (it
+/// used to drop the unit silently).
+#[test]
+fn up_past_the_count_limit_panics_naming_it() {
+    let s = Semaphore::new(usize::MAX - 1);
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| s.up()));
+    let msg = panic_text(&r.expect_err("an up past the limit panics"));
+    assert!(
+        msg.contains(&format!("{}", usize::MAX - 1)) && msg.contains("limit"),
+        "the panic names the count and the limit: {msg:?}"
+    );
+    assert_eq!(s.count(), usize::MAX - 1, "the count is left as it was");
+    // The semaphore still works.
+    assert!(s.try_down());
+    s.up();
+    assert_eq!(s.count(), usize::MAX - 1);
 }
 
 /// Settled: a zero timeout is a try that never sleeps. Each timed wait
@@ -654,4 +709,584 @@ fn a_writer_release_grants_readers_past_one_batch() {
     assert!(rw.try_write(), "free again, nobody queued");
     // SAFETY: just taken.
     unsafe { rw.unlock_write() };
+}
+
+/// Queues nine async waiters on `c` (one more than a batch of wakes), the
+/// first with `first` as its waker, runs `complete_all`, and checks that
+/// every one of them goes through.
+fn complete_all_with_nine_waiters(c: &'static Completion, first: Waker) {
+    let noop = Waker::from(Arc::new(NoopWake));
+    let mut waits: Vec<Pin<Box<_>>> = (0..9).map(|_| Box::pin(c.wait())).collect();
+    for (i, w) in waits.iter_mut().enumerate() {
+        let waker = if i == 0 { &first } else { &noop };
+        assert!(
+            w.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
+    }
+    c.complete_all();
+    // Every waiter queued before complete_all goes through, those woken
+    // after the first waiter's task ran included.
+    for w in &mut waits {
+        assert!(w.as_mut().poll(&mut Context::from_waker(&noop)).is_ready());
+    }
+}
+
+/// `complete_all` wakes in batches, dropping the queue lock between them;
+/// a woken task that calls `reinit` meanwhile (the "reuse" pattern) must
+/// not be undone: `complete_all` used to store "done for all" again at its
+/// end, so the completion was done with no `complete`. The waiters queued
+/// before `complete_all` all go through (they were completed).
+#[test]
+fn a_reinit_between_batches_of_complete_all_is_not_undone() {
+    static C: Completion = Completion::new();
+    static REINIT_DONE: AtomicBool = AtomicBool::new(false);
+    /// The first waiter's task re-arms the completion when woken (here
+    /// from the wake itself, as its executor would once it ran).
+    struct ReinitOnWake;
+    impl Wake for ReinitOnWake {
+        fn wake(self: Arc<Self>) {
+            if !REINIT_DONE.swap(true, Ordering::SeqCst) {
+                C.reinit();
+            }
+        }
+    }
+    complete_all_with_nine_waiters(&C, Waker::from(Arc::new(ReinitOnWake)));
+    assert!(
+        REINIT_DONE.load(Ordering::SeqCst),
+        "the first waiter was woken"
+    );
+    assert!(
+        !C.is_done(),
+        "complete_all undid a reinit made after it woke the first waiter \
+         (done again with no complete)"
+    );
+    assert!(
+        !C.try_wait_for_completion(),
+        "a wait after reinit passed with no complete"
+    );
+}
+
+/// `complete_all` grants every waiter queued when it begins at once,
+/// under the lock (as Linux's), and wakes them in batches. A woken task
+/// that calls `reinit` and then `complete` between two batches completes
+/// the new generation: that `complete` must not go to a waiter of the old
+/// generation still queued for its wake (it used to, and the new
+/// generation's `complete` was lost).
+#[test]
+fn a_complete_after_a_reinit_between_batches_of_complete_all_is_not_lost() {
+    static C: Completion = Completion::new();
+    static REARMED: AtomicBool = AtomicBool::new(false);
+    /// The first waiter's task re-arms the completion and completes the
+    /// next round (here from the wake itself, as its executor would once
+    /// it ran, while `complete_all` is between two batches).
+    struct RearmAndComplete;
+    impl Wake for RearmAndComplete {
+        fn wake(self: Arc<Self>) {
+            if !REARMED.swap(true, Ordering::SeqCst) {
+                C.reinit();
+                C.complete();
+            }
+        }
+    }
+    complete_all_with_nine_waiters(&C, Waker::from(Arc::new(RearmAndComplete)));
+    assert!(REARMED.load(Ordering::SeqCst), "the first waiter was woken");
+    assert!(
+        C.try_wait_for_completion(),
+        "the complete() made after the reinit went to a waiter of complete_all \
+         (queued before the reinit): none left for the new generation"
+    );
+}
+
+/// The first waiter's executor in
+/// [`a_timed_waiter_queued_before_complete_all_does_not_time_out`]: woken
+/// in `complete_all`'s first batch, it runs until the timed waiter is back
+/// (so `complete_all` is between two batches all that time).
+struct SlowExecutor {
+    completion: &'static Completion,
+    done_seen: AtomicBool,
+    rx: StdMutex<mpsc::Receiver<bool>>,
+    result: StdMutex<Option<bool>>,
+}
+
+impl Wake for SlowExecutor {
+    fn wake(self: Arc<Self>) {
+        self.done_seen
+            .store(self.completion.is_done(), Ordering::SeqCst);
+        let got = self.rx.lock().unwrap().recv_timeout(HANG);
+        *self.result.lock().unwrap() = got.ok();
+    }
+}
+
+/// A timed waiter queued before `complete_all`, behind its first batch of
+/// wakes, whose deadline passes while `complete_all` is between batches,
+/// was completed (granted under the lock when `complete_all` began): its
+/// wait says so, as Linux's timed wait looks at `done` when its timeout
+/// ends. It used to take itself off the queue and report a timeout while
+/// `is_done()` was already true.
+#[test]
+fn a_timed_waiter_queued_before_complete_all_does_not_time_out() {
+    #[cfg(feature = "hostile")]
+    ksync::host::hostile::set_enabled(false);
+    // The timed waiter must queue before `complete_all` and time out after
+    // it began: a loaded machine may miss either, and the attempt is then
+    // made again with more time.
+    for attempt in 0..4u32 {
+        let settle = Duration::from_millis(150) * 2u32.pow(attempt);
+        let timeout = Duration::from_millis(500) * 2u32.pow(attempt);
+        let c: &'static Completion = Box::leak(Box::new(Completion::new()));
+        let (tx, rx) = mpsc::channel::<bool>();
+        let slow = Arc::new(SlowExecutor {
+            completion: c,
+            done_seen: AtomicBool::new(false),
+            rx: StdMutex::new(rx),
+            result: StdMutex::new(None),
+        });
+        let first = Waker::from(Arc::clone(&slow));
+        let noop = Waker::from(Arc::new(NoopWake));
+        // Eight queued async waiters: a full first batch.
+        let mut waits: Vec<Pin<Box<_>>> = (0..8).map(|_| Box::pin(c.wait())).collect();
+        for (i, w) in waits.iter_mut().enumerate() {
+            let waker = if i == 0 { &first } else { &noop };
+            assert!(
+                w.as_mut()
+                    .poll(&mut Context::from_waker(waker))
+                    .is_pending()
+            );
+        }
+        // The ninth: a blocked task with a timeout.
+        let timed = thread::spawn(move || {
+            #[cfg(feature = "hostile")]
+            ksync::host::hostile::set_enabled(false);
+            let started = Instant::now();
+            let got = c.wait_for_completion_timeout(timeout);
+            tx.send(got).unwrap();
+            (started, ksync::host::blocks())
+        });
+        thread::sleep(settle);
+        let all_began = Instant::now();
+        c.complete_all();
+        let (started, blocks) = timed.join().unwrap();
+        assert!(
+            slow.done_seen.load(Ordering::SeqCst),
+            "done for all from the first wake on"
+        );
+        let got = slow
+            .result
+            .lock()
+            .unwrap()
+            .expect("the timed waiter returned");
+        drop(waits);
+        // Blocked (so queued before complete_all: it never queues once
+        // the completion is done for all), and its deadline (at least
+        // `timeout` after `started`) came after complete_all began.
+        if blocks == 0 || all_began >= started + timeout {
+            continue;
+        }
+        assert!(
+            got,
+            "wait_for_completion_timeout of a waiter queued before complete_all \
+             returned 'timed out' while the completion was done for all"
+        );
+        return;
+    }
+    panic!("inconclusive: in 4 attempts the timed waiter never queued before complete_all in time");
+}
+
+struct PanicOnWake;
+
+impl Wake for PanicOnWake {
+    fn wake(self: Arc<Self>) {
+        panic!("executor gone");
+    }
+}
+
+/// A `Waker` that panics in the first batch of `complete_all`'s wakes:
+/// the relock used to leave the queue lock released twice (a ticket lock
+/// corrupted, here an abort) and the waiters past the batch unwoken. Now
+/// the panic reaches the caller, every other waiter is woken and the
+/// queue stays usable.
+#[test]
+#[cfg_attr(
+    not(target_arch = "x86_64"),
+    ignore = "spawns itself: not under qemu-user"
+)]
+fn a_panicking_waker_past_one_batch_leaves_the_queue_usable() {
+    const CHILD: &str = "KSYNC_TEST_PANIC_WAKER_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        panicking_waker_child();
+        return;
+    }
+    let (status, stdout, stderr) = run_child(
+        "a_panicking_waker_past_one_batch_leaves_the_queue_usable",
+        CHILD,
+        "1",
+        HANG,
+    );
+    assert!(
+        status.is_some_and(|s| s.success()) && stdout.contains("queue usable, all woken"),
+        "after a Waker panicked in complete_all's first batch, the child failed or hung \
+         ({status:?}):\n{stdout}\n{stderr}"
+    );
+}
+
+fn panicking_waker_child() {
+    static C: Completion = Completion::new();
+    let bad = Waker::from(Arc::new(PanicOnWake));
+    let count = Arc::new(CountWake(AtomicUsize::new(0)));
+    let good = Waker::from(count.clone());
+    let mut waits: Vec<Pin<Box<_>>> = (0..12).map(|_| Box::pin(C.wait())).collect();
+    for (i, w) in waits.iter_mut().enumerate() {
+        let waker = if i == 0 { &bad } else { &good };
+        assert!(
+            w.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
+    }
+    let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| C.complete_all()));
+    assert!(
+        r.is_err(),
+        "the waker's panic reaches complete_all's caller"
+    );
+    // The queue's lock still works (each of these takes it), on another CPU.
+    let t = thread::spawn(move || {
+        assert!(C.try_wait_for_completion());
+        drop(waits);
+        C.complete();
+    });
+    t.join().unwrap();
+    let woken = count.0.load(Ordering::SeqCst);
+    println!("woken: {woken}");
+    assert!(
+        woken >= 11,
+        "only {woken} of the 11 other waiters were woken"
+    );
+    println!("queue usable, all woken");
+}
+
+/// A task whose `Waker` owns its future, queued on the same queue (an
+/// executor's `Arc<Task>`); its field is only ever dropped.
+#[allow(dead_code)]
+struct OwningTask(StdMutex<Option<Pin<Box<dyn Future<Output = ()> + Send>>>>);
+
+impl Wake for OwningTask {
+    fn wake(self: Arc<Self>) {}
+}
+
+/// Re-polling a queued future with another waker replaces the node's old
+/// `Waker`; it used to be dropped under the queue lock, and dropping the
+/// last reference to a task drops its future, whose `Drop` takes the same
+/// lock (a hang, or a panic under the lock in debug builds). Now the old
+/// waker is dropped after the unlock.
+#[test]
+#[cfg_attr(
+    not(target_arch = "x86_64"),
+    ignore = "spawns itself: not under qemu-user"
+)]
+fn replacing_a_waker_does_not_drop_it_under_the_queue_lock() {
+    const CHILD: &str = "KSYNC_TEST_WAKER_DROP_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        waker_drop_child();
+        return;
+    }
+    let (status, stdout, stderr) = run_child(
+        "replacing_a_waker_does_not_drop_it_under_the_queue_lock",
+        CHILD,
+        "1",
+        HANG,
+    );
+    assert!(
+        status.is_some_and(|s| s.success())
+            && stdout.contains("old waker dropped after the unlock")
+            && stdout.contains("mutex: old waker dropped after the unlock"),
+        "re-polling with a new waker dropped the old one under the queue lock, and its \
+         task's future deadlocked on that lock (None: hung, killed): \
+         {status:?}\n{stdout}\n{stderr}"
+    );
+}
+
+fn waker_drop_child() {
+    static Q: WaitQueue = WaitQueue::new();
+    let noop = Waker::from(Arc::new(NoopWake));
+    // The task's own future, queued on Q.
+    let mut other: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(Q.wait_until(|| false));
+    assert!(
+        other
+            .as_mut()
+            .poll(&mut Context::from_waker(&noop))
+            .is_pending()
+    );
+    let task = Arc::new(OwningTask(StdMutex::new(Some(other))));
+    let old = Waker::from(task.clone());
+    drop(task);
+    // A future polled first by that task, then with another waker.
+    let mut f = Box::pin(Q.wait_until(|| false));
+    assert!(f.as_mut().poll(&mut Context::from_waker(&old)).is_pending());
+    drop(old); // the node's clone is now the task's last reference
+    assert!(
+        f.as_mut()
+            .poll(&mut Context::from_waker(&noop))
+            .is_pending()
+    );
+    println!("old waker dropped after the unlock");
+    // The same through an async `Mutex` waiter (its own poll path).
+    static M: Mutex<()> = Mutex::new(());
+    let held = M.lock();
+    let mut other: Pin<Box<dyn Future<Output = ()> + Send>> = Box::pin(async {
+        drop(ksync::mutex::lock_async(&M).await);
+    });
+    assert!(
+        other
+            .as_mut()
+            .poll(&mut Context::from_waker(&noop))
+            .is_pending()
+    );
+    let task = Arc::new(OwningTask(StdMutex::new(Some(other))));
+    let old = Waker::from(task.clone());
+    drop(task);
+    // SAFETY: the raw lock's future; the guard is not built from it.
+    let mut f = Box::pin(unsafe { M.raw() }.lock_async());
+    assert!(f.as_mut().poll(&mut Context::from_waker(&old)).is_pending());
+    drop(old);
+    assert!(
+        f.as_mut()
+            .poll(&mut Context::from_waker(&noop))
+            .is_pending()
+    );
+    drop(f);
+    drop(held);
+    println!("mutex: old waker dropped after the unlock");
+}
+
+/// A thread-local destructor registered BEFORE the thread's first ksync
+/// call runs after the host kernel's per-thread records are torn down; a
+/// wait in it (here a contended `Mutex::lock`) used to read the CPU id
+/// through a destroyed thread-local: a panic in a destructor, an abort.
+/// The host now gives the dying thread a CPU id of its own.
+#[test]
+#[cfg_attr(
+    not(target_arch = "x86_64"),
+    ignore = "spawns itself: not under qemu-user"
+)]
+fn a_destructor_registered_before_the_first_ksync_call_takes_a_contended_mutex() {
+    const CHILD: &str = "KSYNC_TEST_TLS_FIRST_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let name = "a_destructor_registered_before_the_first_ksync_call_takes_a_contended_mutex";
+        let (status, stdout, stderr) = run_child(name, CHILD, "1", HANG);
+        assert!(
+            status.is_some_and(|s| s.success()) && stdout.contains("destructor took the mutex"),
+            "the child failed ({status:?}):\n{stderr}"
+        );
+        return;
+    }
+    let held = EXIT_MUTEX.lock();
+    let t = thread::spawn(|| {
+        LOCK_AT_EXIT.with(|_| {}); // registered first: runs last
+        let _ = ksync::kernel::cpu_id();
+        let s = Semaphore::new(0);
+        let _ = s.down_timeout(Duration::from_millis(1));
+    });
+    thread::sleep(Duration::from_millis(200)); // the thread is exiting
+    drop(held);
+    t.join().unwrap();
+    assert_eq!(*EXIT_MUTEX.lock(), 1);
+    println!("destructor took the mutex");
+}
+
+/// The same, uncontended: debug builds' `might_sleep` reads the CPU id
+/// even then (an RCU and per-CPU check), which used to abort.
+#[test]
+#[cfg_attr(
+    not(target_arch = "x86_64"),
+    ignore = "spawns itself: not under qemu-user"
+)]
+fn a_destructor_registered_before_the_first_ksync_call_takes_a_free_mutex() {
+    const CHILD: &str = "KSYNC_TEST_TLS_FIRST_FREE_CHILD";
+    if std::env::var_os(CHILD).is_none() {
+        let name = "a_destructor_registered_before_the_first_ksync_call_takes_a_free_mutex";
+        let (status, stdout, stderr) = run_child(name, CHILD, "1", HANG);
+        assert!(
+            status.is_some_and(|s| s.success()) && stdout.contains("destructor took the mutex"),
+            "the child failed ({status:?}):\n{stderr}"
+        );
+        return;
+    }
+    let t = thread::spawn(|| {
+        LOCK_AT_EXIT.with(|_| {});
+        let _ = ksync::kernel::cpu_id();
+    });
+    t.join().unwrap();
+    assert_eq!(*EXIT_MUTEX.lock(), 1);
+    println!("destructor took the mutex");
+}
+
+type SweepEntry = fn();
+
+fn sweep_entries() -> Vec<(&'static str, SweepEntry)> {
+    vec![
+        ("Completion::wait_for_completion_timeout", || {
+            let c = Completion::new();
+            c.complete();
+            let _ = c.wait_for_completion_timeout(Duration::from_secs(1));
+        }),
+        ("RwSemaphore::try_read_for", || {
+            let s = ksync::rwsem::RwSemaphore::new(0);
+            drop(s.try_read_for(Duration::from_secs(1)));
+        }),
+        ("RwSemaphore::try_write_for", || {
+            let s = ksync::rwsem::RwSemaphore::new(0);
+            drop(s.try_write_for(Duration::from_secs(1)));
+        }),
+        ("WaitQueue::wait_event_exclusive", || {
+            WaitQueue::new().wait_event_exclusive(|| true)
+        }),
+        ("WaitQueue::wait_event_exclusive_timeout", || {
+            let _ = WaitQueue::new().wait_event_exclusive_timeout(|| true, Duration::from_secs(1));
+        }),
+        ("Semaphore::down", || Semaphore::new(1).down()),
+        ("Mutex::lock", || drop(Mutex::new(0).lock())),
+    ]
+}
+
+type SweepContext = fn() -> Box<dyn std::any::Any>;
+
+fn sweep_contexts() -> Vec<(&'static str, SweepContext)> {
+    vec![
+        ("rcu::read_lock", || Box::new(ksync::rcu::read_lock())),
+        ("preempt_disable", || {
+            Box::new(ksync::kernel::preempt_disable())
+        }),
+        ("TtasMutex held", || {
+            static S: ksync::spinlock::TtasMutex<u32> = ksync::spinlock::TtasMutex::new(0);
+            Box::new(S.lock())
+        }),
+        ("RwSpinLock read", || {
+            static S: ksync::spinlock::RwSpinLock<u32> = ksync::spinlock::RwSpinLock::new(0);
+            Box::new(S.read())
+        }),
+        ("RwSpinLock write", || {
+            static S: ksync::spinlock::RwSpinLock<u32> = ksync::spinlock::RwSpinLock::new(0);
+            Box::new(S.write())
+        }),
+        ("PerCpu::get", || {
+            static P: ksync::percpu::PerCpu<AtomicU32> = ksync::percpu::PerCpu::new();
+            Box::new(P.get())
+        }),
+        ("LockRef::lock", || {
+            let l: &'static ksync::lockref::LockRef =
+                Box::leak(Box::new(ksync::lockref::LockRef::new(1)));
+            Box::new(l.lock())
+        }),
+        ("ArchIrqTicketMutex held", || {
+            static S: ksync::spinlock::ArchIrqTicketMutex<u32> =
+                ksync::spinlock::ArchIrqTicketMutex::new(0);
+            Box::new(S.lock())
+        }),
+    ]
+}
+
+/// Every sleeping entry point (timed and exclusive forms too) panics on
+/// the uncontended path in debug builds in every atomic context. Without
+/// `lockdep`, a spinlock masking with `ArchIrq` (`ArchIrqTicketMutex`)
+/// used to go unreported: ksync counted `ArchIrq` masking only with
+/// lockdep, and the host's `irqs_disabled` does not see it.
+#[test]
+#[cfg_attr(not(debug_assertions), ignore = "the checks are debug builds'")]
+fn every_sleeping_entry_reports_every_atomic_context() {
+    let mut missed = Vec::new();
+    for (cname, ctx) in sweep_contexts() {
+        for (ename, entry) in sweep_entries() {
+            let msg = thread::spawn(move || {
+                let guard = ctx();
+                let r = std::panic::catch_unwind(std::panic::AssertUnwindSafe(entry));
+                drop(guard);
+                match r {
+                    Ok(()) => String::new(),
+                    Err(p) => panic_text(&p),
+                }
+            })
+            .join()
+            .unwrap_or_else(|p| format!("(the thread itself failed: {})", panic_text(&p)));
+            if msg.is_empty() {
+                missed.push(format!("{ename} in {cname}"));
+            }
+        }
+    }
+    assert!(missed.is_empty(), "no might_sleep report for: {missed:?}");
+}
+
+/// The same for `wake_all` on a wait queue: a `Waker` that panics in the
+/// first batch used to stop the wake there (the queue lock released
+/// twice, and the waiters past the batch, here a blocked task among
+/// them, left asleep). Now every other waiter is woken, the panic reaches
+/// the caller, and the queue stays usable.
+#[test]
+#[cfg_attr(
+    not(target_arch = "x86_64"),
+    ignore = "spawns itself: not under qemu-user"
+)]
+fn a_panicking_waker_in_wake_all_wakes_every_other_waiter() {
+    const CHILD: &str = "KSYNC_TEST_PANIC_WAKE_ALL_CHILD";
+    if std::env::var_os(CHILD).is_some() {
+        panicking_wake_all_child();
+        return;
+    }
+    let (status, stdout, stderr) = run_child(
+        "a_panicking_waker_in_wake_all_wakes_every_other_waiter",
+        CHILD,
+        "1",
+        HANG,
+    );
+    assert!(
+        status.is_some_and(|s| s.success()) && stdout.contains("every other waiter woken"),
+        "after a Waker panicked in wake_all's first batch, the child failed or hung \
+         ({status:?}):\n{stdout}\n{stderr}"
+    );
+}
+
+fn panicking_wake_all_child() {
+    static Q: WaitQueue = WaitQueue::new();
+    static GO: AtomicBool = AtomicBool::new(false);
+    static CHECKS: AtomicUsize = AtomicUsize::new(0);
+    let bad = Waker::from(Arc::new(PanicOnWake));
+    let count = Arc::new(CountWake(AtomicUsize::new(0)));
+    let good = Waker::from(count.clone());
+    let mut waits: Vec<Pin<Box<_>>> = (0..11)
+        .map(|_| Box::pin(Q.wait_until(|| GO.load(Ordering::Acquire))))
+        .collect();
+    for (i, w) in waits.iter_mut().enumerate() {
+        let waker = if i == 0 { &bad } else { &good };
+        assert!(
+            w.as_mut()
+                .poll(&mut Context::from_waker(waker))
+                .is_pending()
+        );
+    }
+    // A blocked task, queued last (past the first batch): `wait_event`
+    // checks its condition a second time once its node is queued.
+    let sleeper = thread::spawn(|| {
+        Q.wait_event(|| {
+            CHECKS.fetch_add(1, Ordering::SeqCst);
+            GO.load(Ordering::Acquire)
+        })
+    });
+    let deadline = Instant::now() + HANG;
+    while CHECKS.load(Ordering::SeqCst) < 2 {
+        assert!(Instant::now() < deadline, "the sleeper never queued");
+        thread::sleep(Duration::from_millis(1));
+    }
+    GO.store(true, Ordering::Release);
+    let r = std::panic::catch_unwind(|| Q.wake_all());
+    assert!(r.is_err(), "the waker's panic reaches wake_all's caller");
+    let woken = count.0.load(Ordering::SeqCst);
+    assert_eq!(woken, 10, "the 10 other futures were woken");
+    // The blocked task was woken too (else this hangs: the parent's
+    // watchdog), and the queue's lock works (the sleeper's exit takes it).
+    sleeper.join().unwrap();
+    drop(waits);
+    assert!(!Q.has_waiters());
+    assert_eq!(Q.wake_all(), 0);
+    println!("every other waiter woken");
 }

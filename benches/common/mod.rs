@@ -12,10 +12,68 @@ use core_affinity::CoreId;
 /// aarch64, whose prefetchers pair lines).
 pub(crate) use crossbeam_utils::CachePadded;
 
-/// Sorts `v` and returns its median.
+/// Sorts `v` and returns its median: the middle value, or the mean of the
+/// two middle ones.
 pub(crate) fn median(v: &mut [f64]) -> f64 {
-    v.sort_by(|a, b| a.total_cmp(b));
-    v[v.len() / 2]
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 {
+        v[n / 2]
+    } else {
+        (v[n / 2 - 1] + v[n / 2]) / 2.0
+    }
+}
+
+/// [`median`] of an owned vector.
+pub(crate) fn median_of(mut v: Vec<f64>) -> f64 {
+    median(&mut v)
+}
+
+/// The `p`-th percentile (nearest rank) of `v`.
+pub(crate) fn percentile(v: &mut [f64], p: f64) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let rank = ((p / 100.0) * v.len() as f64).ceil() as usize;
+    v[rank.clamp(1, v.len()) - 1]
+}
+
+/// "median`unit` (min–max)" of `v`, with `prec` decimals.
+pub(crate) fn summary(v: &[f64], prec: usize, unit: &str) -> String {
+    let lo = v.iter().copied().fold(f64::INFINITY, f64::min);
+    let hi = v.iter().copied().fold(f64::NEG_INFINITY, f64::max);
+    format!(
+        "{:.prec$}{unit} ({lo:.prec$}–{hi:.prec$})",
+        median_of(v.to_vec())
+    )
+}
+
+/// Per-rep ratios `a[i] / b[i]`.
+pub(crate) fn ratios(a: &[f64], b: &[f64]) -> Vec<f64> {
+    a.iter().zip(b).map(|(x, y)| x / y).collect()
+}
+
+/// Runs `f` on a thread pinned to `core`.
+pub(crate) fn on_core<T: Send>(core: CoreId, f: impl FnOnce() -> T + Send) -> T {
+    std::thread::scope(|s| {
+        s.spawn(move || {
+            core_affinity::set_for_current(core);
+            f()
+        })
+        .join()
+        .expect("pinned thread panicked")
+    })
+}
+
+/// Nanoseconds per `op` call, on this thread for `dur`.
+pub(crate) fn per_call(dur: Duration, mut op: impl FnMut()) -> f64 {
+    const BATCH: u64 = 10_000;
+    let (t0, mut calls) = (Instant::now(), 0u64);
+    while t0.elapsed() < dur {
+        for _ in 0..BATCH {
+            op();
+        }
+        calls += BATCH;
+    }
+    t0.elapsed().as_nanos() as f64 / calls as f64
 }
 
 /// Milliseconds per measurement and interleaved repetitions:

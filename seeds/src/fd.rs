@@ -10,6 +10,13 @@
 //!   being closed has count 0 and is skipped); the last `fput` frees the
 //!   file through [`call_rcu`](rcu::call_rcu), so a reader that found it before the close
 //!   still reads a file, not a reused one.
+//! * After, on a plain reference count (the `kref_lf` idiom: Linux's
+//!   `struct file` count became an `atomic_long_t`, later a
+//!   `file_ref_t`): the same RCU lookup taking its reference with
+//!   [`RefCount::inc_not_zero`] and dropping it with
+//!   [`RefCount::dec_and_test`], the last put freeing through
+//!   [`call_rcu`](rcu::call_rcu). No lock at all, where the lockref falls
+//!   back to its spinlock when the count is low.
 //! * Before: the same table read under the table's spinlock
 //!   (`files->file_lock`), or under a reader-writer lock; files are freed at
 //!   once (a lookup under the lock cannot find a file whose count is 0).
@@ -27,10 +34,10 @@ use core::sync::atomic::Ordering::{Acquire, Relaxed, Release};
 use core::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicUsize};
 use core::{mem::offset_of, ptr};
 
-use ksync::LockRef;
 use ksync::percpu::CachePadded;
 use ksync::rcu::{self, RcuHead, RcuPtr, ReadGuard};
 use ksync::spinlock::{IrqTicketMutex, TicketMutex};
+use ksync::{LockRef, RefCount};
 
 use crate::{Config, Counts, Faults, Rng, Settings, Violation, Workload, violation};
 
@@ -55,6 +62,11 @@ pub(crate) const MESSAGES: [&str; 4] = [
     "a file was freed twice",
 ];
 
+/// The reference count every variant but [`Protect::RcuRefCount`] uses.
+const fn uses_lockref(protect: Protect) -> bool {
+    !matches!(protect, Protect::RcuRefCount)
+}
+
 /// An open file (`struct file`): on cache lines of its own (128 bytes, the
 /// adjacent-line prefetch pair), as a separately allocated `struct file`
 /// is, so CPUs using different files do not share a line.
@@ -62,6 +74,9 @@ pub(crate) const MESSAGES: [&str; 4] = [
 #[repr(align(128))]
 pub struct File {
     refs: LockRef,
+    /// The count of [`Protect::RcuRefCount`] (the other variants leave it
+    /// at 0).
+    kref: RefCount,
     /// The fd this incarnation was opened for.
     fd: AtomicU32,
     /// Incarnation: incremented at every open.
@@ -77,6 +92,7 @@ impl File {
     const fn new() -> Self {
         File {
             refs: LockRef::new(0),
+            kref: RefCount::new(0),
             fd: AtomicU32::new(0),
             generation: AtomicU32::new(0),
             live: AtomicBool::new(false),
@@ -92,10 +108,22 @@ impl File {
         self.fd.load(Relaxed)
     }
 
-    /// The current reference count (a racy snapshot).
+    /// The current reference count (a racy snapshot) of the lockref
+    /// variants.
     #[inline]
     pub fn count(&self) -> i32 {
         self.refs.count()
+    }
+
+    /// The count the table's variant uses (`refcounted`: the
+    /// [`RefCount`]), a racy snapshot.
+    #[inline]
+    fn count_of(&self, refcounted: bool) -> i32 {
+        if refcounted {
+            self.kref.read()
+        } else {
+            self.refs.count()
+        }
     }
 }
 
@@ -126,6 +154,9 @@ pub enum Protect {
     RwLock,
     /// RCU lookup, freed at once (the broken control).
     RcuNoGrace,
+    /// RCU lookup, a [`RefCount`] (`inc_not_zero`, `dec_and_test`), freed
+    /// by `call_rcu`.
+    RcuRefCount,
 }
 
 /// The free files.
@@ -153,6 +184,9 @@ pub struct Files {
     pool: CachePadded<IrqTicketMutex<Pool>>,
     /// Installed files (writers only).
     open: CachePadded<AtomicUsize>,
+    /// Whether the files count in `kref` ([`Protect::RcuRefCount`]) rather
+    /// than the lockref (set by `setup`).
+    refcounted: AtomicBool,
     pub(crate) faults: Faults,
 }
 
@@ -177,6 +211,7 @@ impl Files {
                 len: 0,
             })),
             open: CachePadded::new(AtomicUsize::new(0)),
+            refcounted: AtomicBool::new(false),
             faults: Faults::new(),
         }
     }
@@ -185,6 +220,13 @@ impl Files {
     /// Nobody may use the table meanwhile, and no callback of an earlier
     /// run may be pending (`rcu::barrier`).
     pub fn setup(&'static self, initial: usize) {
+        self.setup_for(initial, Protect::Rcu);
+    }
+
+    /// [`setup`](Self::setup) for the variant `protect` (which count the
+    /// files use).
+    pub fn setup_for(&'static self, initial: usize, protect: Protect) {
+        self.refcounted.store(!uses_lockref(protect), Relaxed);
         // Relaxed throughout: nobody runs; the run's start orders it.
         for (a, &max) in self.arrays.iter().zip(&SIZES) {
             a.max.store(max, Relaxed);
@@ -204,6 +246,7 @@ impl Files {
             f.index.store(i, Relaxed);
             f.live.store(false, Relaxed);
             f.refs.lock().set_count(0);
+            f.kref.set(0);
         }
         // Not under the pool lock: the pool is IRQ-safe (RCU callbacks
         // release files into it), a file's lockref lock is taken with
@@ -265,13 +308,18 @@ impl Files {
     #[inline]
     pub fn fget(&self, fd: usize, protect: Protect, delay: u32) -> Option<&File> {
         match protect {
-            Protect::Rcu | Protect::RcuNoGrace => {
+            Protect::Rcu | Protect::RcuNoGrace | Protect::RcuRefCount => {
                 let guard = rcu::read_lock();
                 let f = self.lookup_rcu(fd, &guard)?;
                 // Relaxed: the Acquire slot load ordered the opener's stores.
                 let generation = f.generation.load(Relaxed);
                 crate::delay(delay);
-                if !f.refs.get_not_zero() {
+                let got = if protect == Protect::RcuRefCount {
+                    f.kref.inc_not_zero()
+                } else {
+                    f.refs.get_not_zero()
+                };
+                if !got {
                     return None; // being closed
                 }
                 // With a grace period before reuse, the file we found is
@@ -313,7 +361,12 @@ impl Files {
     /// Drops a reference from [`fget`](Self::fget) (`fput`).
     #[inline]
     pub fn fput(&self, f: &File, protect: Protect) {
-        if crate::put_last(&f.refs) {
+        let last = if uses_lockref(protect) {
+            crate::put_last(&f.refs)
+        } else {
+            f.kref.dec_and_test()
+        };
+        if last {
             self.free(f, protect);
         }
     }
@@ -322,7 +375,7 @@ impl Files {
     fn free(&self, f: &File, protect: Protect) {
         // Relaxed: the pool lock (or the callback hand-over) orders it.
         f.live.store(false, Relaxed);
-        if protect == Protect::Rcu {
+        if matches!(protect, Protect::Rcu | Protect::RcuRefCount) {
             // SAFETY: the count reached 0 once for this incarnation, so the
             // head is not queued (the file is reused only after its
             // callback ran); the file lives as long as `self`; the callback
@@ -373,7 +426,12 @@ impl Files {
         f.fd.store(fd as u32, Relaxed);
         f.generation.fetch_add(1, Relaxed);
         f.live.store(true, Relaxed);
-        f.refs.lock().set_count(1); // the table's reference
+        // The table's reference.
+        if !self.refcounted.load(Relaxed) {
+            f.refs.lock().set_count(1);
+        } else {
+            f.kref.set(1);
+        }
         // Release pairs with the Acquire in `lookup_rcu`.
         table.slots[fd].store(f as *const File as *mut File, Release);
         self.open.fetch_add(1, Relaxed);
@@ -441,6 +499,7 @@ impl Files {
         self.faults.result(name, &MESSAGES)?;
         let _lock = self.file_lock.lock();
         let table = self.current();
+        let refcounted = self.refcounted.load(Relaxed);
         let mut installed = 0;
         for (fd, slot) in table.slots[..table.max.load(Relaxed)].iter().enumerate() {
             // SAFETY: as in `lookup_rcu`.
@@ -454,11 +513,11 @@ impl Files {
                     fd as u64,
                 ));
             }
-            if f.count() != 1 {
+            if f.count_of(refcounted) != 1 {
                 return Err(violation(
                     name,
                     "an open file's count is not 1 after the run (leaked or lost reference)",
-                    f.count() as u64,
+                    f.count_of(refcounted) as u64,
                 ));
             }
             installed += 1;
@@ -480,7 +539,7 @@ impl Files {
         }
         for &i in &pool.free[..pool.len] {
             let f = &self.files[i];
-            if f.live.load(Relaxed) || f.count() != 0 {
+            if f.live.load(Relaxed) || f.count_of(refcounted) != 0 || f.kref.is_saturated() {
                 return Err(violation(name, "a free file is still in use", i as u64));
             }
         }
@@ -508,6 +567,9 @@ pub enum FdVariant {
     RwLock,
     /// Control: freed without a grace period.
     ControlNoGrace,
+    /// RCU table, `RefCount::inc_not_zero`, `call_rcu` (after, on a plain
+    /// reference count: the `kref_lf` idiom).
+    RcuRefCount,
 }
 
 impl FdVariant {
@@ -517,6 +579,7 @@ impl FdVariant {
             FdVariant::Spinlock => Protect::Spinlock,
             FdVariant::RwLock => Protect::RwLock,
             FdVariant::ControlNoGrace => Protect::RcuNoGrace,
+            FdVariant::RcuRefCount => Protect::RcuRefCount,
         }
     }
 }
@@ -551,6 +614,7 @@ impl Workload for FdLookup {
         (FdVariant::Rcu, "RCU + lockref"),
         (FdVariant::Spinlock, "spinlock"),
         (FdVariant::RwLock, "rwlock"),
+        (FdVariant::RcuRefCount, "RCU + refcount"),
         (FdVariant::ControlNoGrace, "control: no grace period"),
     ];
     const CONTROL: FdVariant = FdVariant::ControlNoGrace;
@@ -562,7 +626,7 @@ impl Workload for FdLookup {
     fn setup(&'static self, variant: FdVariant, config: Config) {
         rcu::barrier();
         self.settings.set(Self::VARIANTS, variant, config);
-        self.files.setup(LONG_LIVED + 4);
+        self.files.setup_for(LONG_LIVED + 4, variant.protect());
     }
 
     fn step(&self, cpu: usize, n: u64, rng: &mut Rng) -> Counts {

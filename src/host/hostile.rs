@@ -30,9 +30,10 @@
 //! The kernel checks its own contract at every point and panics on a
 //! breach, naming the seed: never preempt with a preemption count above
 //! zero or interrupts masked, never interrupt with interrupts masked, and
-//! at every voluntary context switch ([`Kernel::block`], [`Kernel::yield_now`])
-//! a count of zero with interrupts enabled (Linux's "scheduling while
-//! atomic"). In strict mode ([`set_strict`], `KSYNC_HOSTILE_STRICT=1`;
+//! at every voluntary context switch
+//! ([`Kernel::block`](crate::kernel::Kernel::block),
+//! [`Kernel::yield_now`](crate::kernel::Kernel::yield_now)) a count of
+//! zero with interrupts enabled (Linux's "scheduling while atomic"). In strict mode ([`set_strict`], `KSYNC_HOSTILE_STRICT=1`;
 //! ksync's own suites) a preemption count that returns to zero with
 //! interrupts masked is reported too: that preemption point is lost
 //! (Linux's `spin_unlock_irqrestore` restores interrupts first for this
@@ -66,6 +67,15 @@ use super::backend;
 use super::interrupts;
 
 /// Each event's chance per point, in units of 1/65 536.
+///
+/// ```
+/// use ksync::host::hostile::{self, Rates};
+///
+/// // A test of interrupt handlers: interrupts ten times as often, no
+/// // migrations (the test pins work to CPUs).
+/// hostile::set_rates(Rates { interrupt: 1280, migrate: 0, ..Rates::DEFAULT });
+/// assert_eq!(hostile::rates().migrate, 0);
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub struct Rates {
     /// An interrupt (the registered handlers run), when interrupts are on.
@@ -220,12 +230,31 @@ fn idle_loops() {
 }
 
 /// This run's seed.
+///
+/// ```
+/// use ksync::host::hostile;
+///
+/// // Name the seed in a test's own failure message, for a replay with
+/// // `KSYNC_HOSTILE_SEED=N`.
+/// let seed = hostile::seed();
+/// assert_eq!(seed, hostile::seed(), "one seed per process");
+/// ```
 pub fn seed() -> u64 {
     init();
     SEED.load(Ordering::Relaxed)
 }
 
 /// Whether the hostile mode is on for this process (not `KSYNC_HOSTILE=0`).
+///
+/// ```
+/// use ksync::host::hostile;
+///
+/// // A test that checks the schedule was hostile only when it could be
+/// // (`KSYNC_HOSTILE=0` turns the mode off for a run).
+/// if hostile::is_on() {
+///     println!("hostile run, seed {}", hostile::seed());
+/// }
+/// ```
 pub fn is_on() -> bool {
     init();
     MODE.load(Ordering::Relaxed) == MODE_ON
@@ -233,11 +262,31 @@ pub fn is_on() -> bool {
 
 /// Turns the points off (`false`) or on again for the calling thread: for a
 /// test's set-up, or a stretch that measures something.
+///
+/// ```
+/// use ksync::host::hostile;
+/// use ksync::spinlock::TicketMutex;
+///
+/// // Set-up that the test does not mean to stress: no points on this thread.
+/// hostile::set_enabled(false);
+/// let table = TicketMutex::new(vec![0u32; 16]);
+/// table.lock().fill(7);
+/// hostile::set_enabled(true); // the test proper
+/// assert_eq!(table.lock()[3], 7);
+/// ```
 pub fn set_enabled(on: bool) {
     PAUSED.with(|p| p.set(!on));
 }
 
 /// Sets each event's chance per point, process-wide.
+///
+/// ```
+/// use ksync::host::hostile::{self, Rates};
+///
+/// // Preempt at one point in 64: a short run still sees many switches.
+/// hostile::set_rates(Rates { preempt: 1024, ..hostile::rates() });
+/// assert_eq!(hostile::rates().preempt, 1024);
+/// ```
 pub fn set_rates(rates: Rates) {
     RATE_INTERRUPT.store(rates.interrupt, Ordering::Relaxed);
     RATE_PREEMPT.store(rates.preempt, Ordering::Relaxed);
@@ -248,6 +297,16 @@ pub fn set_rates(rates: Rates) {
 }
 
 /// The rates in force.
+///
+/// ```
+/// use ksync::host::hostile::{self, Rates};
+///
+/// let saved = hostile::rates();
+/// hostile::set_rates(Rates { interrupt: 0, ..saved }); // a stretch without interrupts
+/// // ...
+/// hostile::set_rates(saved);
+/// # assert_eq!(hostile::rates(), saved);
+/// ```
 pub fn rates() -> Rates {
     Rates {
         interrupt: RATE_INTERRUPT.load(Ordering::Relaxed),
@@ -261,6 +320,18 @@ pub fn rates() -> Rates {
 
 /// How many interrupts, preemptions and migrations the kernel has made so
 /// far in this process (a test can check its run was hostile at all).
+///
+/// ```
+/// use ksync::host::hostile;
+/// use ksync::spinlock::TicketMutex;
+///
+/// let lock = TicketMutex::new(0u64);
+/// for _ in 0..100 {
+///     *lock.lock() += 1; // every atomic of the lock is a point
+/// }
+/// let (interrupts, preemptions, migrations) = hostile::stats();
+/// println!("{interrupts} interrupts, {preemptions} preemptions, {migrations} migrations");
+/// ```
 pub fn stats() -> (u64, u64, u64) {
     (
         INTERRUPTS.load(Ordering::Relaxed),
@@ -270,6 +341,16 @@ pub fn stats() -> (u64, u64, u64) {
 }
 
 /// A registered interrupt handler; unregisters it when dropped.
+///
+/// ```
+/// use ksync::host::hostile;
+///
+/// fn timer() { /* an interrupt handler's work */ }
+/// {
+///     let _handler = hostile::register_interrupt(timer);
+///     // ... the test: `timer` may run at any of its atomics ...
+/// } // unregistered here
+/// ```
 #[derive(Debug)]
 #[must_use = "the handler is unregistered when this drops"]
 pub struct InterruptHandler(usize);
@@ -288,6 +369,26 @@ impl Drop for InterruptHandler {
 /// [`interrupted_preemptible`] says so, enter or leave idle when no read
 /// section is open, `call_rcu`, take an IRQ-safe lock, wake a waiter.
 /// Handlers are process-wide (tests of one binary share them).
+///
+/// ```
+/// use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use ksync::host::hostile;
+/// use ksync::spinlock::IrqTicketMutex;
+///
+/// static JIFFIES: IrqTicketMutex<u64> = IrqTicketMutex::new(0);
+/// static TICKS: AtomicU64 = AtomicU64::new(0);
+///
+/// // The handler takes the IRQ-safe lock: never while this CPU holds it.
+/// fn timer() {
+///     *JIFFIES.lock() += 1;
+///     TICKS.fetch_add(1, Relaxed);
+/// }
+/// let _timer = hostile::register_interrupt(timer);
+/// for _ in 0..100 {
+///     *JIFFIES.lock() += 1;
+/// }
+/// assert_eq!(*JIFFIES.lock(), 100 + TICKS.load(Relaxed));
+/// ```
 ///
 /// # Panics
 /// When 16 handlers are registered already.
@@ -312,12 +413,36 @@ std::thread_local! {
 /// preempted (its preemption count was zero), so that a tick may report
 /// a quiescent state for it, as Linux's scheduler tick does for RCU
 /// without preemptible read sections.
+///
+/// ```
+/// use ksync::host::hostile;
+///
+/// // A handler that, like Linux's scheduler tick, counts a quiescent
+/// // state only for a context it could have preempted.
+/// fn tick_handler() {
+///     if hostile::interrupted_preemptible() {
+///         // ... the interrupted task was in no read section ...
+///     }
+/// }
+/// let _tick = hostile::register_interrupt(tick_handler);
+/// ```
 pub fn interrupted_preemptible() -> bool {
     INTERRUPTED_COUNT.with(Cell::get) == 0
 }
 
 /// The kernel's tick as an interrupt handler: a quiescent state when the
 /// interrupted context was preemptible (its preemption count zero).
+///
+/// ```
+/// use ksync::host::hostile;
+/// use ksync::rcu;
+///
+/// // The scheduler tick as an interrupt: grace periods end even while the
+/// // test's threads never pass a quiescent state of their own.
+/// let _tick = hostile::register_interrupt(hostile::tick);
+/// let _reader = rcu::read_lock();
+/// // ... a long read section: ticks here report nothing (not preemptible) ...
+/// ```
 pub fn tick() {
     if interrupted_preemptible() {
         crate::rcu::kernel_quiescent_state();
@@ -329,9 +454,19 @@ pub fn tick() {
 /// that the task may switch (preemption count zero, interrupts enabled:
 /// "scheduling while atomic" otherwise), reports the switch to RCU as a
 /// quiescent state and gives the host core away.
+///
+/// ```
+/// use ksync::host::hostile;
+/// use ksync::rcu::srcu::Srcu;
+///
+/// static SRCU: Srcu = Srcu::new();
+/// // The test's wait for an SRCU grace period: a voluntary switch each round.
+/// SRCU.synchronize_with(hostile::schedule);
+/// ```
 pub fn schedule() {
     check_switch("hostile::schedule");
-    if backend::preempt_count() == 0 && !interrupts::irqs_disabled() {
+    if backend::preempt_count() == 0 && !interrupts::irqs_disabled() && !backend::masked_by_ksync()
+    {
         crate::rcu::kernel_quiescent_state();
     }
     std::thread::yield_now();
@@ -404,7 +539,7 @@ fn point_slow(site: &'static core::panic::Location<'static>) {
     }
     let r = draw();
     let roll = (r & 0xFFFF) as u32;
-    let irqs_off = interrupts::irqs_disabled();
+    let irqs_off = interrupts::irqs_disabled() || backend::masked_by_ksync();
     let count = backend::preempt_count();
     let slot = (core::ptr::from_ref(site) as usize >> 3) % SITES;
     let hits = SITE_HITS[slot].fetch_add(1, Ordering::Relaxed);
@@ -454,6 +589,17 @@ fn idle_cpu_event(r: u64) {
 }
 
 /// Runs the kernel's own action with points off.
+/// Runs `f` with the schedule paused on this thread (no point in it acts),
+/// for the host's own reads of shim atomics.
+pub(super) fn paused<T>(f: impl FnOnce() -> T) -> T {
+    let Ok(was) = BUSY.try_with(|b| b.replace(true)) else {
+        return f();
+    };
+    let out = f();
+    let _ = BUSY.try_with(|b| b.set(was));
+    out
+}
+
 fn busy(f: impl FnOnce()) {
     BUSY.with(|b| b.set(true));
     f();
@@ -566,7 +712,7 @@ pub(super) fn check_switch(what: &str) {
         return;
     }
     let count = backend::preempt_count();
-    let masked = interrupts::irqs_disabled();
+    let masked = interrupts::irqs_disabled() || backend::masked_by_ksync();
     if count != 0 || masked || interrupts::in_interrupt() {
         breach(&std::format!(
             "{what} (a context switch) with preemption count {count}, interrupts {}, \
@@ -590,6 +736,17 @@ static STRICT: AtomicU32 = AtomicU32::new(0);
 /// by default; ksync's own suites run with it on, because ksync's
 /// IRQ-saving locks must restore interrupts before they enable preemption
 /// (`spin_unlock_irqrestore`'s order) and must not lose that point.
+///
+/// ```
+/// use ksync::host::hostile;
+/// use ksync::spinlock::IrqTicketMutex;
+///
+/// // What ksync's own suites check: an IRQ-saving lock restores interrupts
+/// // before it enables preemption (`spin_unlock_irqrestore`'s order).
+/// hostile::set_strict(true);
+/// let lock = IrqTicketMutex::new(0);
+/// *lock.lock() += 1;
+/// ```
 pub fn set_strict(on: bool) {
     STRICT.store(u32::from(on), Ordering::Relaxed);
 }

@@ -41,6 +41,17 @@ pub(super) fn irq_restore(flags: usize) {
 /// Whether this thread has "interrupts" disabled (inside an IRQ-saving
 /// lock or an [`IrqState`](crate::spinlock::IrqState)): Linux's
 /// `irqs_disabled()` for the host hooks.
+///
+/// ```
+/// use ksync::host;
+/// use ksync::spinlock::IrqTicketMutex;
+///
+/// let lock = IrqTicketMutex::new(0);
+/// let guard = lock.lock(); // `spin_lock_irqsave`
+/// assert!(host::irqs_disabled());
+/// drop(guard); // `spin_unlock_irqrestore`
+/// assert!(!host::irqs_disabled());
+/// ```
 pub fn irqs_disabled() -> bool {
     IRQS_OFF.with(Cell::get)
 }
@@ -53,6 +64,20 @@ pub fn irqs_disabled() -> bool {
 /// [`irqs_disabled`] and return at once when it is true: a masked
 /// interrupt does not run, and ksync's own code (lockdep's held-lock
 /// stack, IRQ-saving locks) relies on that.
+///
+/// ```
+/// use ksync::host;
+/// use ksync::spinlock::IrqTicketMutex;
+///
+/// static JIFFIES: IrqTicketMutex<u64> = IrqTicketMutex::new(0);
+///
+/// // This thread takes a timer interrupt: the handler takes the IRQ-safe lock.
+/// host::enter_interrupt();
+/// assert!(host::irqs_disabled());
+/// *JIFFIES.lock() += 1;
+/// host::exit_interrupt();
+/// assert_eq!(*JIFFIES.lock(), 1);
+/// ```
 pub fn enter_interrupt() {
     IN_IRQ.with(|irq| {
         let (depth, saved) = irq.get();
@@ -67,6 +92,17 @@ pub fn enter_interrupt() {
 
 /// Ends the innermost [`enter_interrupt`]: at the outermost, "interrupts"
 /// are as they were before it.
+///
+/// ```
+/// use ksync::host;
+///
+/// host::enter_interrupt();
+/// host::enter_interrupt(); // a nested interrupt
+/// host::exit_interrupt();
+/// assert!(host::irqs_disabled()); // still in the outer handler
+/// host::exit_interrupt();
+/// assert!(!host::irqs_disabled()); // back in task context
+/// ```
 ///
 /// # Panics
 /// Without a matching `enter_interrupt`.

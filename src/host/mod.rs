@@ -87,12 +87,38 @@ fn lockdep_reports() -> std::sync::MutexGuard<'static, Option<Vec<String>>> {
 /// From now on (`true`), lockdep reports are recorded, process-wide, for
 /// [`take_lockdep_reports`]; `false` goes back to panicking (the default)
 /// and drops what was recorded.
+///
+/// ```
+/// use ksync::host;
+/// use ksync::spinlock::TicketMutex;
+///
+/// host::record_lockdep_reports(true); // report, don't panic
+/// let inode = TicketMutex::new(0);
+/// let dentry = TicketMutex::new(0);
+/// drop((inode.lock(), dentry.lock())); // inode -> dentry
+/// drop((dentry.lock(), inode.lock())); // dentry -> inode: AB-BA
+/// let reports = host::take_lockdep_reports();
+/// assert_eq!(reports.len(), usize::from(cfg!(feature = "lockdep")));
+/// host::record_lockdep_reports(false);
+/// ```
 pub fn record_lockdep_reports(on: bool) {
     *lockdep_reports() = on.then(Vec::new);
 }
 
 /// The lockdep reports recorded since the last call (each as printed),
 /// oldest first.
+///
+/// ```
+/// use ksync::{host, lockdep};
+///
+/// host::record_lockdep_reports(true);
+/// let map = lockdep::Map::new();
+/// map.release(); // never acquired: a bad unlock
+/// for report in host::take_lockdep_reports() {
+///     assert!(report.contains("does not hold"), "{report}");
+/// }
+/// assert!(host::take_lockdep_reports().is_empty()); // taken
+/// ```
 pub fn take_lockdep_reports() -> Vec<String> {
     lockdep_reports()
         .as_mut()
@@ -102,6 +128,16 @@ pub fn take_lockdep_reports() -> Vec<String> {
 
 /// The host implementation of [`Kernel`]; `ksync` registers it itself when
 /// the `test-hooks` feature is on.
+///
+/// ```
+/// use ksync::host::HostKernel;
+/// use ksync::kernel::Kernel;
+///
+/// // ksync registers it itself; code generic over a kernel can name it.
+/// fn this_cpu<K: Kernel>() -> usize { K::cpu_id() }
+/// let cpu = std::thread::spawn(this_cpu::<HostKernel>).join().unwrap();
+/// assert!(cpu < HostKernel::nr_cpus()); // every thread is a CPU
+/// ```
 #[derive(Debug)]
 pub struct HostKernel;
 

@@ -53,6 +53,30 @@ use crate::arch::{self, IrqWord};
 
 /// A way to save and disable local interrupts, and restore them.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::irq::IrqControl;
+/// use ksync::spinlock::{RawIrqSave, RawTicketLock};
+/// # mod gic { pub fn pmr() -> u8 { 0xff } pub fn set_pmr(_: u8) {} }
+///
+/// /// aarch64 with GIC priority masking: lower the priority mask instead of
+/// /// setting `DAIF.I`, so that pseudo-NMIs still come in.
+/// struct GicPmr;
+///
+/// // SAFETY: a PMR of 0x80 masks every interrupt a lock's handler can
+/// // run in, on this CPU only; restore writes back the saved mask.
+/// unsafe impl IrqControl for GicPmr {
+///     type Flags = u8;
+///     fn save() -> u8 { let old = gic::pmr(); gic::set_pmr(0x80); old }
+///     unsafe fn restore(flags: u8) { gic::set_pmr(flags) }
+/// }
+///
+/// // A lock its handlers take, masking through the PMR.
+/// let raw = RawIrqSave::<_, GicPmr>::with_irq(RawTicketLock::new());
+/// let lock = ksync::lock_api::Mutex::from_raw(raw, 0u32);
+/// *lock.lock() += 1;
+/// ```
+///
 /// # Safety
 /// Between [`save`](IrqControl::save) and the matching
 /// [`restore`](IrqControl::restore), interrupt handlers that take
@@ -63,9 +87,33 @@ pub unsafe trait IrqControl {
     type Flags: Copy;
 
     /// Saves the local interrupt state and disables interrupts.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::{ArchIrq, IrqControl};
+    ///
+    /// let flags = ArchIrq::save(); // `local_irq_save`
+    /// // ... nothing on this CPU interrupts this ...
+    /// // SAFETY: `flags` is this CPU's latest save.
+    /// unsafe { ArchIrq::restore(flags) };
+    /// ```
     fn save() -> Self::Flags;
 
     /// Restores a state saved by [`save`](IrqControl::save).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::{IrqControl, KernelIrq};
+    ///
+    /// let outer = KernelIrq::save();
+    /// let inner = KernelIrq::save(); // nests: already off
+    /// // SAFETY: restored on this CPU, innermost first.
+    /// unsafe { KernelIrq::restore(inner) };
+    /// assert!(ksync::host::irqs_disabled()); // `outer` still holds them off
+    /// // SAFETY: as above.
+    /// unsafe { KernelIrq::restore(outer) };
+    /// assert!(!ksync::host::irqs_disabled());
+    /// ```
     ///
     /// # Safety
     /// `flags` comes from the matching `save` on this CPU; saves are
@@ -86,6 +134,18 @@ pub unsafe trait IrqControl {
 /// ([`Kernel::irq_save`](super::Kernel::irq_save)): the default of
 /// [`IrqState`] and the IRQ-saving locks. Needs
 /// [`set_kernel!`](crate::set_kernel).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::irq::{IrqState, KernelIrq};
+///
+/// // The default: the kernel's `irq_save`/`irq_restore` hooks, so lockdep
+/// // and the kernel's own bookkeeping see the masking.
+/// let state: IrqState<KernelIrq> = IrqState::save();
+/// assert!(ksync::host::irqs_disabled());
+/// drop(state);
+/// assert!(!ksync::host::irqs_disabled());
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct KernelIrq;
 
@@ -110,6 +170,18 @@ unsafe impl IrqControl for KernelIrq {
 /// Interrupt masking with the architecture's default (the table in the
 /// module docs), without the kernel's hooks: for binaries that never call
 /// [`set_kernel!`](crate::set_kernel).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::irq::{ArchIrq, IrqState};
+///
+/// // Firmware without `set_kernel!`: mask with the CPU's own instructions.
+/// fn timer_tick_bookkeeping() {
+///     let _irqs_off = IrqState::<ArchIrq>::save_with();
+///     // ... update what the timer interrupt handler also touches ...
+/// }
+/// timer_tick_bookkeeping();
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct ArchIrq;
 
@@ -123,15 +195,26 @@ unsafe impl IrqControl for ArchIrq {
     #[inline]
     fn save() -> Self::Flags {
         let flags = arch::irq_save();
-        // lockdep counts masking through ksync, whichever way it is done.
-        #[cfg(feature = "lockdep")]
+        // lockdep counts masking through ksync, whichever way it is done;
+        // so do the host kernel's debug builds, for `might_sleep` (the
+        // host's `irqs_disabled` does not see `critical-section` masking).
+        // Not other debug builds: counting per CPU needs the kernel's
+        // `cpu_id` hook, and `ArchIrq` needs no hooks at all (a kernel's
+        // `Kernel::irqs_disabled` reading the CPU's flag sees it instead).
+        #[cfg(any(
+            feature = "lockdep",
+            all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+        ))]
         count_masked();
         flags
     }
 
     #[inline]
     unsafe fn restore(flags: Self::Flags) {
-        #[cfg(feature = "lockdep")]
+        #[cfg(any(
+            feature = "lockdep",
+            all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+        ))]
         count_unmasking();
         // SAFETY: forwarded caller contract.
         unsafe { arch::irq_restore(flags) }
@@ -141,6 +224,22 @@ unsafe impl IrqControl for ArchIrq {
 /// Saved local interrupt state, restored when dropped.
 ///
 /// `!Send`: interrupt state belongs to the CPU that saved it.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+/// use ksync::kernel::irq::IrqState;
+///
+/// // This CPU's timer interrupt handler reads both: it must never run
+/// // between the two updates.
+/// static TICKS: AtomicU64 = AtomicU64::new(0);
+/// static CLOCK_NS: AtomicU64 = AtomicU64::new(0);
+///
+/// let _irqs = IrqState::save(); // `local_irq_save(flags)`
+/// TICKS.fetch_add(1, Relaxed);
+/// CLOCK_NS.fetch_add(1_000_000, Relaxed);
+/// // `local_irq_restore(flags)` when `_irqs` drops
+/// ```
 #[must_use = "dropping the state restores interrupts at once"]
 pub struct IrqState<I: IrqControl = KernelIrq> {
     flags: I::Flags,
@@ -150,6 +249,14 @@ pub struct IrqState<I: IrqControl = KernelIrq> {
 impl IrqState {
     /// Saves the local interrupt state and disables interrupts on this CPU,
     /// through the kernel's hook ([`KernelIrq`]).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// let flags = ksync::kernel::irq::IrqState::save();
+    /// assert!(ksync::host::irqs_disabled());
+    /// drop(flags); // interrupts back as they were
+    /// assert!(!ksync::host::irqs_disabled());
+    /// ```
     #[doc(alias = "local_irq_save")]
     #[inline]
     pub fn save() -> Self {
@@ -160,6 +267,14 @@ impl IrqState {
 impl<I: IrqControl> IrqState<I> {
     /// Saves and disables local interrupts with `I` (for example
     /// `IrqState::<ArchIrq>::save_with()`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::{ArchIrq, IrqState};
+    ///
+    /// let _off = IrqState::<ArchIrq>::save_with();
+    /// // ... interrupts masked with the CPU's own instructions ...
+    /// ```
     #[inline]
     pub fn save_with() -> Self {
         Self {
@@ -174,6 +289,20 @@ impl<I: IrqControl> IrqState<I> {
     /// restore ([`from_flags`](Self::from_flags), or `I::restore`), on
     /// this CPU, in nesting order. For a state handed to another context
     /// (a lock released by the next task after a context switch).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::IrqState;
+    ///
+    /// // A context switch with interrupts off: the outgoing task gives its saved
+    /// // state to the scheduler, the next task restores it.
+    /// let flags: usize = IrqState::save().into_flags();
+    /// // ... switch_to(next) ...
+    /// // SAFETY: saved on this CPU above, not restored since, owned only here.
+    /// let restored: IrqState = unsafe { IrqState::from_flags(flags) };
+    /// drop(restored);
+    /// assert!(!ksync::host::irqs_disabled());
+    /// ```
     #[inline]
     #[must_use = "the state must be restored: pass it to `IrqState::from_flags`"]
     pub fn into_flags(self) -> I::Flags {
@@ -185,6 +314,18 @@ impl<I: IrqControl> IrqState<I> {
     /// Takes over a state saved by [`save_with`](Self::save_with) and
     /// given up by [`into_flags`](Self::into_flags): dropping it restores
     /// the state.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::IrqState;
+    ///
+    /// let flags = IrqState::save().into_flags();
+    /// assert!(ksync::host::irqs_disabled());
+    /// // SAFETY: `flags` came from `into_flags` on this CPU, not restored since.
+    /// let state: IrqState = unsafe { IrqState::from_flags(flags) };
+    /// drop(state); // restores
+    /// assert!(!ksync::host::irqs_disabled());
+    /// ```
     ///
     /// # Safety
     /// `flags` came from `into_flags` of a state saved on this CPU, not
@@ -340,15 +481,25 @@ pub(crate) unsafe fn default_restore(cpu_id: fn() -> usize, flags: usize) {
 
 /// How deeply each CPU has masked interrupts through ksync's hooks and
 /// [`ArchIrq`]: lockdep asks it whether a lock is taken with interrupts
-/// on. Kept here, beside the masking, so that lockdep reads it from below.
-#[cfg(feature = "lockdep")]
+/// on, and `might_sleep` whether a sleep comes with interrupts masked
+/// (the host kernel's debug builds count [`ArchIrq`] masking for that,
+/// which the host's `irqs_disabled` does not see; other builds without
+/// lockdep count nothing: counting needs the kernel's hooks, which
+/// [`ArchIrq`] must not). Kept here, beside the masking, so that lockdep reads it from below.
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 static MASKED_DEPTH: [crate::sync::AtomicU32; MAX_CPUS] =
     [const { crate::sync::AtomicU32::new(0) }; MAX_CPUS];
 
 /// The kernel's CPU id without [`cpu_id`](super::cpu_id)'s range check,
 /// for code that reads it with interrupts masked: it must leave the
 /// section before it panics on a bad id (see [`default_save`]).
-#[cfg(feature = "lockdep")]
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 #[inline]
 pub(crate) fn cpu_id_unchecked() -> usize {
     super::ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1()
@@ -357,14 +508,20 @@ pub(crate) fn cpu_id_unchecked() -> usize {
 /// This CPU's masking counter: `None` for a CPU id out of range, which
 /// is not counted (a check that can leave the masked section reports
 /// it: a panic here would run with interrupts masked).
-#[cfg(feature = "lockdep")]
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 #[inline]
 fn masked_depth() -> Option<&'static crate::sync::AtomicU32> {
     MASKED_DEPTH.get(cpu_id_unchecked())
 }
 
 /// This CPU masked interrupts through ksync (called just after masking).
-#[cfg(feature = "lockdep")]
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 #[inline]
 pub(crate) fn count_masked() {
     use crate::sync::Ordering::Relaxed;
@@ -376,7 +533,10 @@ pub(crate) fn count_masked() {
 }
 
 /// This CPU is about to restore interrupts through ksync.
-#[cfg(feature = "lockdep")]
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 #[inline]
 pub(crate) fn count_unmasking() {
     use crate::sync::Ordering::Relaxed;
@@ -388,16 +548,35 @@ pub(crate) fn count_unmasking() {
 
 /// Whether this CPU has masked interrupts through ksync (`false` for a
 /// CPU id out of range, which nothing counts).
-#[cfg(feature = "lockdep")]
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
 #[inline]
 pub(crate) fn masked_by_ksync() -> bool {
+    masked_on(cpu_id_unchecked())
+}
+
+/// Whether CPU `cpu` has masked interrupts through ksync (for the host
+/// kernel, which knows the id without asking its own hook).
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
+#[inline]
+pub(crate) fn masked_on(cpu: usize) -> bool {
     // Relaxed: this CPU's own counter (a stale read after a migration can
     // only hide a use with interrupts on, never invent one).
-    masked_depth().is_some_and(|depth| depth.load(crate::sync::Ordering::Relaxed) != 0)
+    MASKED_DEPTH
+        .get(cpu)
+        .is_some_and(|depth| depth.load(crate::sync::Ordering::Relaxed) != 0)
 }
 
 /// CPU `id` went offline (a host test thread exited): its count restarts.
-#[cfg(all(feature = "lockdep", feature = "test-hooks"))]
+#[cfg(all(
+    any(feature = "lockdep", all(debug_assertions, not(ksync_loom))),
+    feature = "test-hooks"
+))]
 pub(crate) fn forget_masking(id: usize) {
     // Relaxed: nobody else uses the id yet.
     MASKED_DEPTH[id].store(0, crate::sync::Ordering::Relaxed);

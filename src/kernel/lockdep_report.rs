@@ -23,6 +23,22 @@ pub(crate) const REPORT_CHAIN: usize = 8;
 pub(crate) const REPORT_HELD: usize = 8;
 
 /// Which bug a [`Report`] is about (see the [module docs](super#what-it-reports)).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockdep::{Report, ReportKind};
+/// # macro_rules! pr_warn { ($($t:tt)*) => { eprintln!($($t)*) } }
+///
+/// // A kernel's `Kernel::lockdep_report`: carry on after ordering bugs,
+/// // stop after the ones that corrupt state.
+/// fn lockdep_report(report: &Report) {
+///     pr_warn!("{report}");
+///     if matches!(report.kind(), ReportKind::BadUnlock | ReportKind::Recursion) {
+///         panic!("lockdep: {:?}", report.kind());
+///     }
+/// }
+/// # let _ = lockdep_report;
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -70,6 +86,17 @@ pub(crate) enum Name {
 /// A lock class, as a [`Report`] names it: where its locks are built
 /// (`file:line:column`), its key's name (in quotes), or, for a lock of its
 /// own class, its address; then `/n` for a subclass `n` other than 0.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockdep::{Class, Report};
+///
+/// // Name the held class of the new edge, with its subclass: "file:line:col/1".
+/// fn held_class(report: &Report) -> Option<Class> {
+///     report.cycle().next().map(|link| link.from())
+/// }
+/// # let _ = held_class;
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Class {
     pub(crate) name: Name,
@@ -78,6 +105,17 @@ pub struct Class {
 
 impl Class {
     /// The subclass (0 unless taken with a `*_nested` method).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Site;
+    ///
+    /// // A nested acquisition (`lock_nested(1)`) shows as subclass 1.
+    /// fn is_nested(site: &Site) -> bool {
+    ///     site.class().subclass() != 0
+    /// }
+    /// # let _ = is_nested;
+    /// ```
     #[must_use]
     pub fn subclass(&self) -> u8 {
         self.subclass
@@ -99,6 +137,19 @@ impl fmt::Display for Class {
 }
 
 /// A lock in a report: its class, and where it was taken (if known).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockdep::Report;
+/// # macro_rules! pr_warn { ($($t:tt)*) => { eprintln!($($t)*) } }
+///
+/// fn lockdep_report(report: &Report) {
+///     if let Some(site) = report.lock() {
+///         pr_warn!("while taking {site}"); // class "inode" at fs/inode.rs:42:9
+///     }
+/// }
+/// # let _ = lockdep_report;
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Site {
     pub(crate) class: Class,
@@ -107,12 +158,34 @@ pub struct Site {
 
 impl Site {
     /// The lock's class.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Report;
+    ///
+    /// // Which class a kernel should blame in its bug tracker.
+    /// fn culprit(report: &Report) -> Option<String> {
+    ///     report.lock().map(|site| site.class().to_string())
+    /// }
+    /// # let _ = culprit;
+    /// ```
     #[must_use]
     pub fn class(&self) -> Class {
         self.class
     }
 
     /// Where it was taken (or released, for a bad unlock).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Report;
+    ///
+    /// // The source file of the offending acquisition, for a `MAINTAINERS` lookup.
+    /// fn file(report: &Report) -> Option<&'static str> {
+    ///     report.lock()?.at().map(|at| at.file())
+    /// }
+    /// # let _ = file;
+    /// ```
     #[must_use]
     pub fn at(&self) -> Option<&'static Location<'static>> {
         self.at
@@ -132,6 +205,20 @@ impl fmt::Display for Site {
 /// One edge of a dependency cycle: `to` was taken while `from` was held;
 /// `from_at` and `to_at` are where the two were taken the first time this
 /// order was seen.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockdep::Report;
+/// # macro_rules! pr_warn { ($($t:tt)*) => { eprintln!($($t)*) } }
+///
+/// // One line per edge of a circular dependency: `A -> B`.
+/// fn print_cycle(report: &Report) {
+///     for (i, link) in report.cycle().enumerate() {
+///         pr_warn!("  #{i} {} -> {}", link.from(), link.to());
+///     }
+/// }
+/// # let _ = print_cycle;
+/// ```
 #[derive(Clone, Copy, Debug)]
 pub struct Link {
     pub(crate) from: Class,
@@ -142,12 +229,34 @@ pub struct Link {
 
 impl Link {
     /// The class held.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Link;
+    ///
+    /// // The lock that was held when `to` was taken.
+    /// fn held(link: &Link) -> String {
+    ///     link.from().to_string()
+    /// }
+    /// # let _ = held;
+    /// ```
     #[must_use]
     pub fn from(&self) -> Class {
         self.from
     }
 
     /// The class taken while `from` was held.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Link;
+    ///
+    /// // An edge into a subclass: a `lock_nested` acquisition took part.
+    /// fn into_nested(link: &Link) -> bool {
+    ///     link.to().subclass() != 0
+    /// }
+    /// # let _ = into_nested;
+    /// ```
     #[must_use]
     pub fn to(&self) -> Class {
         self.to
@@ -178,6 +287,24 @@ fn write_at(f: &mut fmt::Formatter<'_>, at: Option<Loc>) -> fmt::Result {
 /// [`Kernel::lockdep_report`](crate::kernel::Kernel::lockdep_report).
 /// `Display` prints it in full (see the [module docs](super#reading-a-report)
 /// for an example and how to read it).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::Kernel;
+/// use ksync::lockdep::Report;
+/// # macro_rules! pr_warn { ($($t:tt)*) => { eprintln!($($t)*) } }
+///
+/// # struct MyKernel;
+/// // SAFETY: one CPU, never preempted.
+/// unsafe impl Kernel for MyKernel {
+/// #     fn cpu_id() -> usize { 0 }
+/// #     fn nr_cpus() -> usize { 1 }
+///     fn lockdep_report(report: &Report) {
+///         pr_warn!("{report}"); // the whole splat, as the module docs show
+///     }
+/// }
+/// ksync::set_kernel!(MyKernel);
+/// ```
 #[derive(Clone, Debug)]
 pub struct Report {
     pub(crate) kind: ReportKind,
@@ -233,18 +360,53 @@ impl Report {
     }
 
     /// Which bug this is.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::{Report, ReportKind};
+    ///
+    /// // Interrupt inversions are the ones worth a reboot in production.
+    /// fn fatal(report: &Report) -> bool {
+    ///     matches!(report.kind(), ReportKind::IrqInversion | ReportKind::IrqSafeToUnsafe)
+    /// }
+    /// # let _ = fatal;
+    /// ```
     #[must_use]
     pub fn kind(&self) -> ReportKind {
         self.kind
     }
 
     /// The CPU that found it.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Report;
+    /// # fn dump_stack_of(_cpu: usize) {}
+    ///
+    /// fn lockdep_report(report: &Report) {
+    ///     dump_stack_of(report.cpu()); // the CPU that tripped over it
+    /// }
+    /// # let _ = lockdep_report;
+    /// ```
     #[must_use]
     pub fn cpu(&self) -> usize {
         self.cpu
     }
 
     /// The lock being taken or released when the bug was found.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Report;
+    ///
+    /// fn where_taken(report: &Report) -> String {
+    ///     match report.lock() {
+    ///         Some(site) => site.to_string(),
+    ///         None => "no lock (a check)".into(),
+    ///     }
+    /// }
+    /// # let _ = where_taken;
+    /// ```
     #[must_use]
     pub fn lock(&self) -> Option<Site> {
         self.lock
@@ -256,11 +418,34 @@ impl Report {
     /// the full length). For an
     /// [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the chain of
     /// edges from the IRQ-safe class to the IRQ-unsafe one.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::{Report, ReportKind};
+    ///
+    /// // The classes of an AB-BA deadlock, in the order they close the circle.
+    /// fn cycle_classes(report: &Report) -> Vec<String> {
+    ///     assert_eq!(report.kind(), ReportKind::Cycle);
+    ///     report.cycle().map(|link| link.to().to_string()).collect()
+    /// }
+    /// # let _ = cycle_classes;
+    /// ```
     pub fn cycle(&self) -> impl Iterator<Item = &Link> {
         self.chain.iter().flatten()
     }
 
     /// The number of edges in the cycle or chain (0 for other kinds).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Report;
+    ///
+    /// // A two-lock AB-BA is the common case; longer cycles deserve a closer look.
+    /// fn is_ab_ba(report: &Report) -> bool {
+    ///     report.cycle_len() == 2
+    /// }
+    /// # let _ = is_ab_ba;
+    /// ```
     #[must_use]
     pub fn cycle_len(&self) -> usize {
         self.chain_len
@@ -268,6 +453,19 @@ impl Report {
 
     /// For an [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the
     /// IRQ-safe class, and where it was first taken in a handler.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Report;
+    /// # macro_rules! pr_warn { ($($t:tt)*) => { eprintln!($($t)*) } }
+    ///
+    /// fn explain(report: &Report) {
+    ///     if let (Some(safe), Some(unsafe_)) = (report.irq_safe(), report.irq_unsafe()) {
+    ///         pr_warn!("{safe} is taken in a handler and leads to {unsafe_}");
+    ///     }
+    /// }
+    /// # let _ = explain;
+    /// ```
     #[must_use]
     pub fn irq_safe(&self) -> Option<Site> {
         self.irq_safe
@@ -276,6 +474,17 @@ impl Report {
     /// For an [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the
     /// IRQ-unsafe class, and where it was first taken with interrupts
     /// enabled.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Report;
+    ///
+    /// // The lock to convert to an IRQ-saving one (`spin_lock_irqsave`).
+    /// fn to_fix(report: &Report) -> Option<String> {
+    ///     report.irq_unsafe().map(|site| site.class().to_string())
+    /// }
+    /// # let _ = to_fix;
+    /// ```
     #[must_use]
     pub fn irq_unsafe(&self) -> Option<Site> {
         self.irq_unsafe
@@ -293,6 +502,20 @@ impl Report {
 
     /// The locks this CPU held (for [`LocksHeld`](ReportKind::LocksHeld)
     /// and [`TooDeep`](ReportKind::TooDeep); at most 8 are kept).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Report;
+    /// # macro_rules! pr_warn { ($($t:tt)*) => { eprintln!($($t)*) } }
+    ///
+    /// // `LocksHeld`: what was still held where sleeping was not allowed.
+    /// fn print_held(report: &Report) {
+    ///     for site in report.held() {
+    ///         pr_warn!("  held: {site}");
+    ///     }
+    /// }
+    /// # let _ = print_held;
+    /// ```
     pub fn held(&self) -> impl Iterator<Item = &Site> {
         self.held.iter().flatten()
     }

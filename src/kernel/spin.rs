@@ -90,6 +90,19 @@ static MODE: AtomicU8 = AtomicU8::new(UNKNOWN);
 /// which on architectures without a hypervisor bit is FIFO *watching* for
 /// stalls.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel;
+/// # fn booted_with_dedicated_vcpus() -> bool { true }
+///
+/// // At boot, before the other CPUs start: a guest whose vCPUs are pinned
+/// // to host cores of their own keeps the fair FIFO hand-off for good.
+/// if booted_with_dedicated_vcpus() {
+///     kernel::set_vcpu_preemptible(false);
+/// }
+/// assert!(!kernel::vcpu_preemptible());
+/// ```
+///
 /// # Watching for descheduled CPUs
 ///
 /// Only x86_64 has an architectural "you are a guest" bit, and it says
@@ -182,6 +195,16 @@ pub fn set_vcpu_preemptible(preemptible: bool) {
 /// [`set_vcpu_preemptible`]); detected on first use when never set, and
 /// `true` from the moment a FIFO waiter detected a stall
 /// ([`vcpu_stall`]).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel;
+///
+/// // The host test hooks: threads play CPUs and may be descheduled.
+/// assert!(kernel::vcpu_preemptible());
+/// kernel::set_vcpu_preemptible(false); // as a bare-metal kernel would say
+/// assert!(!kernel::vcpu_preemptible());
+/// ```
 #[inline]
 pub fn vcpu_preemptible() -> bool {
     let mode = MODE.load(Relaxed);
@@ -195,6 +218,17 @@ pub fn vcpu_preemptible() -> bool {
 
 /// The three ways the FIFO locks can hand off ([`vcpu_mode`],
 /// [`set_vcpu_mode`]).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::{self, VcpuMode};
+///
+/// match kernel::vcpu_mode() {
+///     VcpuMode::Fifo | VcpuMode::FifoWatching => { /* fair FIFO hand-off */ }
+///     VcpuMode::Preemptible => { /* test-and-set with backoff */ }
+///     _ => {}
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub enum VcpuMode {
@@ -238,6 +272,16 @@ pub fn vcpu_mode() -> VcpuMode {
 /// otherwise, or after a test forced a mode. The same rules as
 /// [`set_vcpu_preemptible`]: at boot, or at any time at the price of
 /// fairness only.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::{self, VcpuMode};
+///
+/// // An x86_64 guest with dedicated vCPUs: the hypervisor bit says
+/// // "preemptible", but FIFO is wanted until a real stall says otherwise.
+/// kernel::set_vcpu_mode(VcpuMode::FifoWatching);
+/// assert_eq!(kernel::vcpu_mode(), VcpuMode::FifoWatching);
+/// ```
 pub fn set_vcpu_mode(mode: VcpuMode) {
     let mode = match mode {
         VcpuMode::Fifo => FIFO_FORCED,
@@ -304,6 +348,16 @@ const NO_RATE: usize = usize::MAX;
 /// then counts spin rounds ([`STALL_BOUND_ROUNDS`]). Set it at boot; a
 /// change later only moves the bound of checks that follow.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel;
+///
+/// // riscv64: the device tree's `timebase-frequency` is 10 MHz.
+/// let timebase_hz: u64 = 10_000_000;
+/// kernel::set_stall_clock_rate(timebase_hz / 1000);
+/// assert_eq!(kernel::stall_clock_rate(), Some(10_000));
+/// ```
+///
 /// # Panics
 /// If `ticks_per_ms` is 0, or does not fit a `usize` below `usize::MAX`.
 pub fn set_stall_clock_rate(ticks_per_ms: u64) {
@@ -321,6 +375,17 @@ pub fn set_stall_clock_rate(ticks_per_ms: u64) {
 /// architecture's counter ([`set_stall_clock_rate`] says where it comes
 /// from); `None` where no counter or no rate is known (the watch counts
 /// spin rounds).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel;
+///
+/// // Where the stall watch gets its time from, e.g. for a boot message:
+/// match kernel::stall_clock_rate() {
+///     Some(rate) => println!("lock stall watch: {rate} ticks/ms"),
+///     None => println!("lock stall watch: counting spin rounds"),
+/// }
+/// ```
 pub fn stall_clock_rate() -> Option<u64> {
     // Relaxed: see `set_stall_clock_rate`.
     let rate = match CLOCK_RATE.load(Relaxed) {
@@ -381,6 +446,23 @@ fn calibrate() -> Option<u64> {
 
 /// The report of the stall that switched the locks to test-and-set
 /// hand-off ([`vcpu_stall`], [`set_vcpu_stall_hook`]).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::VcpuStall;
+///
+/// // What a kernel logs once it polls `vcpu_stall()` after boot:
+/// fn log_stall(stall: &VcpuStall) {
+///     let unit = if stall.ticks { "ticks" } else { "spin rounds" };
+///     println!(
+///         "{}: no hand-off for {} {unit} (bound {}): vCPUs look oversubscribed",
+///         stall.lock, stall.waited, stall.bound,
+///     );
+/// }
+/// if let Some(stall) = ksync::kernel::vcpu_stall() {
+///     log_stall(&stall);
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 #[non_exhaustive]
 pub struct VcpuStall {
@@ -452,6 +534,20 @@ pub fn vcpu_stall() -> Option<VcpuStall> {
 /// waiter holds a place in the lock's queue: it must not take a lock, nor
 /// print through a console behind one (record, and report later; or poll
 /// [`vcpu_stall`]). Set it at boot, before locks are contended.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicBool, Ordering::Relaxed};
+/// use ksync::kernel::{self, VcpuStall};
+///
+/// // The hook runs inside a lock wait: record only, print later.
+/// static SWITCHED: AtomicBool = AtomicBool::new(false);
+/// fn on_stall(_stall: &VcpuStall) {
+///     SWITCHED.store(true, Relaxed);
+/// }
+/// kernel::set_vcpu_stall_hook(on_stall);
+/// # assert!(!SWITCHED.load(Relaxed));
+/// ```
 pub fn set_vcpu_stall_hook(hook: fn(&VcpuStall)) {
     // Release pairs with the Acquire load in `report_stall`; a function
     // pointer carries no data, so Relaxed would do too.
@@ -620,6 +716,17 @@ fn report_stall(site: StallSite, stall: &VcpuStall) {
 /// What a lock waiter does when it has spun for a bounded time without
 /// progress ([`set_spin_wait`]).
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::{self, SpinWait};
+/// # mod sched { pub fn yield_current() {} }
+///
+/// // A guest kernel that gives the vCPU away rather than spin behind a
+/// // descheduled holder; no halt, so no kick is needed.
+/// static YIELD: SpinWait = SpinWait { wait: sched::yield_current, kick: None };
+/// kernel::set_spin_wait(&YIELD);
+/// ```
+///
 /// # The contract
 ///
 /// A waiter checks its condition (the lock looks free, its queue node was
@@ -738,6 +845,20 @@ fn default_wait() {
 /// new policy (the waiter then sleeps until the next kick); and a halting
 /// policy must never be replaced while a CPU may be waiting in it (its
 /// kick would no longer be sent).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::kernel::{self, SpinWait};
+/// # mod arch { pub fn wfe() {} pub fn dsb_sev() {} }
+///
+/// // aarch64 at boot: waiters halt in `wfe` and every unlock that may free
+/// // one sends `dsb ish; sev` (latched: a `sev` before the `wfe` is not lost).
+/// static WFE: SpinWait = SpinWait { wait: arch::wfe, kick: Some(arch::dsb_sev) };
+/// kernel::set_spin_wait(&WFE);
+///
+/// let lock = ksync::spinlock::TicketMutex::new(0);
+/// *lock.lock() += 1; // uncontended: never waits, never kicks
+/// ```
 pub fn set_spin_wait(wait: &'static SpinWait) {
     // The flag first, then the pointer: a CPU that sees the new policy
     // (Acquire in `policy`) sees the flag too. Relaxed: ordered by the

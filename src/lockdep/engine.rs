@@ -20,8 +20,8 @@
 use core::cell::UnsafeCell;
 
 use super::graph::{
-    self, CHAIN_REPORTED, Dir, Full, GraphGuard, IN_IRQ, IN_IRQ_READ, INVERSION_REPORTED, IRQS_ON,
-    Key, RECURSION_REPORTED,
+    self, CHAIN_REPORTED, Dir, Full, GraphGuard, IN_IRQ, IN_IRQ_READ, IN_IRQ_SHARED,
+    INVERSION_REPORTED, IRQS_ON, IRQS_ON_SHARED, Key, NO_CLASS, RECURSION_REPORTED, conflicts,
 };
 use super::{MAX_CLASSES, MAX_DEPENDENCIES, MAX_LOCK_DEPTH, MAX_SUBCLASSES, Map, MapKey};
 use crate::kernel::lockdep_report::{
@@ -41,6 +41,27 @@ const IN_HANDLER: u8 = 1 << 1;
 /// Held-entry flag: a sleeping lock (a mutex): its holder may sleep, so
 /// it does not count for "locks held where one may not sleep".
 const SLEEPING: u8 = 1 << 2;
+/// Held-entry flag: held shared (a reader-writer lock's read).
+const SHARED: u8 = 1 << 3;
+/// Held-entry flag: a recursive read (Linux's `read == 2`): it never
+/// waits for a waiting writer, so, as a try-lock, it adds no lock order
+/// and is no recursion; unlike one, it does wait for a writer that holds
+/// the lock, so it counts as interrupt usage.
+const RECURSIVE: u8 = 1 << 4;
+
+/// How an acquisition holds its lock (Linux's `read` argument of
+/// `lock_acquire`: 0, 1, 2).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub(super) enum Access {
+    /// For writing (every lock that is not a reader-writer one).
+    Exclusive,
+    /// For reading, waiting behind a waiting writer (a fair rwlock's
+    /// read outside interrupt context).
+    Shared,
+    /// For reading, never behind a waiting writer (a queued rwlock's read
+    /// in interrupt context, or one its upgradeable holder takes).
+    SharedRecursive,
+}
 
 /// One held lock.
 #[derive(Clone, Copy)]
@@ -308,6 +329,7 @@ pub(super) fn acquire(
     try_lock: bool,
     irqs_off: bool,
     sleeping: bool,
+    access: Access,
 ) {
     assert!(
         subclass < MAX_SUBCLASSES,
@@ -329,6 +351,11 @@ pub(super) fn acquire(
     }
     if sleeping {
         flags |= SLEEPING;
+    }
+    match access {
+        Access::Exclusive => {}
+        Access::Shared => flags |= SHARED,
+        Access::SharedRecursive => flags |= SHARED | RECURSIVE,
     }
     let mut entry = Held {
         map: addr(map),
@@ -390,8 +417,8 @@ pub(super) fn read_access(map: &Map, at: Loc) {
             return None;
         }
         let slot = g.slot_mut(class);
-        slot.irq_at = Some(at);
-        let irqs_on_at = slot.irqs_on_at;
+        slot.set_use_at(IN_IRQ_READ, Some(at));
+        let irqs_on_at = slot.use_at(IRQS_ON);
         let mut bits = IN_IRQ_READ;
         let mut report = None;
         if usage & IRQS_ON != 0 && usage & INVERSION_REPORTED == 0 {
@@ -451,13 +478,17 @@ fn check(
     entry.class = class;
     let held = &cpu.held[..cpu.depth];
     let try_lock = entry.flags & TRY != 0;
+    // Adds no lock order and is no recursion: a try-lock, or a recursive
+    // read.
+    let no_wait = entry.flags & (TRY | RECURSIVE) != 0;
+    let shared = entry.flags & SHARED != 0;
     let in_irq = entry.flags & IN_HANDLER != 0;
     let mut report = None;
 
     // 1. Recursion: this class already held (in any context: a handler
     // spinning on a lock its interrupted code holds is a deadlock too).
     let mut recursion = false;
-    let prev = if try_lock {
+    let prev = if no_wait {
         None
     } else {
         held.iter().rev().find(|h| h.class == class)
@@ -485,33 +516,25 @@ fn check(
     }
 
     // 2. Interrupt usage: in a handler (try-locks never wait, so they do
-    // not count) or with interrupts enabled; both is an inversion.
-    let need = if in_irq {
-        if try_lock { 0 } else { IN_IRQ }
-    } else if irqs_on {
-        IRQS_ON
-    } else {
-        0
+    // not count) or with interrupts enabled, for writing or for reading;
+    // a conflicting pair (`graph::conflicts`: a read in a handler and a
+    // read with interrupts enabled are not one) is an inversion.
+    let need = match (in_irq, shared) {
+        (true, _) if try_lock => 0,
+        (true, false) => IN_IRQ,
+        (true, true) => IN_IRQ_SHARED,
+        (false, false) if irqs_on => IRQS_ON,
+        (false, true) if irqs_on => IRQS_ON_SHARED,
+        (false, _) => 0,
     };
     if need != 0 && graph::usage(class) & need == 0 {
         let g = lock(&mut graph);
         let usage = graph::usage(class);
         if usage & need == 0 {
+            let other = conflicts(need);
             let slot = g.slot_mut(class);
-            let other_at = if need == IN_IRQ {
-                slot.irq_at = entry.at;
-                slot.irqs_on_at
-            } else {
-                slot.irqs_on_at = entry.at;
-                slot.irq_at
-            };
-            // A seqlock reader in a handler conflicts with its writers
-            // taking the lock with interrupts enabled (`read_access`).
-            let other = if need == IN_IRQ {
-                IRQS_ON
-            } else {
-                IN_IRQ | IN_IRQ_READ
-            };
+            slot.set_use_at(need, entry.at);
+            let other_at = slot.first_use_at(usage & other);
             let mut bits = need;
             let both = usage & other != 0;
             if both && usage & INVERSION_REPORTED == 0 {
@@ -528,15 +551,20 @@ fn check(
                         at: other_at,
                     });
                     // `other` is the use in a handler.
-                    r.flag = need == IRQS_ON;
+                    r.flag = !in_irq;
                     report = Some(r);
                 }
             }
             g.mark(class, bits);
             // A class that just became IRQ-safe may lead to an IRQ-unsafe
             // one, or one that just became IRQ-unsafe be led to from an
-            // IRQ-safe one (a class that is both is the inversion above).
-            if report.is_none() && !both {
+            // IRQ-safe one (a class that is both is the inversion above;
+            // one that was IRQ-unsafe already was searched then; a read
+            // in a handler makes a class IRQ-safe only through the orders
+            // taken holding it for writing, see `IN_IRQ_SHARED`).
+            let searched =
+                need & (IRQS_ON | IRQS_ON_SHARED) != 0 && usage & (IRQS_ON | IRQS_ON_SHARED) != 0;
+            if report.is_none() && !both && !searched {
                 report = usage_chain(g, class, need, entry, id);
             }
         }
@@ -546,12 +574,18 @@ fn check(
     // the stack and those under it down to the first that was not a
     // try-lock (the earlier ones already lead to it), in this context
     // only. A try-lock adds none: it cannot wait.
-    if !try_lock && !recursion {
+    if !no_wait && !recursion {
         for prev in held.iter().rev() {
             if prev.flags & IN_HANDLER != entry.flags & IN_HANDLER {
                 break;
             }
-            if !graph::edge_known(prev.class, class) {
+            // Held for writing: the order is also recorded as such (an
+            // IRQ-safe read of `prev` leads on only through those).
+            let exclusive = prev.flags & SHARED == 0;
+            let known = |from, to| {
+                graph::edge_known(from, to) && (!exclusive || graph::edge_known_exclusive(from, to))
+            };
+            if !known(prev.class, class) {
                 let g = lock(&mut graph);
                 if !graph::edge_known(prev.class, class) {
                     if report.is_none() {
@@ -561,12 +595,22 @@ fn check(
                         let c = g.describe(class);
                         return table_full(full, g, c, entry.at, id);
                     }
+                    if exclusive {
+                        g.mark_exclusive(prev.class, class);
+                    }
+                    if report.is_none() {
+                        report = edge_chain(g, prev, entry, id);
+                    }
+                } else if !known(prev.class, class) {
+                    // Known, first held for writing now: `prev` may just
+                    // have become IRQ-safe along it.
+                    g.mark_exclusive(prev.class, class);
                     if report.is_none() {
                         report = edge_chain(g, prev, entry, id);
                     }
                 }
             }
-            if prev.flags & TRY == 0 {
+            if prev.flags & (TRY | RECURSIVE) == 0 {
                 break;
             }
         }
@@ -617,13 +661,18 @@ fn cycle(g: &mut GraphGuard, prev: &Held, entry: &Held, id: usize) -> Option<Rep
 /// Whether `class` is IRQ-unsafe and not yet in a report: the target of
 /// the forward searches (each IRQ-unsafe class is reported once, and one
 /// that is IRQ-safe as well has had its inversion report).
-fn unreported_irq_unsafe(class: u16) -> bool {
-    graph::usage(class) & (IRQS_ON | CHAIN_REPORTED | INVERSION_REPORTED) == IRQS_ON
+fn unreported_irq_unsafe(class: u16, _via: u16) -> bool {
+    let usage = graph::usage(class);
+    usage & (IRQS_ON | IRQS_ON_SHARED) != 0 && usage & (CHAIN_REPORTED | INVERSION_REPORTED) == 0
 }
 
-/// Whether `class` is IRQ-safe: the target of the backward searches.
-fn irq_safe(class: u16) -> bool {
-    graph::usage(class) & IN_IRQ != 0
+/// Whether `class` is IRQ-safe where it leads to `via`: the target of the
+/// backward searches. Taken in a handler for writing, or read there and
+/// held for writing when `via` was taken (held for reading, it lets the
+/// handler's read in: Linux's `only_xr`).
+fn irq_safe(class: u16, via: u16) -> bool {
+    let usage = graph::usage(class);
+    usage & IN_IRQ != 0 || usage & IN_IRQ_SHARED != 0 && graph::edge_known_exclusive(class, via)
 }
 
 /// The classes of an IRQ-safe -> IRQ-unsafe chain, the IRQ-safe one first:
@@ -652,10 +701,12 @@ impl Chain {
     }
 }
 
-/// The search that `class`'s first use in a handler (`need` is `IN_IRQ`)
-/// or with interrupts enabled (`IRQS_ON`) calls for: forward from a new
-/// IRQ-safe class for an IRQ-unsafe one, backward from a new IRQ-unsafe
-/// class for an IRQ-safe one.
+/// The search that `class`'s first use in a handler (`need` is `IN_IRQ`,
+/// or `IN_IRQ_SHARED`) or with interrupts enabled (`IRQS_ON`,
+/// `IRQS_ON_SHARED`) calls for: forward from a new IRQ-safe class for an
+/// IRQ-unsafe one (from a read in a handler, only through the orders taken
+/// holding it for writing), backward from a new IRQ-unsafe class for an
+/// IRQ-safe one.
 fn usage_chain(
     g: &mut GraphGuard,
     class: u16,
@@ -668,6 +719,22 @@ fn usage_chain(
     let (safe, unsafe_, what) = if need == IN_IRQ {
         let found = g.search(class, Dir::Forward, false, unreported_irq_unsafe)?;
         let len = g.chain(class, found, Dir::Forward, &mut part);
+        chain.extend(&part, len);
+        (class, found, " in an interrupt handler")
+    } else if need == IN_IRQ_SHARED {
+        // Not `class` itself: its reads with interrupts enabled let a
+        // handler's read in.
+        let target = |c, via| c != class && unreported_irq_unsafe(c, via);
+        let mut next = graph::next_exclusive_successor(class, None);
+        let (first, found) = loop {
+            let first = next?;
+            if let Some(found) = g.search(first, Dir::Forward, true, target) {
+                break (first, found);
+            }
+            next = graph::next_exclusive_successor(class, Some(first));
+        };
+        let len = g.chain(first, found, Dir::Forward, &mut part);
+        chain.extend(&[class], 1);
         chain.extend(&part, len);
         (class, found, " in an interrupt handler")
     } else {
@@ -688,14 +755,17 @@ fn usage_chain(
 fn edge_chain(g: &mut GraphGuard, prev: &Held, entry: &Held, id: usize) -> Option<Report> {
     let mut part = [0u16; REPORT_CHAIN + 1];
     let mut chain = Chain::new();
-    let safe = g.search(prev.class, Dir::Backward, true, irq_safe)?;
+    // `prev` itself leads on by the new order.
+    let safe = g.search(prev.class, Dir::Backward, true, |c, via| {
+        irq_safe(c, if via == NO_CLASS { entry.class } else { via })
+    })?;
     // Kept before the second search reuses the scratch space.
     let len = g.chain(prev.class, safe, Dir::Backward, &mut part);
     chain.extend(&part, len);
     // Not `safe` itself: that would need a cycle through the new edge,
     // reported as one.
-    let unsafe_ = g.search(entry.class, Dir::Forward, true, |c| {
-        c != safe && unreported_irq_unsafe(c)
+    let unsafe_ = g.search(entry.class, Dir::Forward, true, |c, via| {
+        c != safe && unreported_irq_unsafe(c, via)
     })?;
     let len = g.chain(entry.class, unsafe_, Dir::Forward, &mut part);
     chain.extend(&part, len);
@@ -725,11 +795,11 @@ fn chain_report(
     });
     r.irq_safe = Some(Site {
         class: g.describe(safe),
-        at: g.slot(safe).irq_at,
+        at: g.slot(safe).first_use_at(IN_IRQ | IN_IRQ_SHARED),
     });
     r.irq_unsafe = Some(Site {
         class: g.describe(unsafe_),
-        at: g.slot(unsafe_).irqs_on_at,
+        at: g.slot(unsafe_).first_use_at(IRQS_ON | IRQS_ON_SHARED),
     });
     let kept = chain.len.min(chain.classes.len());
     for i in 1..kept {
@@ -861,6 +931,24 @@ pub(super) fn assert_held(map: &Map, at: Loc) {
 /// The number of locks this CPU holds.
 pub(super) fn held_lock_count() -> usize {
     with_cpu(|cpu, _| cpu.depth).unwrap_or(0)
+}
+
+/// The number of locks other than sleeping ones this CPU holds: those
+/// [`assert_no_locks_held`] reports. 0 once lockdep has turned itself off
+/// (after a report): that report is no longer made, so the count must
+/// not excuse a caller's own check (`might_sleep`'s preemption check).
+pub(super) fn held_spinning_lock_count() -> usize {
+    // Relaxed: as in `assert_no_locks_held`, which this must agree with.
+    if !ENABLED.load(Ordering::Relaxed) {
+        return 0;
+    }
+    with_cpu(|cpu, _| {
+        cpu.held[..cpu.depth]
+            .iter()
+            .filter(|h| h.flags & SLEEPING == 0)
+            .count()
+    })
+    .unwrap_or(0)
 }
 
 /// Reports if this CPU holds locks.

@@ -13,6 +13,9 @@
 //! * `radj`: the same matrix transposed (bit `from` of row `to`), for the
 //!   searches that follow dependencies backward; plain words, written and
 //!   read only under the graph lock.
+//! * `XADJ`: the orders of `ADJ` seen at least once with the held class
+//!   held for writing (an rwlock read in a handler leads on only through
+//!   those); read and written as `ADJ`.
 //! * `edges`: where each dependency was first seen, for reports only.
 //! * `USAGE`: per-class bits, read without the lock, written under it.
 //!
@@ -36,6 +39,10 @@ const HASH: usize = (2 * MAX_CLASSES).next_power_of_two();
 // Class indices are `u16` (with one value to spare for "none").
 const _: () = assert!(MAX_CLASSES < u16::MAX as usize);
 
+/// No class: what a [`Graph::search`] target is told it came from for the
+/// start class.
+pub(super) const NO_CLASS: u16 = u16::MAX;
+
 /// Usage bit: taken in an interrupt handler (not by a try-lock).
 pub(super) const IN_IRQ: u32 = 1 << 0;
 /// Usage bit: taken with interrupts enabled.
@@ -51,6 +58,37 @@ pub(super) const CHAIN_REPORTED: u32 = 1 << 4;
 /// a publication, which takes no lock, so it conflicts only with this
 /// class's own writers publishing with interrupts enabled.
 pub(super) const IN_IRQ_READ: u32 = 1 << 5;
+/// Usage bit: read-locked (a reader-writer spinlock's read, not a
+/// try-lock) in an interrupt handler: Linux's `LOCK_USED_IN_HARDIRQ_READ`.
+/// It waits only while a writer *holds* the lock, so it conflicts with
+/// writes taken with interrupts enabled (`IRQS_ON`), not with reads
+/// (`IRQS_ON_SHARED`: recursive reads). IRQ-safe for the chains across
+/// classes only through an order taken with the class held for writing
+/// (`XADJ`; Linux's `only_xr`): a CPU that holds it for reading lets the
+/// handler's read in.
+pub(super) const IN_IRQ_SHARED: u32 = 1 << 6;
+/// Usage bit: read-locked with interrupts enabled: Linux's
+/// `LOCK_ENABLED_HARDIRQ_READ`. Conflicts with a write in a handler
+/// (`IN_IRQ`) only; IRQ-unsafe for the chains across classes, as
+/// `IRQS_ON` (a read outside interrupt context queues behind a waiting
+/// writer, so it can wait).
+pub(super) const IRQS_ON_SHARED: u32 = 1 << 7;
+
+/// The usage bits that conflict with `bit` (one of `IN_IRQ`,
+/// `IN_IRQ_READ`, `IN_IRQ_SHARED`, `IRQS_ON`, `IRQS_ON_SHARED`) in one
+/// class, as Linux's `mark_lock_irq`: a use in a handler, in any mode,
+/// against a write with interrupts enabled; a write in a handler against
+/// a read with interrupts enabled too. A read in a handler and a read
+/// with interrupts enabled do not conflict.
+pub(super) const fn conflicts(bit: u32) -> u32 {
+    match bit {
+        IN_IRQ => IRQS_ON | IRQS_ON_SHARED,
+        IN_IRQ_READ | IN_IRQ_SHARED => IRQS_ON,
+        IRQS_ON => IN_IRQ | IN_IRQ_READ | IN_IRQ_SHARED,
+        IRQS_ON_SHARED => IN_IRQ,
+        _ => 0,
+    }
+}
 
 /// Which way a [`Graph::search`] follows the dependencies.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -114,10 +152,15 @@ pub(super) struct ClassSlot {
     /// `None`: free.
     pub(super) key: Option<Key>,
     pub(super) subclass: u8,
-    /// First taken in an interrupt handler, here.
+    /// First taken (for writing) in an interrupt handler, here (`IN_IRQ`).
     pub(super) irq_at: Option<Loc>,
-    /// First taken with interrupts enabled, here.
+    /// First taken (for writing) with interrupts enabled, here (`IRQS_ON`).
     pub(super) irqs_on_at: Option<Loc>,
+    /// First read in an interrupt handler, here (`IN_IRQ_SHARED`, or a
+    /// seqlock reader's `IN_IRQ_READ`).
+    pub(super) irq_read_at: Option<Loc>,
+    /// First read with interrupts enabled, here (`IRQS_ON_SHARED`).
+    pub(super) irqs_on_read_at: Option<Loc>,
 }
 
 impl ClassSlot {
@@ -126,7 +169,41 @@ impl ClassSlot {
         subclass: 0,
         irq_at: None,
         irqs_on_at: None,
+        irq_read_at: None,
+        irqs_on_read_at: None,
     };
+
+    /// Where the class was first used as usage `bit` says.
+    pub(super) fn use_at(&self, bit: u32) -> Option<Loc> {
+        match bit {
+            IN_IRQ => self.irq_at,
+            IRQS_ON => self.irqs_on_at,
+            IN_IRQ_READ | IN_IRQ_SHARED => self.irq_read_at,
+            IRQS_ON_SHARED => self.irqs_on_read_at,
+            _ => None,
+        }
+    }
+
+    /// Records `at` as the class's first use as usage `bit` says.
+    pub(super) fn set_use_at(&mut self, bit: u32, at: Option<Loc>) {
+        match bit {
+            IN_IRQ => self.irq_at = at,
+            IRQS_ON => self.irqs_on_at = at,
+            IN_IRQ_READ | IN_IRQ_SHARED => self.irq_read_at = at,
+            IRQS_ON_SHARED => self.irqs_on_read_at = at,
+            _ => {}
+        }
+    }
+
+    /// The first recorded use among the usage bits `bits`, tried in the
+    /// order write in a handler, write with interrupts enabled, read in a
+    /// handler, read with interrupts enabled.
+    pub(super) fn first_use_at(&self, bits: u32) -> Option<Loc> {
+        [IN_IRQ, IRQS_ON, IN_IRQ_SHARED, IN_IRQ_READ, IRQS_ON_SHARED]
+            .into_iter()
+            .filter(|&bit| bits & bit != 0)
+            .find_map(|bit| self.use_at(bit))
+    }
 }
 
 /// Where a dependency was first seen.
@@ -209,6 +286,12 @@ static SHARED: Shared = Shared {
 static ADJ: [[AtomicU32; WORDS]; MAX_CLASSES] =
     [const { [const { AtomicU32::new(0) }; WORDS] }; MAX_CLASSES];
 
+/// `ADJ`'s orders seen at least once with the held class held
+/// exclusively (not for reading): bit `to` of row `from`. Read and
+/// written as `ADJ`.
+static XADJ: [[AtomicU32; WORDS]; MAX_CLASSES] =
+    [const { [const { AtomicU32::new(0) }; WORDS] }; MAX_CLASSES];
+
 /// Per-class usage bits (`IN_IRQ`, ...).
 static USAGE: [AtomicU32; MAX_CLASSES] = [const { AtomicU32::new(0) }; MAX_CLASSES];
 
@@ -220,6 +303,30 @@ pub(super) fn edge_known(from: u16, to: u16) -> bool {
     // Relaxed: the bit is only a hint here (see above); everything that
     // acts on it runs under the graph lock, whose Acquire orders it.
     ADJ[from as usize][word].load(Ordering::Relaxed) & (1 << bit) != 0
+}
+
+/// Whether the order `from -> to` was seen with `from` held exclusively.
+/// Lock-free, as [`edge_known`].
+#[inline]
+pub(super) fn edge_known_exclusive(from: u16, to: u16) -> bool {
+    let (word, bit) = (to as usize / 32, to as usize % 32);
+    // Relaxed: as in `edge_known`.
+    XADJ[from as usize][word].load(Ordering::Relaxed) & (1 << bit) != 0
+}
+
+/// The first class after `after` (from the first class if `None`) that
+/// `class` leads to by an order seen with it held exclusively.
+pub(super) fn next_exclusive_successor(class: u16, after: Option<u16>) -> Option<u16> {
+    let from = after.map_or(0, |a| a as usize + 1);
+    let row = &XADJ[class as usize];
+    (from / 32..WORDS).find_map(|w| {
+        // Relaxed: as in `edge_known` (callers hold the graph lock).
+        let mut bits = row[w].load(Ordering::Relaxed);
+        if w == from / 32 {
+            bits &= !0u32 << (from % 32);
+        }
+        (bits != 0).then(|| (w * 32 + bits.trailing_zeros() as usize) as u16)
+    })
 }
 
 /// A class's usage bits. Lock-free, as [`edge_known`].
@@ -307,8 +414,7 @@ impl Graph {
         self.classes[class as usize] = ClassSlot {
             key: Some(key),
             subclass,
-            irq_at: None,
-            irqs_on_at: None,
+            ..ClassSlot::FREE
         };
         self.hash[hole] = class + 1;
         Ok(class)
@@ -385,9 +491,10 @@ impl Graph {
             }
             i = (i + 1) & (HASH - 1);
         }
-        // Forget its dependencies, both ways, in both matrices.
+        // Forget its dependencies, both ways, in every matrix.
         let (word, bit) = (class as usize / 32, class as usize % 32);
-        for (from, row) in ADJ.iter().enumerate() {
+        for (from, row) in ADJ.iter().chain(XADJ.iter()).enumerate() {
+            let from = from % MAX_CLASSES;
             if from == class as usize {
                 for w in row {
                     w.store(0, Ordering::Relaxed);
@@ -456,6 +563,15 @@ impl Graph {
         Ok(())
     }
 
+    /// Marks the known order `from -> to` as seen with `from` held
+    /// exclusively.
+    pub(super) fn mark_exclusive(&mut self, from: u16, to: u16) {
+        let (word, bit) = (to as usize / 32, to as usize % 32);
+        let cell = &XADJ[from as usize][word];
+        // Relaxed: as in `add_edge`.
+        cell.store(cell.load(Ordering::Relaxed) | 1 << bit, Ordering::Relaxed);
+    }
+
     /// Where `from -> to` was first seen.
     pub(super) fn edge_info(&self, from: u16, to: u16) -> (Option<Loc>, Option<Loc>) {
         self.edges[..self.edge_high]
@@ -468,13 +584,14 @@ impl Graph {
     /// `path` gets its classes in order (`from` first, `to` last; at most
     /// `path.len()` of them, the length is returned).
     pub(super) fn path(&mut self, from: u16, to: u16, path: &mut [u16]) -> Option<usize> {
-        let found = self.search(from, Dir::Forward, true, |c| c == to)?;
+        let found = self.search(from, Dir::Forward, true, |c, _| c == to)?;
         Some(self.chain(from, found, Dir::Forward, path))
     }
 
     /// Breadth-first search from `start` along the dependencies (`dir`)
-    /// for the nearest class for which `target` holds (`start` itself
-    /// too, if `with_start`). Bounded: each class is visited at most once,
+    /// for the nearest class for which `target(class, via)` holds, `via`
+    /// the class it was reached from ([`NO_CLASS`] for `start` itself,
+    /// tried if `with_start`). Bounded: each class is visited at most once,
     /// and a visit reads one row of a matrix. [`chain`](Self::chain) then
     /// gives the path.
     pub(super) fn search(
@@ -482,9 +599,9 @@ impl Graph {
         start: u16,
         dir: Dir,
         with_start: bool,
-        target: impl Fn(u16) -> bool,
+        target: impl Fn(u16, u16) -> bool,
     ) -> Option<u16> {
-        if with_start && target(start) {
+        if with_start && target(start, NO_CLASS) {
             self.parent[start as usize] = start;
             return Some(start);
         }
@@ -508,7 +625,7 @@ impl Graph {
                     bits &= bits - 1;
                     self.visited[w] |= 1 << (next % 32);
                     self.parent[next as usize] = node;
-                    if target(next) {
+                    if target(next, node) {
                         return Some(next);
                     }
                     self.queue[tail] = next;

@@ -28,6 +28,11 @@
 //!   handler can interrupt the second holder on its own CPU and spin
 //!   forever. It needs the kernel to say when it runs a handler
 //!   ([`Kernel::in_interrupt`](crate::kernel::Kernel::in_interrupt)).
+//!   Reads of a reader-writer lock count apart, as Linux's `_READ` usage
+//!   bits: a read in a handler conflicts with a write with interrupts
+//!   enabled, a write in a handler with a read too, and a read in a
+//!   handler with a read with interrupts enabled not at all
+//!   ([`RawRwSpinLock`](crate::spinlock::RawRwSpinLock#lock-order-checking)).
 //! * [`IrqSafeToUnsafe`](ReportKind::IrqSafeToUnsafe): the same across
 //!   classes, as Linux's `check_irq_usage`. A class is *IRQ-safe* once it
 //!   is taken in an interrupt handler, *IRQ-unsafe* once taken with
@@ -200,11 +205,11 @@
 //! | dependencies (edges) | [`MAX_DEPENDENCIES`] (8 per class) | `KSYNC_LOCKDEP_DEPENDENCIES` |
 //! | held locks per task | [`MAX_LOCK_DEPTH`] (48, Linux's) | fixed |
 //! | tasks holding locks at once | 2 per possible CPU | `KSYNC_LOCKDEP_TASKS` |
-//! | dependency matrix | one bit per pair of classes, and its transpose (2 × 8 KiB at 256) | follows the classes |
+//! | dependency matrix | one bit per pair of classes, its transpose, and the orders seen with the outer lock held for writing (3 × 8 KiB at 256) | follows the classes |
 //!
 //! (set the variables like `KSYNC_MAX_CPUS`, e.g. in the kernel's
 //! `.cargo/config.toml` under `[env]`). At the defaults and 64 CPUs the
-//! tables take about 230 KiB (the held-lock stacks, 128 of them, about
+//! tables take about 240 KiB (the held-lock stacks, 128 of them, about
 //! 150 KiB). A full table is reported once and turns
 //! checking off; nothing is overwritten.
 //!
@@ -340,6 +345,19 @@ pub const MAX_DEPENDENCIES: usize = match option_env!("KSYNC_LOCKDEP_DEPENDENCIE
 /// or [`Map::with_key`]) belongs to one class, named `name` in reports.
 /// The key's address is its identity, so it lives in a `static`; make one
 /// with [`lock_class!`](crate::lock_class).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockdep::LockClassKey;
+/// use ksync::spinlock::RawSpinlock;
+/// # use ksync::spinlock::TicketLock;
+///
+/// // Every runqueue lock, wherever it is built, is one class "rq->lock".
+/// static RQ_LOCK_KEY: LockClassKey = LockClassKey::new("rq->lock");
+///
+/// let mut rq_lock = RawSpinlock::<TicketLock>::new();
+/// rq_lock.set_lock_class(&RQ_LOCK_KEY);
+/// ```
 #[doc(alias("lock_class_key", "static_lock_class"))]
 pub struct LockClassKey {
     name: &'static str,
@@ -348,12 +366,27 @@ pub struct LockClassKey {
 impl LockClassKey {
     /// A key named `name`. Put it in a `static` (or leak it): two keys are
     /// two classes even if their names are equal.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::{LockClassKey, Map};
+    ///
+    /// static INODE_KEY: LockClassKey = LockClassKey::new("inode");
+    /// static I_LOCK: Map = Map::with_key(&INODE_KEY); // reports say "inode"
+    /// # let _ = &I_LOCK;
+    /// ```
     #[must_use]
     pub const fn new(name: &'static str) -> Self {
         Self { name }
     }
 
     /// The name reports give the class.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// let key = ksync::lock_class!("dentry->d_lock");
+    /// assert_eq!(key.name(), "dentry->d_lock");
+    /// ```
     #[must_use]
     pub const fn name(&self) -> &'static str {
         self.name
@@ -386,12 +419,36 @@ macro_rules! lock_class {
 /// How this CPU's locks look to lockdep: the number of locks this CPU
 /// holds now (in every context; 0 without the feature or once checking
 /// stopped).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockdep;
+/// use ksync::spinlock::TicketMutex;
+///
+/// let lock = TicketMutex::new(());
+/// let _guard = lock.lock();
+/// // `lockdep_depth(current)`: 0 without the feature.
+/// assert_eq!(lockdep::held_lock_count(), usize::from(cfg!(feature = "lockdep")));
+/// ```
 #[doc(alias = "lockdep_depth")]
 #[inline]
 #[must_use]
 pub fn held_lock_count() -> usize {
     #[cfg(feature = "lockdep")]
     return engine::held_lock_count();
+    #[cfg(not(feature = "lockdep"))]
+    0
+}
+
+/// The number of locks other than sleeping ones (spinlocks, ...) this CPU
+/// holds, as lockdep sees them: those [`assert_no_locks_held`] reports
+/// (0 without the feature, and once lockdep turned itself off after a
+/// report, when `assert_no_locks_held` reports nothing).
+#[inline]
+#[cfg_attr(not(debug_assertions), allow(dead_code))] // might_sleep's, debug only
+pub(crate) fn held_spinning_lock_count() -> usize {
+    #[cfg(feature = "lockdep")]
+    return engine::held_spinning_lock_count();
     #[cfg(not(feature = "lockdep"))]
     0
 }
@@ -487,12 +544,42 @@ impl Map {
 
     /// A lock whose class is the caller's source location (the place the
     /// lock is built: put `#[track_caller]` on its constructor).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::AtomicBool;
+    /// use ksync::lockdep::Map;
+    ///
+    /// /// Linux's `bit_spin_lock`, taking part in lockdep.
+    /// struct BitLock { locked: AtomicBool, dep_map: Map }
+    ///
+    /// impl BitLock {
+    ///     #[track_caller] // the class is the line that builds the lock
+    ///     const fn new() -> Self {
+    ///         Self { locked: AtomicBool::new(false), dep_map: Map::new() }
+    ///     }
+    /// }
+    /// # let _ = BitLock::new();
+    /// ```
     #[track_caller]
     pub const fn new() -> Self {
         Self::with(MapKey::Location(core::panic::Location::caller()))
     }
 
     /// A lock of `key`'s class.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    ///
+    /// // A lock built in many places, one class: "journal->j_state_lock".
+    /// fn state_map() -> Map {
+    ///     Map::with_key(ksync::lock_class!("journal->j_state_lock"))
+    /// }
+    /// let (a, b) = (state_map(), state_map());
+    /// let _a = a.acquire_guard(0, false, false);
+    /// let _b = b.acquire_guard(1, false, false); // same class: nest by subclass
+    /// ```
     pub const fn with_key(key: &'static LockClassKey) -> Self {
         Self::with(MapKey::Named(key))
     }
@@ -500,12 +587,38 @@ impl Map {
     /// A lock that is its own class, registered when first taken and freed
     /// when the lock drops (for constructors without a call site, such as
     /// `lock_api`'s `INIT`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    ///
+    /// // `lock_api`'s `INIT` has no call site to name: each lock its own class.
+    /// struct RawBitLock { dep_map: Map }
+    /// impl RawBitLock {
+    ///     const INIT: Self = Self { dep_map: Map::per_instance() };
+    /// }
+    /// let lock = RawBitLock::INIT;
+    /// lock.dep_map.acquire(0, false, false);
+    /// lock.dep_map.release();
+    /// ```
     pub const fn per_instance() -> Self {
         Self::with(MapKey::Instance)
     }
 
     /// Moves the lock to `key`'s class (Linux's `lockdep_set_class`): call
     /// it before the lock is first used.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    ///
+    /// // `lockdep_set_class`: before first use, give a lock built in a
+    /// // generic helper the class of what it protects.
+    /// let mut map = Map::new();
+    /// map.set_class(ksync::lock_class!("sk->sk_lock"));
+    /// map.acquire(0, false, false);
+    /// map.release();
+    /// ```
     pub fn set_class(&mut self, key: &'static LockClassKey) {
         engine::forget(self);
         self.key = MapKey::Named(key);
@@ -518,20 +631,81 @@ impl Map {
     /// `irqs_off`: the lock path itself masked interrupts (IRQ-saving
     /// locks). `subclass` is `0` unless nesting on purpose.
     ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicBool, Ordering::{Acquire, Release}};
+    /// use ksync::lockdep::Map;
+    ///
+    /// struct BitLock { locked: AtomicBool, dep_map: Map }
+    /// impl BitLock {
+    ///     #[track_caller]
+    ///     fn lock(&self) {
+    ///         self.dep_map.acquire(0, false, false); // before spinning: reported, not hung
+    ///         while self.locked.swap(true, Acquire) { core::hint::spin_loop() }
+    ///     }
+    ///     fn try_lock(&self) -> bool {
+    ///         let ok = !self.locked.swap(true, Acquire);
+    ///         if ok { self.dep_map.acquire(0, true, false) } // after it succeeded
+    ///         ok
+    ///     }
+    /// }
+    /// # let l = BitLock { locked: AtomicBool::new(false), dep_map: Map::new() };
+    /// # l.lock(); assert!(!l.try_lock()); l.dep_map.release(); l.locked.store(false, Release);
+    /// ```
+    ///
     /// # Panics
     /// If `subclass` is not below [`MAX_SUBCLASSES`].
     #[doc(alias = "lock_acquire")]
     #[track_caller]
     #[inline]
     pub fn acquire(&self, subclass: u8, try_lock: bool, irqs_off: bool) {
+        self.record(
+            subclass,
+            try_lock,
+            irqs_off,
+            false,
+            engine::Access::Exclusive,
+        );
+    }
+
+    /// What every acquisition records, at the caller's caller's location.
+    #[track_caller]
+    #[inline(always)]
+    fn record(
+        &self,
+        subclass: u8,
+        try_lock: bool,
+        irqs_off: bool,
+        sleeping: bool,
+        access: engine::Access,
+    ) {
         engine::acquire(
             self,
             core::panic::Location::caller(),
             subclass,
             try_lock,
             irqs_off,
-            false,
+            sleeping,
+            access,
         );
+    }
+
+    /// [`acquire`](Self::acquire) for a reader-writer lock's read
+    /// (Linux's `lock_acquire_shared`, or with `recursive`
+    /// `lock_acquire_shared_recursive`): its interrupt usage is tracked
+    /// apart from writes (a read in a handler conflicts only with a write
+    /// with interrupts enabled), and a `recursive` read (one that never
+    /// waits behind a waiting writer) adds no lock order and is no
+    /// recursion.
+    #[track_caller]
+    #[inline]
+    pub(crate) fn acquire_read(&self, subclass: u8, try_lock: bool, recursive: bool) {
+        let access = if recursive {
+            engine::Access::SharedRecursive
+        } else {
+            engine::Access::Shared
+        };
+        self.record(subclass, try_lock, false, false, access);
     }
 
     /// [`acquire`](Self::acquire) for a sleeping lock (a mutex, an rw
@@ -541,14 +715,7 @@ impl Map {
     #[track_caller]
     #[inline]
     pub(crate) fn acquire_sleeping(&self, subclass: u8, try_lock: bool) {
-        engine::acquire(
-            self,
-            core::panic::Location::caller(),
-            subclass,
-            try_lock,
-            false,
-            true,
-        );
+        self.record(subclass, try_lock, false, true, engine::Access::Exclusive);
     }
 
     /// [`acquire_sleeping`](Self::acquire_sleeping), and a guard that
@@ -562,6 +729,22 @@ impl Map {
     }
 
     /// Records that this CPU released the lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicBool, Ordering::Release};
+    /// use ksync::lockdep::Map;
+    ///
+    /// struct BitLock { locked: AtomicBool, dep_map: Map }
+    /// impl BitLock {
+    ///     fn unlock(&self) {
+    ///         self.dep_map.release(); // `lock_release`, then the real unlock
+    ///         self.locked.store(false, Release);
+    ///     }
+    /// }
+    /// # let l = BitLock { locked: AtomicBool::new(true), dep_map: Map::new() };
+    /// # l.dep_map.acquire(0, false, false); l.unlock();
+    /// ```
     #[doc(alias = "lock_release")]
     #[track_caller]
     #[inline]
@@ -571,6 +754,18 @@ impl Map {
 
     /// Whether this CPU holds the lock (Linux's `lockdep_is_held`):
     /// `None` once checking stopped (after a report that turns it off).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    ///
+    /// let map = Map::new();
+    /// let held = map.acquire_guard(0, false, false);
+    /// // `lockdep_is_held`: `None` without the feature or once checking stopped.
+    /// assert_ne!(map.is_held(), Some(false));
+    /// drop(held);
+    /// assert_ne!(map.is_held(), Some(true));
+    /// ```
     #[doc(alias = "lockdep_is_held")]
     #[inline]
     #[must_use]
@@ -580,6 +775,23 @@ impl Map {
 
     /// Reports ([`NotHeld`](ReportKind::NotHeld)) unless this CPU holds
     /// the lock (Linux's `lockdep_assert_held`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    ///
+    /// struct Queue { dep_map: Map, len: core::cell::Cell<usize> }
+    /// impl Queue {
+    ///     // Callers must hold the queue's lock: `lockdep_assert_held`.
+    ///     fn len_locked(&self) -> usize {
+    ///         self.dep_map.assert_held();
+    ///         self.len.get()
+    ///     }
+    /// }
+    /// let q = Queue { dep_map: Map::new(), len: core::cell::Cell::new(0) };
+    /// let _held = q.dep_map.acquire_guard(0, false, false);
+    /// assert_eq!(q.len_locked(), 0);
+    /// ```
     #[doc(alias = "lockdep_assert_held")]
     #[track_caller]
     #[inline]
@@ -590,6 +802,18 @@ impl Map {
     /// [`acquire`](Self::acquire), and a guard that calls
     /// [`release`](Self::release) when it drops (put it in the lock's
     /// guard).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::{Acquired, Map};
+    ///
+    /// // A guard type that records the release wherever it is dropped.
+    /// struct BitLockGuard<'a> { _dep: Acquired<'a> /* , the lock word ... */ }
+    ///
+    /// let dep_map = Map::new();
+    /// let guard = BitLockGuard { _dep: dep_map.acquire_guard(0, false, false) };
+    /// drop(guard); // `lock_release`
+    /// ```
     #[track_caller]
     #[inline]
     pub fn acquire_guard(&self, subclass: u8, try_lock: bool, irqs_off: bool) -> Acquired<'_> {
@@ -649,6 +873,12 @@ impl Map {
     #[inline(always)]
     pub fn acquire(&self, subclass: u8, try_lock: bool, irqs_off: bool) {
         let _ = (subclass, try_lock, irqs_off);
+    }
+
+    /// Records a read acquisition (with `lockdep`; nothing here).
+    #[inline(always)]
+    pub(crate) fn acquire_read(&self, subclass: u8, try_lock: bool, recursive: bool) {
+        let _ = (subclass, try_lock, recursive);
     }
 
     /// Records a sleeping lock's acquisition (with `lockdep`; nothing
@@ -719,6 +949,18 @@ impl fmt::Debug for Map {
 
 /// An acquisition recorded by [`Map::acquire_guard`]; dropping it records
 /// the release. Zero-sized without the feature.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockdep::Map;
+///
+/// let map = Map::new();
+/// {
+///     let _acquired = map.acquire_guard(0, false, false);
+///     // ... critical section ...
+/// } // the release is recorded here, on unwinding too
+/// assert_ne!(map.is_held(), Some(true));
+/// ```
 #[must_use = "dropping it records the release at once"]
 pub struct Acquired<'a> {
     #[cfg(feature = "lockdep")]
@@ -732,6 +974,20 @@ impl Acquired<'_> {
     /// may panic (a misuse check) takes its record as a guard, so that an
     /// unwinding waiter is not left recorded as holding it, and keeps it
     /// once it got the lock; its unlock calls [`Map::release`].
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lockdep::Map;
+    /// # fn wait_for_owner() -> bool { true }
+    ///
+    /// // A wait that may panic on misuse: recorded as a guard, so an unwinding
+    /// // waiter is not left holding the lock; kept once the lock is taken.
+    /// let map = Map::new();
+    /// let record = map.acquire_guard(0, false, false);
+    /// assert!(wait_for_owner(), "lock misused");
+    /// record.keep(); // held now: the unlock path calls `release`
+    /// map.release();
+    /// ```
     #[inline(always)]
     pub fn keep(self) {
         #[cfg(feature = "lockdep")]

@@ -164,6 +164,18 @@ const MAX: i32 = i32::MAX;
 /// See the [module documentation](self) for the contract, the orderings and
 /// what happens on overflow.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::LockRef;
+///
+/// // Linux's `struct dentry`: the count and its lock in one word.
+/// struct Dentry { d_lockref: LockRef /* , d_name, d_inode, ... */ }
+///
+/// static ROOT: Dentry = Dentry { d_lockref: LockRef::new(1) };
+/// ROOT.d_lockref.get(); // `dget`: lockless while nobody holds the lock
+/// assert_eq!(ROOT.d_lockref.put_return(), Some(1)); // `dput`
+/// ```
+///
 /// # Zeroed memory
 ///
 /// All-zero bytes are `LockRef::new(0)`: unlocked, count 0 (with
@@ -216,6 +228,17 @@ impl<G: SpinGuardian> Drop for Entered<G> {
 /// While it is held nobody else changes the count: lockless updates see the
 /// lock taken and fall back to it.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::LockRef;
+///
+/// let inode = LockRef::new(1);
+/// let mut guard = inode.lock(); // lockless gets now fall back to the lock
+/// guard.set_count(guard.count() + 1);
+/// drop(guard);
+/// assert_eq!(inode.count(), 2);
+/// ```
+///
 /// # Invariants
 ///
 /// From its creation until it drops, the guard holds `lockref`'s lock, taken
@@ -244,6 +267,17 @@ impl<G: SpinGuardian> LockRef<G> {
         /// `G` (name it: `LockRef::<NoGuard>::with_policy(1)`). With
         /// `lockdep`, its lock's class is this call's location (see
         /// [`lockdep`](crate::lockdep#lock-classes)).
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::LockRef;
+        /// use ksync::spinlock::NoGuard;
+        ///
+        /// // Firmware without `set_kernel!`: the lock path calls no kernel hook.
+        /// static BUFFER: LockRef<NoGuard> = LockRef::with_policy(1);
+        /// BUFFER.get();
+        /// assert_eq!(BUFFER.lock().count(), 2);
+        /// ```
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn with_policy(count: i32) -> Self {
             Self {
@@ -509,6 +543,15 @@ impl LockRef {
         /// preemption while held (the default policy, [`PreemptDisabled`]).
         /// With `lockdep`, its lock's class is this call's location (see
         /// [`lockdep`](crate::lockdep#lock-classes)).
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::LockRef;
+        ///
+        /// // `const`: in a `static`, or embedded in an object at creation.
+        /// static SUPER_BLOCK: LockRef = LockRef::new(1);
+        /// assert_eq!(SUPER_BLOCK.count(), 1);
+        /// ```
         #[doc(alias = "lockref_init")]
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new(count: i32) -> Self {
@@ -525,6 +568,15 @@ impl<G: SpinGuardian> LockRef<G> {
     ///
     /// At `i32::MAX` the count saturates; on a dead lockref the call is
     /// refused. Both are reported (see the [module docs](self#saturation-and-misuse)).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// let dentry = LockRef::new(1); // the lookup table's reference
+    /// dentry.get(); // `dget`: a second user, without taking the lock
+    /// assert_eq!(dentry.count(), 2);
+    /// ```
     #[doc(alias = "lockref_get")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -557,6 +609,18 @@ impl<G: SpinGuardian> LockRef<G> {
 
     /// Takes a reference unless the count is zero or dead (`<= 0`); returns
     /// whether it did.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// // An unused cached object (count 0) may be on its way to being freed:
+    /// // a lookup that finds it must not revive it (`lockref_get_not_zero`).
+    /// let cached = LockRef::new(0);
+    /// assert!(!cached.get_not_zero());
+    /// let live = LockRef::new(1);
+    /// assert!(live.get_not_zero());
+    /// ```
     #[doc(alias = "lockref_get_not_zero")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -567,6 +631,16 @@ impl<G: SpinGuardian> LockRef<G> {
 
     /// Takes a reference unless the lockref is dead (count `< 0`); returns
     /// whether it did. A count of zero is revived to one.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// let dentry = LockRef::new(0); // unused, but still valid in the cache
+    /// assert!(dentry.get_not_dead()); // revived: count 1
+    /// dentry.lock().mark_dead(); // `d_invalidate` tears it down
+    /// assert!(!dentry.get_not_dead()); // a racing lookup backs off
+    /// ```
     #[doc(alias = "lockref_get_not_dead")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -667,6 +741,23 @@ impl<G: SpinGuardian> LockRef<G> {
     ///   is now held, so the caller can decide under it (typically: set the
     ///   count to zero or [`mark_dead`](LockRefGuard::mark_dead) and tear
     ///   down).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// // `dput`: the last reference tears the dentry down under the lock.
+    /// fn dput(d_lockref: &LockRef) {
+    ///     if let Some(mut guard) = d_lockref.put_or_lock() {
+    ///         guard.mark_dead(); // count was <= 1: ours to kill
+    ///         // ... unhash, then free after a grace period ...
+    ///     }
+    /// }
+    /// let dentry = LockRef::new(2);
+    /// dput(&dentry); // lockless: 2 -> 1
+    /// dput(&dentry); // the last one
+    /// assert!(dentry.is_dead());
+    /// ```
     #[doc(alias = "lockref_put_or_lock")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -699,6 +790,19 @@ impl<G: SpinGuardian> LockRef<G> {
     }
 
     /// Takes the lock; the count cannot change until the guard drops.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// let inode = LockRef::new(3);
+    /// {
+    ///     let guard = inode.lock(); // `spin_lock(&lockref->lock)`
+    ///     assert!(inode.is_locked());
+    ///     assert_eq!(guard.count(), 3); // exact while held
+    /// }
+    /// assert!(!inode.is_locked());
+    /// ```
     #[doc(alias = "spin_lock")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -711,6 +815,20 @@ impl<G: SpinGuardian> LockRef<G> {
     /// parent's lock with [`lock`](Self::lock), then a child's with
     /// `lock_nested(1)`, records the order "class -> class/1" instead of
     /// reporting recursion. Without `lockdep`, exactly `lock`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// // Every dentry's lock is built here: one class.
+    /// fn d_alloc() -> LockRef { LockRef::new(1) }
+    ///
+    /// // A rename locks the parent, then the child: nested on purpose,
+    /// // always in that order.
+    /// let (parent, child) = (d_alloc(), d_alloc());
+    /// let _p = parent.lock();
+    /// let _c = child.lock_nested(1); // "dentry -> dentry/1", not recursion
+    /// ```
     ///
     /// # Panics
     /// With `lockdep`, if `subclass` is not below
@@ -760,6 +878,16 @@ impl<G: SpinGuardian> LockRef<G> {
 
     /// The count: a racy snapshot, possibly stale the moment it returns.
     /// Use it for statistics and assertions, not to decide anything.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// let dentry = LockRef::new(1);
+    /// dentry.get();
+    /// // A snapshot, for statistics and assertions, never for decisions.
+    /// assert_eq!(dentry.count(), 2);
+    /// ```
     #[inline]
     pub fn count(&self) -> i32 {
         self.load_count()
@@ -767,6 +895,16 @@ impl<G: SpinGuardian> LockRef<G> {
 
     /// Whether the lockref is dead (count `< 0`): a snapshot, but a dead
     /// lockref never comes back to life by itself.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// let dentry = LockRef::new(1);
+    /// assert!(!dentry.is_dead());
+    /// dentry.lock().mark_dead();
+    /// assert!(dentry.is_dead()); // and stays dead
+    /// ```
     #[doc(alias = "__lockref_is_dead")]
     #[inline]
     pub fn is_dead(&self) -> bool {
@@ -775,6 +913,17 @@ impl<G: SpinGuardian> LockRef<G> {
 
     /// Whether the embedded lock is held (by anyone): a snapshot, stale
     /// the moment it returns (Linux's `spin_is_locked(&lockref->lock)`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// let inode = LockRef::new(1);
+    /// let guard = inode.lock();
+    /// assert!(inode.is_locked()); // e.g. in a `debug_assert!` of a caller's contract
+    /// drop(guard);
+    /// assert!(!inode.is_locked());
+    /// ```
     #[doc(alias = "spin_is_locked")]
     #[inline]
     pub fn is_locked(&self) -> bool {
@@ -784,6 +933,17 @@ impl<G: SpinGuardian> LockRef<G> {
 
 impl<G: SpinGuardian> LockRefGuard<'_, G> {
     /// The count (exact: nobody else changes it while the lock is held).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// let inode = LockRef::new(1);
+    /// let guard = inode.lock();
+    /// // Exact: a `get` on another CPU now waits for the lock to drop.
+    /// if guard.count() == 1 { /* the only user: safe to reuse in place */ }
+    /// # assert_eq!(guard.count(), 1);
+    /// ```
     #[inline]
     #[must_use]
     pub fn count(&self) -> i32 {
@@ -791,6 +951,18 @@ impl<G: SpinGuardian> LockRefGuard<'_, G> {
     }
 
     /// Sets the count. Any value is allowed; a negative one means dead.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// // `d_drop`-style bookkeeping: under the lock, move two references at once.
+    /// let dentry = LockRef::new(3);
+    /// let mut guard = dentry.lock();
+    /// guard.set_count(guard.count() - 2);
+    /// drop(guard);
+    /// assert_eq!(dentry.count(), 1);
+    /// ```
     #[inline]
     pub fn set_count(&mut self, count: i32) {
         let old = self.count();
@@ -801,6 +973,18 @@ impl<G: SpinGuardian> LockRefGuard<'_, G> {
 
     /// Marks the lockref dead ([`DEAD`]): from now on `get_not_dead` and
     /// `get_not_zero` fail and puts are refused.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// let dentry = LockRef::new(1);
+    /// let mut guard = dentry.lock();
+    /// guard.mark_dead(); // `lockref_mark_dead`: lookups fail from now on
+    /// assert!(guard.is_dead());
+    /// drop(guard);
+    /// assert!(!dentry.get_not_zero());
+    /// ```
     #[doc(alias = "lockref_mark_dead")]
     #[inline]
     pub fn mark_dead(&mut self) {
@@ -808,6 +992,17 @@ impl<G: SpinGuardian> LockRefGuard<'_, G> {
     }
 
     /// Whether the count is negative (dead).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::LockRef;
+    ///
+    /// let dentry = LockRef::new(0);
+    /// let guard = dentry.lock();
+    /// // Under the lock the answer is exact: nobody kills it meanwhile.
+    /// if !guard.is_dead() { /* safe to hand out a new reference */ }
+    /// # drop(guard);
+    /// ```
     #[inline]
     #[must_use]
     pub fn is_dead(&self) -> bool {

@@ -10,6 +10,18 @@ static GET_ON_DEAD: StatCounter = StatCounter::new(0);
 
 /// Process-wide counts of the lockref misuse this crate caught and
 /// survived (see the [module docs](super#saturation-and-misuse)).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockref;
+///
+/// // A watchdog's periodic health check in a release build, where misuse
+/// // is counted instead of panicking.
+/// let lockref::Stats { saturated, get_on_dead, .. } = lockref::stats();
+/// if saturated + get_on_dead > 0 {
+///     eprintln!("lockref: {saturated} saturated, {get_on_dead} gets on dead objects");
+/// }
+/// ```
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 #[non_exhaustive]
@@ -22,6 +34,18 @@ pub struct Stats {
 
 /// Returns how often saturation and `get`-on-dead happened so far, in all
 /// lockrefs. Release builds do not panic on either: watch this instead.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lockref::{self, Stats};
+///
+/// let before = lockref::stats();
+/// let dentry = ksync::LockRef::new(1);
+/// dentry.get();
+/// # let _ = dentry.put_return();
+/// assert_eq!(lockref::stats(), before); // correct use is not counted
+/// # let _ = Stats::default();
+/// ```
 pub fn stats() -> Stats {
     Stats {
         saturated: SATURATED.load(Ordering::Relaxed),

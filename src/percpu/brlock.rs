@@ -52,6 +52,18 @@ crate::sync::const_init! {
 
 /// Per-CPU spinlocks, each guarding its CPU's `T`.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::brlock::BrLock;
+///
+/// // Linux's old per-CPU `files_lglock`: each CPU lists the files it opened.
+/// let files: BrLock<Vec<u32>> = BrLock::from_fn(|_| Vec::new());
+///
+/// files.local_lock().push(3); // `lg_local_lock`: this CPU's lock only
+/// let open: usize = files.global_lock().iter_mut().map(|l| l.len()).sum();
+/// assert_eq!(open, 1); // `lg_global_lock`: every CPU's, in order
+/// ```
+///
 /// # Zeroed memory
 ///
 /// All-zero bytes are a valid `BrLock<T>`, every CPU's lock free, whenever
@@ -75,6 +87,15 @@ unsafe impl<T: Send> Send for BrLock<T> {}
 impl<T: ConstInit> BrLock<T> {
     const_fn! {
         /// Every CPU's `T` starts as `T::INIT`. `const`, for `static`s.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::brlock::BrLock;
+        ///
+        /// // `DEFINE_LGLOCK`: `const`, every CPU's count starts at `u64::INIT` (0).
+        /// static MOUNTS: BrLock<u64> = BrLock::new();
+        /// assert!(!MOUNTS.is_locked());
+        /// ```
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
             Self { slots: PerCpu::new(), dep_map: Map::new() }
@@ -91,6 +112,15 @@ impl<T: ConstInit> Default for BrLock<T> {
 
 impl<T> BrLock<T> {
     /// CPU `i`'s `T` starts as `init(i)`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// // Per-CPU free lists, each starting with that CPU's share of the pool.
+    /// let free_ids = BrLock::from_fn(|cpu| vec![cpu as u32 * 100]);
+    /// assert_eq!(free_ids.cpu_lock(2)[0], 200);
+    /// ```
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn from_fn(mut init: impl FnMut(usize) -> T) -> Self {
         Self {
@@ -105,6 +135,16 @@ impl<T> BrLock<T> {
     /// Puts the brlock in `key`'s [lockdep](crate::lockdep) class instead
     /// of the class of the place it was built. Does nothing without
     /// `lockdep`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// // Built in a generic constructor, named for the reports.
+    /// let mut files: BrLock<u32> = BrLock::new();
+    /// files.set_lock_class(ksync::lock_class!("files_lglock"));
+    /// *files.local_lock() += 1;
+    /// ```
     #[doc(alias = "lockdep_set_class")]
     pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
         self.dep_map.set_class(key);
@@ -112,6 +152,17 @@ impl<T> BrLock<T> {
 
     /// Whether any CPU's lock is held (a local or the global locker): a
     /// snapshot, stale the moment it returns.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// let lock: BrLock<u32> = BrLock::new();
+    /// let guard = lock.local_lock();
+    /// assert!(lock.is_locked()); // some CPU holds its part: a snapshot
+    /// drop(guard);
+    /// assert!(!lock.is_locked());
+    /// ```
     #[doc(alias = "spin_is_locked")]
     #[inline]
     pub fn is_locked(&self) -> bool {
@@ -119,6 +170,16 @@ impl<T> BrLock<T> {
     }
 
     /// Whether CPU `cpu`'s lock is held (a snapshot).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// let lock: BrLock<u32> = BrLock::new();
+    /// let guard = lock.local_lock();
+    /// assert!(lock.is_cpu_locked(guard.cpu()));
+    /// # drop(guard);
+    /// ```
     ///
     /// # Panics
     /// If `cpu` is not below [`MAX_CPUS`](crate::kernel::MAX_CPUS).
@@ -128,6 +189,16 @@ impl<T> BrLock<T> {
     }
 
     /// Takes this CPU's lock (preemption disabled until the guard drops).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// static NR_OPEN: BrLock<u64> = BrLock::new();
+    ///
+    /// let mut count = NR_OPEN.local_lock(); // uncontended, on this CPU's line
+    /// *count += 1;
+    /// ```
     #[doc(alias = "lg_local_lock")]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn local_lock(&self) -> LocalGuard<'_, T> {
@@ -137,6 +208,16 @@ impl<T> BrLock<T> {
 
     /// [`local_lock`](Self::local_lock) with local interrupts masked
     /// before spinning and restored after unlocking.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// // Interrupt handlers account here too: mask before taking the lock.
+    /// static TIMER_EVENTS: BrLock<u64> = BrLock::new();
+    /// *TIMER_EVENTS.local_lock_irqsave() += 1;
+    /// assert!(!ksync::host::irqs_disabled()); // restored on drop
+    /// ```
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn local_lock_irqsave(&self) -> LocalGuard<'_, T> {
         let irq = IrqState::save();
@@ -145,6 +226,17 @@ impl<T> BrLock<T> {
     }
 
     /// Takes CPU `cpu`'s lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// let runqueues: BrLock<Vec<u32>> = BrLock::from_fn(|_| Vec::new());
+    ///
+    /// // `lg_local_lock_cpu`: queue a task on another CPU's run queue.
+    /// runqueues.cpu_lock(1).push(42);
+    /// assert_eq!(runqueues.cpu_lock(1).len(), 1);
+    /// ```
     ///
     /// # Panics
     /// If `cpu` is at or past the number of possible CPUs (the message
@@ -254,6 +346,19 @@ impl<T> BrLock<T> {
 
     /// Takes every CPU's lock, in CPU order (so global lockers cannot
     /// deadlock with each other).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// let files: BrLock<Vec<u32>> = BrLock::from_fn(|_| Vec::new());
+    /// files.local_lock().push(7);
+    ///
+    /// // `mark_files_ro`: walk every CPU's list with all of them stopped.
+    /// let mut all = files.global_lock();
+    /// let total: usize = all.iter_mut().map(|files| files.len()).sum();
+    /// assert_eq!(total, 1);
+    /// ```
     #[doc(alias = "lg_global_lock")]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn global_lock(&self) -> GlobalGuard<'_, T> {
@@ -262,6 +367,16 @@ impl<T> BrLock<T> {
 
     /// [`global_lock`](Self::global_lock) with local interrupts masked
     /// before spinning and restored after unlocking.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// static TIMER_EVENTS: BrLock<u64> = BrLock::new();
+    /// // A consistent total, with this CPU's handlers masked meanwhile.
+    /// let total: u64 = TIMER_EVENTS.global_lock_irqsave().iter_mut().map(|n| *n).sum();
+    /// assert_eq!(total, 0);
+    /// ```
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn global_lock_irqsave(&self) -> GlobalGuard<'_, T> {
         let irq = IrqState::save();
@@ -285,6 +400,15 @@ impl<T> BrLock<T> {
     }
 
     /// Exclusive access to every CPU's `T` (no locking needed).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// // Owned: reset at boot or teardown without taking any lock.
+    /// let mut stats: BrLock<u64> = BrLock::new();
+    /// stats.iter_mut().for_each(|n| *n = 0);
+    /// ```
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
         // SAFETY: `&mut self`: nobody else can reach the data.
         self.slots
@@ -300,6 +424,19 @@ impl<T> fmt::Debug for BrLock<T> {
 }
 
 /// One CPU's lock of a [`BrLock`], held. `!Send`.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::brlock::{BrLock, LocalGuard};
+///
+/// let files: BrLock<Vec<u32>> = BrLock::from_fn(|_| Vec::new());
+///
+/// // Helpers that need "this CPU's list, locked" take the guard.
+/// fn file_add(list: &mut LocalGuard<'_, Vec<u32>>, fd: u32) {
+///     list.push(fd);
+/// }
+/// file_add(&mut files.local_lock(), 3);
+/// ```
 #[must_use = "dropping the guard unlocks at once"]
 pub struct LocalGuard<'a, T> {
     slot: &'a Slot<T>,
@@ -314,6 +451,17 @@ pub struct LocalGuard<'a, T> {
 
 impl<T> LocalGuard<'_, T> {
     /// The CPU whose lock this is.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// let files: BrLock<Vec<u32>> = BrLock::from_fn(|_| Vec::new());
+    /// let guard = files.local_lock();
+    /// // Remember which CPU's list the file went on, to unlink it later.
+    /// let home_cpu = guard.cpu();
+    /// # assert_eq!(home_cpu, ksync::kernel::cpu_id());
+    /// ```
     #[must_use]
     pub fn cpu(&self) -> usize {
         self.cpu
@@ -353,6 +501,18 @@ impl<T> Drop for LocalGuard<'_, T> {
 }
 
 /// Every CPU's lock of a [`BrLock`], held. `!Send`.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::brlock::{BrLock, GlobalGuard};
+///
+/// let files: BrLock<Vec<u32>> = BrLock::from_fn(|_| Vec::new());
+///
+/// fn count_all(all: &mut GlobalGuard<'_, Vec<u32>>) -> usize {
+///     all.iter_mut().map(|l| l.len()).sum()
+/// }
+/// assert_eq!(count_all(&mut files.global_lock()), 0);
+/// ```
 #[must_use = "dropping the guard unlocks at once"]
 pub struct GlobalGuard<'a, T> {
     lock: &'a BrLock<T>,
@@ -365,6 +525,20 @@ pub struct GlobalGuard<'a, T> {
 
 impl<T> GlobalGuard<'_, T> {
     /// CPU `cpu`'s `T`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// let runqueues: BrLock<Vec<u32>> = BrLock::from_fn(|_| Vec::new());
+    /// runqueues.cpu_lock(1).push(9);
+    ///
+    /// // With every CPU stopped: move CPU 1's tasks to CPU 0 (CPU 1 going offline).
+    /// let mut all = runqueues.global_lock();
+    /// let moved = std::mem::take(all.cpu_mut(1));
+    /// all.cpu_mut(0).extend(moved);
+    /// assert_eq!(all.cpu_mut(0).len(), 1);
+    /// ```
     ///
     /// # Panics
     /// If `cpu` is at or past the number of possible CPUs (the message
@@ -380,6 +554,17 @@ impl<T> GlobalGuard<'_, T> {
     }
 
     /// Every possible CPU's `T`, in CPU order.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::brlock::BrLock;
+    ///
+    /// static NR_OPEN: BrLock<u64> = BrLock::new();
+    /// *NR_OPEN.local_lock() += 2;
+    /// let mut all = NR_OPEN.global_lock();
+    /// let total: u64 = all.iter_mut().map(|n| *n).sum(); // exact: every CPU stopped
+    /// assert_eq!(total, 2);
+    /// ```
     pub fn iter_mut(&mut self) -> impl Iterator<Item = &mut T> + '_ {
         // SAFETY: every slot's lock is held by this guard, borrowed mutably
         // for the iterator's life; each slot is yielded once.

@@ -74,6 +74,18 @@ const _: () = assert!(NESTED_CONTEXTS * (MAX_BATCH as i64) <= i32::MAX as i64 + 
 
 /// A counter with a per-CPU part and a shared total.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::percpu_counter::PerCpuCounter;
+///
+/// // Linux's `nr_files` / `vm_committed_as`: updated everywhere, read rarely.
+/// static NR_FILES: PerCpuCounter = PerCpuCounter::new();
+///
+/// NR_FILES.inc(); // `percpu_counter_inc`: this CPU's slot only
+/// NR_FILES.add(4);
+/// assert_eq!(NR_FILES.sum(), 5); // exact, folds every CPU's part
+/// ```
+///
 /// # Zeroed memory
 ///
 /// All-zero bytes are [`new`](Self::new): count 0, the default batch
@@ -95,11 +107,31 @@ static DEFAULT_BATCH: StatCounter = StatCounter::new(0);
 
 /// How many folds saturated a counter's total at `i64::MAX`/`i64::MIN`, in
 /// all counters (release builds do not panic on it: watch this instead).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::percpu_counter;
+///
+/// // Part of a periodic health report in release builds.
+/// if percpu_counter::overflows() > 0 {
+///     eprintln!("percpu_counter: a total saturated at i64::MAX/MIN");
+/// }
+/// # assert_eq!(percpu_counter::overflows(), 0);
+/// ```
 pub fn overflows() -> usize {
     OVERFLOWS.load(Ordering::Relaxed)
 }
 
 /// Linux's default batch: `max(32, 2 * nr_cpus())`.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::percpu_counter::{self, PerCpuCounter};
+///
+/// let batch = percpu_counter::default_batch(); // `percpu_counter_batch`
+/// assert!(batch >= 32);
+/// assert_eq!(PerCpuCounter::new().batch(), batch);
+/// ```
 #[doc(alias = "percpu_counter_batch")]
 pub fn default_batch() -> i32 {
     match DEFAULT_BATCH.load(Ordering::Relaxed) {
@@ -115,6 +147,15 @@ pub fn default_batch() -> i32 {
 impl PerCpuCounter {
     const_fn! {
         /// A counter at zero with the default batch (see [`default_batch`]).
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::percpu_counter::PerCpuCounter;
+        ///
+        /// // `percpu_counter_init(&nr_dentry, 0)`, but `const`, in a `static`.
+        /// static NR_DENTRY: PerCpuCounter = PerCpuCounter::new();
+        /// assert_eq!(NR_DENTRY.read(), 0);
+        /// ```
         #[doc(alias = "percpu_counter_init")]
         pub fn new() -> Self {
             Self::with_batch(0)
@@ -123,6 +164,16 @@ impl PerCpuCounter {
 
     const_fn! {
         /// A counter at zero that folds every `batch` units (0: the default).
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::percpu_counter::PerCpuCounter;
+        ///
+        /// // A limit checked often (`__percpu_counter_compare` against a quota):
+        /// // a small batch keeps `read` close to the truth.
+        /// static DIRTY_PAGES: PerCpuCounter = PerCpuCounter::with_batch(8);
+        /// assert_eq!(DIRTY_PAGES.batch(), 8);
+        /// ```
         ///
         /// # Panics
         /// If `batch` is negative or above [`MAX_BATCH`].
@@ -143,6 +194,18 @@ impl PerCpuCounter {
     }
 
     /// The batch this counter folds at.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// let counter = PerCpuCounter::with_batch(64);
+    /// counter.add(63); // stays in this CPU's slot
+    /// assert_eq!(counter.read(), 0);
+    /// counter.add(1); // reaches the batch: folded into the total
+    /// assert_eq!(counter.read(), 64);
+    /// # assert_eq!(counter.batch(), 64);
+    /// ```
     #[inline]
     pub fn batch(&self) -> i32 {
         if self.batch != 0 {
@@ -154,6 +217,16 @@ impl PerCpuCounter {
 
     /// The bound on [`read`](Self::read)'s error: `4 * batch * nr_cpus()`
     /// (see the module docs for the factor 4: the contexts a CPU can nest).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// // How far off a cheap `read` may be: decides whether `sum` is needed.
+    /// let blocks = PerCpuCounter::with_batch(32);
+    /// let bound = blocks.error_bound();
+    /// assert_eq!(bound, 4 * 32 * ksync::kernel::nr_cpus() as i64);
+    /// ```
     pub fn error_bound(&self) -> i64 {
         NESTED_CONTEXTS * i64::from(self.batch()) * kernel::nr_cpus() as i64
     }
@@ -161,6 +234,16 @@ impl PerCpuCounter {
     /// Adds `amount`: to this CPU's slot, or, when the slot would reach
     /// `batch` in absolute value, folds the slot and `amount` into the
     /// total under the lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// static FREE_BLOCKS: PerCpuCounter = PerCpuCounter::new();
+    /// FREE_BLOCKS.add(1024); // `percpu_counter_add`: blocks freed
+    /// FREE_BLOCKS.add(-16); // ... and allocated
+    /// assert_eq!(FREE_BLOCKS.sum(), 1008);
+    /// ```
     #[doc(alias("percpu_counter_add", "percpu_counter_add_batch"))]
     #[inline]
     pub fn add(&self, amount: i64) {
@@ -206,6 +289,15 @@ impl PerCpuCounter {
     }
 
     /// Adds one.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// static NR_INODES: PerCpuCounter = PerCpuCounter::new();
+    /// NR_INODES.inc(); // `percpu_counter_inc` in `new_inode`
+    /// assert_eq!(NR_INODES.sum(), 1);
+    /// ```
     #[doc(alias = "percpu_counter_inc")]
     #[inline]
     pub fn inc(&self) {
@@ -213,6 +305,16 @@ impl PerCpuCounter {
     }
 
     /// Subtracts one.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// static NR_INODES: PerCpuCounter = PerCpuCounter::new();
+    /// NR_INODES.inc();
+    /// NR_INODES.dec(); // `percpu_counter_dec` in `destroy_inode`
+    /// assert_eq!(NR_INODES.sum(), 0);
+    /// ```
     #[doc(alias = "percpu_counter_dec")]
     #[inline]
     pub fn dec(&self) {
@@ -221,6 +323,16 @@ impl PerCpuCounter {
 
     /// Sets the counter to `value`: the total becomes `value` and every slot
     /// zero. Updates running at the same time may be lost, as in Linux.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// static FREE_BLOCKS: PerCpuCounter = PerCpuCounter::new();
+    /// // At mount: the free count read from the superblock.
+    /// FREE_BLOCKS.set(1 << 20);
+    /// assert_eq!(FREE_BLOCKS.read(), 1 << 20);
+    /// ```
     #[doc(alias = "percpu_counter_set")]
     pub fn set(&self, value: i64) {
         let _locked = lock_irqsave(&self.lock);
@@ -233,6 +345,17 @@ impl PerCpuCounter {
 
     /// The total without the per-CPU parts: one load, off by less than
     /// [`error_bound`](Self::error_bound).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// static NR_FILES: PerCpuCounter = PerCpuCounter::new();
+    /// NR_FILES.inc();
+    /// // `percpu_counter_read`: one load, for /proc files and heuristics.
+    /// let approx = NR_FILES.read();
+    /// assert!((approx - NR_FILES.sum()).abs() <= NR_FILES.error_bound());
+    /// ```
     #[doc(alias = "percpu_counter_read")]
     #[inline]
     pub fn read(&self) -> i64 {
@@ -249,6 +372,18 @@ impl PerCpuCounter {
 
     /// [`read`](Self::read), but never below zero (for counts that are
     /// positive in truth but can read negative while slots lag).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// static NR_DENTRY: PerCpuCounter = PerCpuCounter::new();
+    /// NR_DENTRY.inc();
+    /// // `/proc/sys/fs/dentry-state` never shows a negative count, even when
+    /// // another CPU's decrement was folded before this CPU's increment.
+    /// let shown = NR_DENTRY.read_positive();
+    /// assert!(shown >= 0);
+    /// ```
     #[doc(alias = "percpu_counter_read_positive")]
     #[inline]
     pub fn read_positive(&self) -> i64 {
@@ -262,6 +397,16 @@ impl PerCpuCounter {
     /// slots that push it past, before any fold saturated) reads as
     /// `i64::MAX` or `i64::MIN`; nothing is saturated or reported, since
     /// the counter itself is unchanged.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// static FREE_BLOCKS: PerCpuCounter = PerCpuCounter::new();
+    /// FREE_BLOCKS.add(3);
+    /// // `percpu_counter_sum`: exact, for `statfs` and shutdown.
+    /// assert_eq!(FREE_BLOCKS.sum(), 3);
+    /// ```
     pub fn sum(&self) -> i64 {
         clamp(self.sum_exact())
     }
@@ -277,6 +422,16 @@ impl PerCpuCounter {
     }
 
     /// [`sum`](Self::sum), but never below zero.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// static NR_FILES: PerCpuCounter = PerCpuCounter::new();
+    /// NR_FILES.dec(); // a close counted before its open was
+    /// assert_eq!(NR_FILES.sum(), -1);
+    /// assert_eq!(NR_FILES.sum_positive(), 0); // `percpu_counter_sum_positive`
+    /// ```
     #[doc(alias = "percpu_counter_sum_positive")]
     pub fn sum_positive(&self) -> i64 {
         self.sum().max(0)
@@ -285,6 +440,21 @@ impl PerCpuCounter {
     /// Compares the counter with `rhs`: from [`read`](Self::read) when it is
     /// further from `rhs` than the error bound, else from the exact
     /// [`sum`](Self::sum) (exact even where `sum` saturates).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::cmp::Ordering;
+    /// use ksync::percpu_counter::PerCpuCounter;
+    ///
+    /// static FREE_BLOCKS: PerCpuCounter = PerCpuCounter::new();
+    /// FREE_BLOCKS.add(100);
+    ///
+    /// // `__percpu_counter_compare`: cheap when far from the limit, exact near it.
+    /// let wanted = 64;
+    /// if FREE_BLOCKS.compare(wanted) == Ordering::Less {
+    ///     panic!("ENOSPC");
+    /// }
+    /// ```
     #[doc(alias("percpu_counter_compare", "__percpu_counter_compare"))]
     pub fn compare(&self, rhs: i64) -> Cmp {
         let approx = self.read();

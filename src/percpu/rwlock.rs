@@ -106,6 +106,19 @@ mod sealed {
 /// How readers learn that a writer is coming: [`Fenced`] (or, with RCU, the
 /// gated flavour). Sealed. A flavour's initial state is its
 /// [`ConstInit`] value.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lock_api::RwLock;
+/// use ksync::percpu_rwlock::{Fenced, Flavour, RawPerCpuRwLock};
+///
+/// // A routing table whose kernel picks the flavour (Gated when it runs RCU).
+/// struct RouteTable<F: Flavour> {
+///     routes: RwLock<RawPerCpuRwLock<F>, [u32; 4]>,
+/// }
+/// let table: RouteTable<Fenced> = RouteTable { routes: RwLock::new([0; 4]) };
+/// assert_eq!(table.routes.read()[1], 0);
+/// ```
 pub trait Flavour: sealed::Sealed + ConstInit {
     /// Runs a reader's lock or unlock step `f` with preemption disabled,
     /// telling it whether it may skip the fence (the writer gate is open;
@@ -130,6 +143,16 @@ pub trait Flavour: sealed::Sealed + ConstInit {
 }
 
 /// The flavour that needs no RCU: one full fence per reader lock.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::percpu_rwlock::PerCpuRwLock; // the Fenced flavour
+///
+/// // No RCU needed: every reader pays one full fence, never a grace period.
+/// static MOUNTS: PerCpuRwLock<u32> = PerCpuRwLock::new(0);
+/// *MOUNTS.write() += 1;
+/// assert_eq!(*MOUNTS.read(), 1);
+/// ```
 #[derive(Debug, Default, Clone, Copy)]
 pub struct Fenced;
 
@@ -173,6 +196,17 @@ impl Flavour for Fenced {
 /// neither a writer nor a reader is inside. A caller that wants the lock
 /// soon after a failure calls [`write`](RawPerCpuRwLock::write), which
 /// waits.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::percpu_rwlock::GatedPerCpuRwLock;
+///
+/// // `cgroup_threadgroup_rwsem`-like: read on every fork, written rarely.
+/// static THREADGROUP: GatedPerCpuRwLock<u64> = GatedPerCpuRwLock::new(0);
+/// let forks = *THREADGROUP.read(); // gate open: no fence, no shared line
+/// *THREADGROUP.write() = forks + 1; // closes the gate: one grace period
+/// assert_eq!(*THREADGROUP.read(), 1);
+/// ```
 ///
 /// # Zeroed memory
 ///
@@ -224,6 +258,18 @@ pub type GatedPerCpuRwLock<T> = lock_api::RwLock<RawPerCpuRwLock<Gated>, T>;
 
 /// The raw scalable reader-writer lock (see the [module docs](self)).
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::percpu_rwlock::RawPerCpuRwLock;
+///
+/// // The raw lock guards data of the caller's choosing, as `rwlock_t` does.
+/// static LOCK: RawPerCpuRwLock = RawPerCpuRwLock::new();
+/// LOCK.read();
+/// assert!(LOCK.is_locked());
+/// // SAFETY: this context took the read lock just above.
+/// unsafe { LOCK.unlock_read() };
+/// ```
+///
 /// # Zeroed memory
 ///
 /// All-zero bytes are a valid unlocked lock of either flavour:
@@ -248,6 +294,14 @@ impl RawPerCpuRwLock<Fenced> {
     const_fn! {
         /// A new, unlocked lock of the [`Fenced`] flavour. `const`, for
         /// `static`s.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::percpu_rwlock::RawPerCpuRwLock;
+        ///
+        /// static SB_LOCK: RawPerCpuRwLock = RawPerCpuRwLock::new(); // `const`
+        /// assert!(!SB_LOCK.is_locked());
+        /// ```
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
             Self::with_flavour()
@@ -259,6 +313,16 @@ impl RawPerCpuRwLock<Gated> {
     const_fn! {
         /// A new, unlocked lock of the [`Gated`] flavour. `const`, for
         /// `static`s.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::percpu_rwlock::{Gated, RawPerCpuRwLock};
+        ///
+        /// static NAMESPACE_LOCK: RawPerCpuRwLock<Gated> = RawPerCpuRwLock::gated();
+        /// assert!(NAMESPACE_LOCK.try_read()); // gate open: the reader fast path
+        /// // SAFETY: taken just above.
+        /// unsafe { NAMESPACE_LOCK.unlock_read() };
+        /// ```
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn gated() -> Self {
             Self::with_flavour()
@@ -270,6 +334,16 @@ impl<F: Flavour, R> RawPerCpuRwLock<F, R> {
     const_fn! {
         /// A new, unlocked lock of any flavour and relax strategy (name
         /// them: `RawPerCpuRwLock::<Gated, Loop>::with_flavour()`).
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::percpu_rwlock::{Fenced, RawPerCpuRwLock};
+        /// use ksync::spinlock::Loop;
+        ///
+        /// // Waiters that spin without the `pause`/`yield` hint (`Loop`).
+        /// static LOCK: RawPerCpuRwLock<Fenced, Loop> = RawPerCpuRwLock::with_flavour();
+        /// assert!(!LOCK.is_locked());
+        /// ```
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn with_flavour() -> Self {
             Self::with_map(Map::new())
@@ -311,6 +385,20 @@ impl<F: Flavour, R> Default for RawPerCpuRwLock<F, R> {
 impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     /// Tries to take a read lock without waiting. Fails while a writer holds
     /// or waits for the lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_rwlock::RawPerCpuRwLock;
+    ///
+    /// let lock = RawPerCpuRwLock::new();
+    /// lock.write();
+    /// assert!(!lock.try_read()); // a writer holds it
+    /// // SAFETY: this context holds the write lock.
+    /// unsafe { lock.unlock_write() };
+    /// assert!(lock.try_read());
+    /// // SAFETY: the read lock taken just above.
+    /// unsafe { lock.unlock_read() };
+    /// ```
     #[doc(alias = "percpu_down_read_trylock")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -357,6 +445,17 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     }
 
     /// Takes a read lock, spinning while a writer holds or waits for it.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_rwlock::RawPerCpuRwLock;
+    ///
+    /// static LOCK: RawPerCpuRwLock = RawPerCpuRwLock::new();
+    /// LOCK.read(); // `percpu_down_read`: this CPU's count, then one fence
+    /// // ... read the protected data ...
+    /// // SAFETY: the read lock taken above.
+    /// unsafe { LOCK.unlock_read() };
+    /// ```
     #[doc(alias = "percpu_down_read")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -375,6 +474,19 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     }
 
     /// Releases a read lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_rwlock::RawPerCpuRwLock;
+    ///
+    /// static LOCK: RawPerCpuRwLock = RawPerCpuRwLock::new();
+    /// LOCK.read();
+    /// // SAFETY: this context holds the read lock (`percpu_up_read`).
+    /// unsafe { LOCK.unlock_read() };
+    /// assert!(LOCK.try_write());
+    /// # // SAFETY: the write lock just taken.
+    /// # unsafe { LOCK.unlock_write() };
+    /// ```
     ///
     /// # Safety
     /// The caller holds a read lock taken with [`read`](Self::read) or
@@ -409,6 +521,17 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
 
     /// Takes the write lock: closes the gate, excludes other writers, then
     /// waits for the readers to drain.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_rwlock::RawPerCpuRwLock;
+    ///
+    /// static LOCK: RawPerCpuRwLock = RawPerCpuRwLock::new();
+    /// LOCK.write(); // `percpu_down_write`: blocks new readers, waits for the rest
+    /// assert!(LOCK.is_write_locked());
+    /// // SAFETY: the write lock taken above.
+    /// unsafe { LOCK.unlock_write() };
+    /// ```
     #[doc(alias = "percpu_down_write")]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn write(&self) {
@@ -440,6 +563,20 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     /// Tries to take the write lock without waiting: fails if another writer
     /// holds it or any reader is inside, and (gated flavour) if the gate is
     /// open, since closing it takes a grace period (see [`Gated`]).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_rwlock::RawPerCpuRwLock;
+    ///
+    /// static LOCK: RawPerCpuRwLock = RawPerCpuRwLock::new();
+    /// LOCK.read();
+    /// assert!(!LOCK.try_write()); // a reader is inside
+    /// // SAFETY: the read lock taken above.
+    /// unsafe { LOCK.unlock_read() };
+    /// assert!(LOCK.try_write());
+    /// // SAFETY: the write lock just taken.
+    /// unsafe { LOCK.unlock_write() };
+    /// ```
     #[doc(alias = "percpu_down_write_trylock")]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_write(&self) -> bool {
@@ -471,6 +608,17 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     }
 
     /// Releases the write lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_rwlock::RawPerCpuRwLock;
+    ///
+    /// static LOCK: RawPerCpuRwLock = RawPerCpuRwLock::new();
+    /// LOCK.write();
+    /// // SAFETY: this context holds the write lock (`percpu_up_write`).
+    /// unsafe { LOCK.unlock_write() };
+    /// assert!(!LOCK.is_locked());
+    /// ```
     ///
     /// # Safety
     /// The caller holds the write lock.
@@ -516,12 +664,36 @@ impl<F: Flavour, R: RelaxStrategy> RawPerCpuRwLock<F, R> {
     }
 
     /// Whether a writer holds or waits for the lock: a snapshot.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_rwlock::PerCpuRwLock;
+    ///
+    /// static CONFIG: PerCpuRwLock<u32> = PerCpuRwLock::new(0);
+    /// let guard = CONFIG.write();
+    /// // `lock_api` reaches the raw lock, e.g. for a `debug_assert!`.
+    /// // SAFETY: only reads its state; the guard still unlocks it.
+    /// assert!(unsafe { CONFIG.raw() }.is_write_locked());
+    /// # drop(guard);
+    /// ```
     #[inline]
     pub fn is_write_locked(&self) -> bool {
         self.block.load(Ordering::Relaxed)
     }
 
     /// Whether anyone holds the lock: a snapshot.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::percpu_rwlock::RawPerCpuRwLock;
+    ///
+    /// static LOCK: RawPerCpuRwLock = RawPerCpuRwLock::new();
+    /// LOCK.read();
+    /// assert!(LOCK.is_locked()); // readers count too (a snapshot)
+    /// assert!(!LOCK.is_write_locked());
+    /// // SAFETY: the read lock taken above.
+    /// unsafe { LOCK.unlock_read() };
+    /// ```
     pub fn is_locked(&self) -> bool {
         self.is_write_locked() || self.readers_active()
     }

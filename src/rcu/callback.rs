@@ -51,10 +51,45 @@ use crate::sync::{AtomicBool, AtomicUsize, Ordering, UnsafeCell, fence, model_st
 /// on another CPU), always with preemption disabled, as Linux runs its
 /// callbacks in softirq context: it must not block or sleep, and it stays
 /// on one CPU (the debug builds' "inside a callback" mark is that CPU's).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicUsize, Ordering};
+/// use ksync::rcu::{self, Callback, RcuHead};
+///
+/// static FREED: AtomicUsize = AtomicUsize::new(0);
+/// static HEAD: RcuHead = RcuHead::new();
+///
+/// unsafe fn count_free(_head: *mut RcuHead) {
+///     FREED.fetch_add(1, Ordering::Relaxed); // no sleeping here
+/// }
+/// let cb: Callback = count_free;
+/// // SAFETY: a static head; the callback only counts.
+/// unsafe { rcu::call_rcu(&HEAD as *const RcuHead as *mut RcuHead, cb) };
+/// rcu::barrier();
+/// assert_eq!(FREED.load(Ordering::Relaxed), 1);
+/// ```
 pub type Callback = unsafe fn(*mut RcuHead);
 
 /// The intrusive link for [`call_rcu`] (Linux's `struct rcu_head`): embed
 /// one in the object that is to be freed after a grace period. Two words.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::mem::offset_of;
+/// use ksync::rcu::{self, RcuHead};
+///
+/// struct Inode { ino: u64, i_rcu: RcuHead }
+/// unsafe fn i_callback(head: *mut RcuHead) {
+///     // SAFETY: the `i_rcu` of a boxed `Inode` (below): container_of, free.
+///     drop(unsafe { Box::from_raw(head.byte_sub(offset_of!(Inode, i_rcu)).cast::<Inode>()) });
+/// }
+/// let inode = Box::into_raw(Box::new(Inode { ino: 2, i_rcu: RcuHead::new() }));
+/// // ... unpublish it (remove it from the inode hash) ...
+/// // SAFETY: unpublished; freed only by `i_callback`, after a grace period.
+/// unsafe { rcu::call_rcu(&raw mut (*inode).i_rcu, i_callback) };
+/// # rcu::barrier();
+/// ```
 ///
 /// A head may be queued again once its callback has started (the callback
 /// itself may re-queue it); queuing it while it is still queued panics.
@@ -98,6 +133,19 @@ unsafe impl Sync for RcuHead {}
 impl RcuHead {
     crate::sync::const_fn! {
         /// A head that is not queued.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::rcu::RcuHead;
+        ///
+        /// struct Route {
+        ///     dst: u32,
+        ///     rcu: RcuHead,
+        /// }
+        /// static DEFAULT: Route = Route { dst: 0, rcu: RcuHead::new() }; // const
+        /// // SAFETY: nobody queues it.
+        /// assert!(!unsafe { DEFAULT.rcu.is_queued() });
+        /// ```
         pub fn new() -> Self {
             Self {
                 next: UnsafeCell::new(ptr::null_mut()),
@@ -107,6 +155,21 @@ impl RcuHead {
     }
 
     /// Whether the head is queued and its callback has not started yet.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::{self, RcuHead};
+    ///
+    /// static HEAD: RcuHead = RcuHead::new();
+    /// unsafe fn done(_: *mut RcuHead) {}
+    ///
+    /// // SAFETY: a static head; `done` does nothing.
+    /// unsafe { rcu::call_rcu(&HEAD as *const RcuHead as *mut RcuHead, done) };
+    /// // SAFETY: only this code queues it, and it runs in `barrier` below.
+    /// assert!(unsafe { HEAD.is_queued() });
+    /// rcu::barrier();
+    /// assert!(!unsafe { HEAD.is_queued() });
+    /// ```
     ///
     /// # Safety
     /// None for memory safety any more (the word is atomic); the answer is
@@ -517,12 +580,52 @@ fn already_queued() -> ! {
 /// unpublished before its grace period started, which a read section still
 /// running on this CPU (it has not passed a quiescent state since) cannot
 /// have found.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicUsize, Ordering};
+/// use ksync::rcu::{self, RcuHead};
+///
+/// static FREED: AtomicUsize = AtomicUsize::new(0);
+/// static HEAD: RcuHead = RcuHead::new();
+/// unsafe fn free_route(_: *mut RcuHead) {
+///     FREED.fetch_add(1, Ordering::Relaxed);
+/// }
+///
+/// rcu::cpu_online();
+/// // SAFETY: a static head; the callback only counts.
+/// unsafe { rcu::call_rcu(&HEAD as *const RcuHead as *mut RcuHead, free_route) };
+/// assert_eq!(rcu::process_callbacks(), 0); // its grace period is still running
+/// rcu::synchronize();
+/// assert_eq!(rcu::process_callbacks(), 1); // the tick's softirq runs it now
+/// assert_eq!(FREED.load(Ordering::Relaxed), 1);
+/// # rcu::cpu_offline();
+/// ```
 #[doc(alias("rcu_core", "rcu_do_batch", "invoke_rcu_core"))]
 pub fn process_callbacks() -> usize {
     process_callbacks_max(CALLBACK_BATCH)
 }
 
 /// [`process_callbacks`] with a batch limit of `limit` per list.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{self, RcuHead};
+///
+/// static HEADS: [RcuHead; 3] = [const { RcuHead::new() }; 3];
+/// unsafe fn free_buf(_: *mut RcuHead) {}
+///
+/// rcu::cpu_online();
+/// for head in &HEADS {
+///     // SAFETY: static heads; the callback does nothing.
+///     unsafe { rcu::call_rcu(head as *const RcuHead as *mut RcuHead, free_buf) };
+/// }
+/// rcu::synchronize();
+/// // A tick with little time to spare runs two; the next one the rest.
+/// assert_eq!(rcu::process_callbacks_max(2), 2);
+/// assert_eq!(rcu::process_callbacks_max(2), 1);
+/// # rcu::cpu_offline();
+/// ```
 pub fn process_callbacks_max(limit: usize) -> usize {
     let cbs = callbacks();
     let mut ran = process_cpu(cbs.cpus.cpu(kernel::cpu_id()), limit, false);
@@ -601,6 +704,20 @@ fn process_cpu(cpu: &Cpu, limit: usize, orphans_only: bool) -> usize {
 /// the wait; concurrent barriers take turns), so the calling task may be
 /// preempted or migrate meanwhile.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{self, RcuHead};
+///
+/// static HEAD: RcuHead = RcuHead::new();
+/// unsafe fn module_free_cb(_: *mut RcuHead) {}
+///
+/// // SAFETY: a static head; the callback does nothing.
+/// unsafe { rcu::call_rcu(&HEAD as *const RcuHead as *mut RcuHead, module_free_cb) };
+/// // Before the callback's code goes away (a module unload):
+/// rcu::barrier();
+/// assert_eq!(rcu::pending_callbacks(), 0);
+/// ```
+///
 /// # Panics
 /// Inside a read-side critical section (every build), or from a callback
 /// (debug builds).
@@ -673,6 +790,22 @@ unsafe fn barrier_callback(_head: *mut RcuHead) {
 }
 
 /// Callbacks queued on all CPUs that have not finished yet.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{self, RcuHead};
+///
+/// static HEADS: [RcuHead; 2] = [const { RcuHead::new() }; 2];
+/// unsafe fn free_obj(_: *mut RcuHead) {}
+///
+/// for head in &HEADS {
+///     // SAFETY: static heads; the callback does nothing.
+///     unsafe { rcu::call_rcu(head as *const RcuHead as *mut RcuHead, free_obj) };
+/// }
+/// assert_eq!(rcu::pending_callbacks(), 2); // for statistics
+/// rcu::barrier();
+/// assert_eq!(rcu::pending_callbacks(), 0);
+/// ```
 #[must_use]
 pub fn pending_callbacks() -> usize {
     callbacks()
@@ -685,6 +818,21 @@ pub fn pending_callbacks() -> usize {
 
 /// Whether this CPU has callbacks queued (a kernel keeps its tick, or
 /// calls [`process_callbacks`] before idling, while it does).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{self, RcuHead};
+///
+/// static HEAD: RcuHead = RcuHead::new();
+/// unsafe fn free_obj(_: *mut RcuHead) {}
+///
+/// assert!(!rcu::has_callbacks()); // the idle loop may stop the tick
+/// // SAFETY: a static head; the callback does nothing.
+/// unsafe { rcu::call_rcu(&HEAD as *const RcuHead as *mut RcuHead, free_obj) };
+/// assert!(rcu::has_callbacks()); // keep the tick until they have run
+/// rcu::barrier();
+/// assert!(!rcu::has_callbacks());
+/// ```
 #[doc(alias = "rcu_needs_cpu")]
 #[must_use]
 pub fn has_callbacks() -> bool {

@@ -140,6 +140,29 @@ pub use self::table::RcuHashTable;
 /// The intrusive node: embed one in each object per list it can be on, and
 /// name it with [`impl_linked!`](crate::impl_linked). Three words.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{Hlist, Link, RcuList};
+/// # use ksync::spinlock::TicketMutex;
+///
+/// // A network device: on the list of all devices, and on a hash chain.
+/// struct NetDevice { ifindex: u32, dev_list: Link, index_hlist: Link }
+/// struct ByIndex; // tells the second link apart
+/// ksync::impl_linked!(NetDevice, dev_list);
+/// ksync::impl_linked!(NetDevice, index_hlist, ByIndex);
+///
+/// static ALL_DEVICES: RcuList<NetDevice> = RcuList::new();
+/// static INDEX_CHAIN: Hlist<NetDevice, ByIndex> = Hlist::new();
+/// # static RTNL: TicketMutex<()> = TicketMutex::new(());
+/// static LO: NetDevice = NetDevice { ifindex: 1, dev_list: Link::new(), index_hlist: Link::new() };
+///
+/// let mut rtnl = RTNL.lock(); // both lists' writers' lock
+/// // SAFETY: `LO` is a static: valid and in place for ever.
+/// unsafe { ALL_DEVICES.push_back(&mut rtnl, &LO) };
+/// unsafe { INDEX_CHAIN.push_front(&mut rtnl, &LO) };
+/// assert!(LO.dev_list.is_linked() && LO.index_hlist.is_linked());
+/// ```
+///
 /// # Zeroed memory
 ///
 /// All-zero bytes are [`new`](Self::new): on no list (unlike Linux's
@@ -159,6 +182,17 @@ pub struct Link {
 impl Link {
     crate::sync::const_fn! {
         /// A link that is on no list.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::rcu::Link;
+        ///
+        /// struct Dentry {
+        ///     d_hash: Link,
+        /// }
+        /// static ROOT: Dentry = Dentry { d_hash: Link::new() }; // const, for statics
+        /// assert!(!ROOT.d_hash.is_linked());
+        /// ```
         #[doc(alias = "INIT_LIST_HEAD")]
         pub fn new() -> Self {
             Self {
@@ -171,6 +205,24 @@ impl Link {
 
     /// Whether the node is on a list. Exact for a writer holding the lock
     /// of the list in question; a stale hint for anyone else.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::{Link, RcuList};
+    /// use ksync::spinlock::TicketMutex;
+    /// # struct Route { dst: u32, link: Link }
+    /// # ksync::impl_linked!(Route, link);
+    ///
+    /// static ROUTES: RcuList<Route> = RcuList::new();
+    /// static ROUTES_LOCK: TicketMutex<()> = TicketMutex::new(());
+    /// static GW: Route = Route { dst: 0, link: Link::new() };
+    ///
+    /// // SAFETY: `GW` is a static: valid and in place for ever.
+    /// unsafe { ROUTES.push_back(&mut ROUTES_LOCK.lock(), &GW) };
+    /// assert!(GW.link.is_linked());
+    /// ROUTES.remove(&mut ROUTES_LOCK.lock(), &GW);
+    /// assert!(!GW.link.is_linked()); // Linux's hlist_unhashed
+    /// ```
     #[doc(alias("hlist_unhashed", "list_empty"))]
     pub fn is_linked(&self) -> bool {
         // Relaxed: see above.
@@ -201,6 +253,24 @@ impl fmt::Debug for Link {
 /// several links of one type apart). Implement it with
 /// [`impl_linked!`](crate::impl_linked).
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::mem::offset_of;
+/// use ksync::rcu::{Link, Linked};
+///
+/// struct Dentry {
+///     d_hash: Link,
+///     d_child: Link,
+/// }
+/// struct Children;
+/// ksync::impl_linked!(Dentry, d_hash); // Linked<()>
+/// ksync::impl_linked!(Dentry, d_child, Children); // Linked<Children>
+///
+/// // What `container_of` subtracts from a link's address:
+/// assert_eq!(<Dentry as Linked>::OFFSET, offset_of!(Dentry, d_hash));
+/// assert_eq!(<Dentry as Linked<Children>>::OFFSET, offset_of!(Dentry, d_child));
+/// ```
+///
 /// # Safety
 /// `OFFSET` is the byte offset of a [`Link`] field in `Self`.
 #[doc(alias = "container_of")]
@@ -217,6 +287,28 @@ pub unsafe trait Linked<Tag = ()> {
 /// The field must be a `Link` itself, not something that derefs to one
 /// (`&Link`, `Box<Link>`, `Arc<Link>`...: a build error), and must be
 /// aligned (not in a `repr(packed)` struct).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{Link, RcuList};
+/// # use ksync::spinlock::TicketMutex;
+///
+/// // On the list of all tasks, and on its parent's list of children.
+/// struct Task { pid: u32, tasks: Link, sibling: Link }
+/// struct Siblings;
+/// ksync::impl_linked!(Task, tasks);
+/// ksync::impl_linked!(Task, sibling, Siblings);
+///
+/// static ALL_TASKS: RcuList<Task> = RcuList::new();
+/// static INIT_CHILDREN: RcuList<Task, Siblings> = RcuList::new();
+/// # static TASKLIST_LOCK: TicketMutex<()> = TicketMutex::new(());
+/// static KTHREADD: Task = Task { pid: 2, tasks: Link::new(), sibling: Link::new() };
+///
+/// let mut w = TASKLIST_LOCK.lock();
+/// // SAFETY: `KTHREADD` is a static: valid and in place for ever.
+/// unsafe { ALL_TASKS.push_back(&mut w, &KTHREADD) };
+/// unsafe { INIT_CHILDREN.push_back(&mut w, &KTHREADD) }; // through `sibling`
+/// ```
 #[macro_export]
 macro_rules! impl_linked {
     ($ty:ty, $field:ident) => {
@@ -425,6 +517,26 @@ pub struct ImplLinkedFieldChecks;
 /// The list's writer calls take `&mut` the guard for their whole run, so
 /// the proof they need is about those borrows.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::mutex::Mutex;
+/// use ksync::rcu::{Link, RcuList};
+/// # struct Module { link: Link }
+/// # ksync::impl_linked!(Module, link);
+///
+/// // Any `lock_api` mutex guard is one: here a sleeping mutex, for writers
+/// // that may sleep (Linux's `module_mutex`).
+/// static MODULES: RcuList<Module> = RcuList::new();
+/// static MODULE_MUTEX: Mutex<()> = Mutex::new(());
+/// static OTHER: Mutex<()> = Mutex::new(());
+/// static EXT4: Module = Module { link: Link::new() };
+///
+/// // SAFETY: `EXT4` is a static. The first writer binds the list to its lock...
+/// unsafe { MODULES.push_back(&mut MODULE_MUTEX.lock(), &EXT4) };
+/// // ...and a writer holding another lock panics.
+/// assert!(std::panic::catch_unwind(|| MODULES.remove(&mut OTHER.lock(), &EXT4)).is_err());
+/// ```
+///
 /// # Safety
 /// While a `&mut` of `self` is live, no `&mut` of another guard with the
 /// same `lock_id` is live, in any context: two writer calls with the same
@@ -432,6 +544,16 @@ pub struct ImplLinkedFieldChecks;
 /// exists.
 pub unsafe trait HeldLock {
     /// The lock's identity (its address, for the `lock_api` guards).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::HeldLock;
+    /// use ksync::spinlock::TicketMutex;
+    ///
+    /// static ROUTES_LOCK: TicketMutex<()> = TicketMutex::new(());
+    /// let guard = ROUTES_LOCK.lock();
+    /// assert_eq!(guard.lock_id(), &ROUTES_LOCK as *const _ as usize);
+    /// ```
     fn lock_id(&self) -> usize;
 }
 
@@ -694,6 +816,27 @@ impl Drop for Head {
 // ---- readers ----------------------------------------------------------------
 
 /// The objects of a list, in order, for the read section of `'g`.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{self, Link, RcuList, list::Iter};
+/// # use ksync::spinlock::TicketMutex;
+/// # struct Route { mtu: u32, link: Link }
+/// # ksync::impl_linked!(Route, link);
+///
+/// static ROUTES: RcuList<Route> = RcuList::new();
+/// # static LOCK: TicketMutex<()> = TicketMutex::new(());
+/// # static R1: Route = Route { mtu: 1500, link: Link::new() };
+/// # static R2: Route = Route { mtu: 9000, link: Link::new() };
+/// # unsafe { ROUTES.push_back(&mut LOCK.lock(), &R1) };
+/// # unsafe { ROUTES.push_back(&mut LOCK.lock(), &R2) };
+///
+/// fn max_mtu(routes: Iter<'_, Route>) -> Option<u32> {
+///     routes.map(|r| r.mtu).max()
+/// }
+/// let guard = rcu::read_lock();
+/// assert_eq!(max_mtu(ROUTES.iter(&guard)), Some(9000));
+/// ```
 #[doc(alias("list_for_each_entry_rcu", "hlist_for_each_entry_rcu"))]
 pub struct Iter<'g, T, Tag = ()> {
     next: *const Link,
@@ -759,6 +902,17 @@ macro_rules! list_type {
         impl<T: Linked<Tag>, Tag> $name<T, Tag> {
             crate::sync::const_fn! {
                 /// An empty list.
+                ///
+                #[cfg_attr(feature = "test-hooks", doc = " ```")]
+                #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+                #[doc = concat!(" # use ksync::rcu::{self, Link, ", stringify!($name), "};")]
+                /// # use ksync::spinlock::TicketMutex;
+                /// # struct Route { dst: u32, link: Link }
+                /// # ksync::impl_linked!(Route, link);
+                ///
+                #[doc = concat!(" static ROUTES: ", stringify!($name), "<Route> = ", stringify!($name), "::new(); // const: a static, or a field")]
+                /// assert!(ROUTES.is_empty());
+                /// ```
                 #[doc(alias = $alias)]
                 pub fn new() -> Self {
                     Self { head: Head::new(), $($extra: $init,)* _marker: PhantomData }
@@ -766,12 +920,49 @@ macro_rules! list_type {
             }
 
         /// The list's objects, for the read section of `guard`.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        #[doc = concat!(" # use ksync::rcu::{self, Link, ", stringify!($name), "};")]
+        /// # use ksync::spinlock::TicketMutex;
+        /// # struct Route { dst: u32, link: Link }
+        /// # ksync::impl_linked!(Route, link);
+        ///
+        #[doc = concat!(" static ROUTES: ", stringify!($name), "<Route> = ", stringify!($name), "::new();")]
+        /// # static LOCK: TicketMutex<()> = TicketMutex::new(());
+        /// # static A: Route = Route { dst: 10, link: Link::new() };
+        /// # static B: Route = Route { dst: 20, link: Link::new() };
+        /// # unsafe { ROUTES.push_front(&mut LOCK.lock(), &B) };
+        /// # unsafe { ROUTES.push_front(&mut LOCK.lock(), &A) };
+        ///
+        /// let guard = rcu::read_lock(); // no lock taken, nothing shared written
+        /// let dsts: Vec<u32> = ROUTES.iter(&guard).map(|r| r.dst).collect();
+        /// assert_eq!(dsts, [10, 20]);
+        /// ```
         #[doc(alias("list_for_each_entry_rcu", "hlist_for_each_entry_rcu"))]
         pub fn iter<'g>(&'g self, _guard: &'g ReadGuard) -> Iter<'g, T, Tag> {
             Iter { next: self.head.first(), _marker: PhantomData }
         }
 
         /// The first object, for the read section of `guard`.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        #[doc = concat!(" # use ksync::rcu::{self, Link, ", stringify!($name), "};")]
+        /// # use ksync::spinlock::TicketMutex;
+        /// # struct Route { dst: u32, link: Link }
+        /// # ksync::impl_linked!(Route, link);
+        ///
+        #[doc = concat!(" static PENDING: ", stringify!($name), "<Route> = ", stringify!($name), "::new();")]
+        /// # static LOCK: TicketMutex<()> = TicketMutex::new(());
+        /// # static A: Route = Route { dst: 10, link: Link::new() };
+        /// # unsafe { PENDING.push_front(&mut LOCK.lock(), &A) };
+        ///
+        /// let guard = rcu::read_lock();
+        /// if let Some(route) = PENDING.first(&guard) {
+        ///     assert_eq!(route.dst, 10);
+        /// }
+        /// ```
         #[doc(alias("list_first_or_null_rcu", "hlist_first_rcu"))]
         pub fn first<'g>(&'g self, guard: &'g ReadGuard) -> Option<&'g T> {
             self.iter(guard).next()
@@ -779,6 +970,24 @@ macro_rules! list_type {
 
         /// Whether the list is empty (a hint unless the caller holds the
         /// writers' lock).
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        #[doc = concat!(" # use ksync::rcu::{self, Link, ", stringify!($name), "};")]
+        /// # use ksync::spinlock::TicketMutex;
+        /// # struct Route { dst: u32, link: Link }
+        /// # ksync::impl_linked!(Route, link);
+        ///
+        #[doc = concat!(" static ROUTES: ", stringify!($name), "<Route> = ", stringify!($name), "::new();")]
+        /// static ROUTES_LOCK: TicketMutex<()> = TicketMutex::new(());
+        /// static GW: Route = Route { dst: 0, link: Link::new() };
+        ///
+        /// assert!(ROUTES.is_empty());
+        /// let mut w = ROUTES_LOCK.lock();
+        /// // SAFETY: `GW` is a static: valid and in place for ever.
+        /// unsafe { ROUTES.push_front(&mut w, &GW) };
+        /// assert!(!ROUTES.is_empty()); // exact: the writers' lock is held
+        /// ```
         #[doc(alias("list_empty_rcu", "hlist_empty"))]
         pub fn is_empty(&self) -> bool {
             // Relaxed: nothing is read through the pointer.
@@ -788,6 +997,24 @@ macro_rules! list_type {
         /// Removes `node`, leaving its `next` for readers that stand on it.
         /// Free it only after a grace period ([`call_rcu`](super::call_rcu)),
         /// and re-insert it only after one (checked).
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        #[doc = concat!(" # use ksync::rcu::{self, Link, ", stringify!($name), "};")]
+        /// # use ksync::spinlock::TicketMutex;
+        /// # struct Route { dst: u32, link: Link }
+        /// # ksync::impl_linked!(Route, link);
+        ///
+        #[doc = concat!(" static ROUTES: ", stringify!($name), "<Route> = ", stringify!($name), "::new();")]
+        /// static ROUTES_LOCK: TicketMutex<()> = TicketMutex::new(());
+        /// # static GW: Route = Route { dst: 0, link: Link::new() };
+        /// # unsafe { ROUTES.push_front(&mut ROUTES_LOCK.lock(), &GW) };
+        ///
+        /// ROUTES.remove(&mut ROUTES_LOCK.lock(), &GW); // readers may still be on it
+        /// rcu::synchronize(); // now none is: free it, or insert it again
+        /// // SAFETY: `GW` is a static: valid and in place for ever.
+        /// unsafe { ROUTES.push_front(&mut ROUTES_LOCK.lock(), &GW) };
+        /// ```
         ///
         /// # Panics
         /// If `node` is not on this list, or `lock` is not the lock of this
@@ -803,6 +1030,25 @@ macro_rules! list_type {
 
         /// Puts `new` in `old`'s place with one store: a reader sees one or
         /// the other. `old` is removed as by [`remove`](Self::remove).
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        #[doc = concat!(" # use ksync::rcu::{self, Link, ", stringify!($name), "};")]
+        /// # use ksync::spinlock::TicketMutex;
+        /// # struct Route { dst: u32, link: Link }
+        /// # ksync::impl_linked!(Route, link);
+        ///
+        #[doc = concat!(" static ROUTES: ", stringify!($name), "<Route> = ", stringify!($name), "::new();")]
+        /// static ROUTES_LOCK: TicketMutex<()> = TicketMutex::new(());
+        /// static OLD: Route = Route { dst: 10, link: Link::new() };
+        /// static NEW: Route = Route { dst: 11, link: Link::new() };
+        /// # unsafe { ROUTES.push_front(&mut ROUTES_LOCK.lock(), &OLD) };
+        ///
+        /// // SAFETY: `NEW` is a static: valid and in place for ever.
+        /// unsafe { ROUTES.replace(&mut ROUTES_LOCK.lock(), &OLD, &NEW) };
+        /// let guard = rcu::read_lock();
+        /// assert_eq!(ROUTES.first(&guard).map(|r| r.dst), Some(11));
+        /// ```
         ///
         /// # Safety
         /// As for [`push_front`](Self::push_front), for `new`.
@@ -824,6 +1070,23 @@ macro_rules! list_type {
         }
 
         /// Inserts `node` at the front.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        #[doc = concat!(" # use ksync::rcu::{self, Link, ", stringify!($name), "};")]
+        /// # use ksync::spinlock::TicketMutex;
+        /// # struct Route { dst: u32, link: Link }
+        /// # ksync::impl_linked!(Route, link);
+        ///
+        #[doc = concat!(" static ROUTES: ", stringify!($name), "<Route> = ", stringify!($name), "::new();")]
+        /// static ROUTES_LOCK: TicketMutex<()> = TicketMutex::new(());
+        /// static DEFAULT: Route = Route { dst: 0, link: Link::new() };
+        ///
+        /// // SAFETY: `DEFAULT` is a static: valid and in place for ever.
+        /// unsafe { ROUTES.push_front(&mut ROUTES_LOCK.lock(), &DEFAULT) };
+        /// let guard = rcu::read_lock();
+        /// assert_eq!(ROUTES.first(&guard).map(|r| r.dst), Some(0));
+        /// ```
         ///
         /// # Safety
         /// `node` stays valid, and is neither moved nor mutated except
@@ -847,6 +1110,25 @@ macro_rules! list_type {
         }
 
         /// Inserts `node` right after `anchor`, which is on this list.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        #[doc = concat!(" # use ksync::rcu::{self, Link, ", stringify!($name), "};")]
+        /// # use ksync::spinlock::TicketMutex;
+        /// # struct Route { dst: u32, link: Link }
+        /// # ksync::impl_linked!(Route, link);
+        ///
+        #[doc = concat!(" static ROUTES: ", stringify!($name), "<Route> = ", stringify!($name), "::new(); // kept sorted by `dst`")]
+        /// static ROUTES_LOCK: TicketMutex<()> = TicketMutex::new(());
+        /// static A: Route = Route { dst: 10, link: Link::new() };
+        /// static B: Route = Route { dst: 20, link: Link::new() };
+        /// # unsafe { ROUTES.push_front(&mut ROUTES_LOCK.lock(), &A) };
+        ///
+        /// // SAFETY: `B` is a static: valid and in place for ever.
+        /// unsafe { ROUTES.insert_after(&mut ROUTES_LOCK.lock(), &A, &B) };
+        /// let guard = rcu::read_lock();
+        /// assert_eq!(ROUTES.iter(&guard).map(|r| r.dst).collect::<Vec<_>>(), [10, 20]);
+        /// ```
         ///
         /// # Safety
         /// As for [`push_front`](Self::push_front).
@@ -876,6 +1158,25 @@ list_type! {
     /// and removal of any node (Linux's `list_head` under `rculist.h`).
     /// Three words. See the [module docs](self) for the writers' contract.
     ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::{self, Link, RcuList};
+    /// use ksync::spinlock::TicketMutex;
+    ///
+    /// struct Route { dst: u32, gateway: u32, link: Link }
+    /// ksync::impl_linked!(Route, link);
+    ///
+    /// static ROUTES: RcuList<Route> = RcuList::new();
+    /// static ROUTES_LOCK: TicketMutex<()> = TicketMutex::new(()); // the writers'
+    /// static DEFAULT: Route = Route { dst: 0, gateway: 0x0a00_0001, link: Link::new() };
+    ///
+    /// // SAFETY: `DEFAULT` is a static: valid and in place for ever.
+    /// unsafe { ROUTES.push_back(&mut ROUTES_LOCK.lock(), &DEFAULT) };
+    /// let guard = rcu::read_lock(); // a lookup on the packet path: no lock
+    /// let via = ROUTES.iter(&guard).find(|r| r.dst == 0).map(|r| r.gateway);
+    /// assert_eq!(via, Some(0x0a00_0001));
+    /// ```
+    ///
     /// # Zeroed memory
     ///
     /// All-zero bytes are `new()`: empty, no writers' lock bound yet.
@@ -887,6 +1188,25 @@ list_type! {
     /// An RCU-protected hash chain (Linux's `hlist_head`): insertion at the
     /// front or after a node, removal of any node. Two words. See the
     /// [module docs](self) for the writers' contract.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::{self, Hlist, Link};
+    /// use ksync::spinlock::TicketMutex;
+    ///
+    /// struct Pid { nr: u32, pid_chain: Link }
+    /// ksync::impl_linked!(Pid, pid_chain);
+    ///
+    /// // One bucket of a pid hash (see `RcuHashTable` for the whole table).
+    /// static CHAIN: Hlist<Pid> = Hlist::new();
+    /// static PIDMAP_LOCK: TicketMutex<()> = TicketMutex::new(());
+    /// static INIT: Pid = Pid { nr: 1, pid_chain: Link::new() };
+    ///
+    /// // SAFETY: `INIT` is a static: valid and in place for ever.
+    /// unsafe { CHAIN.push_front(&mut PIDMAP_LOCK.lock(), &INIT) };
+    /// let guard = rcu::read_lock();
+    /// assert!(CHAIN.iter(&guard).any(|p| p.nr == 1)); // find_pid_ns
+    /// ```
     ///
     /// # Zeroed memory
     ///
@@ -901,6 +1221,27 @@ impl<T: Linked<Tag>, Tag> RcuList<T, Tag> {
     }
 
     /// Inserts `node` at the back.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::{self, Link, RcuList};
+    /// use ksync::spinlock::TicketMutex;
+    /// # struct Route { dst: u32, link: Link }
+    /// # ksync::impl_linked!(Route, link);
+    ///
+    /// static ROUTES: RcuList<Route> = RcuList::new();
+    /// static ROUTES_LOCK: TicketMutex<()> = TicketMutex::new(());
+    /// static A: Route = Route { dst: 10, link: Link::new() };
+    /// static B: Route = Route { dst: 20, link: Link::new() };
+    ///
+    /// let mut w = ROUTES_LOCK.lock();
+    /// // SAFETY: `A` and `B` are statics: valid and in place for ever.
+    /// unsafe { ROUTES.push_back(&mut w, &A) };
+    /// unsafe { ROUTES.push_back(&mut w, &B) };
+    /// drop(w);
+    /// let guard = rcu::read_lock();
+    /// assert_eq!(ROUTES.iter(&guard).map(|r| r.dst).collect::<Vec<_>>(), [10, 20]);
+    /// ```
     ///
     /// # Safety
     /// As for [`push_front`](Self::push_front).

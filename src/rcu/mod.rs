@@ -162,6 +162,23 @@ const BITS: usize = usize::BITS as usize;
 
 /// A grace-period cookie from [`get_state`] or [`start_poll`]: pass it to
 /// [`poll`] or [`cond_synchronize`].
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{self, Cookie};
+///
+/// // A retired buffer remembers when it was unpublished...
+/// struct Retired {
+///     cookie: Cookie,
+///     buf: Box<[u8]>,
+/// }
+/// let retired = Retired { cookie: rcu::start_poll(), buf: vec![0; 64].into() };
+/// rcu::synchronize(); // (time passes; other grace periods complete)
+/// // ...and the tick frees it once a grace period has passed, without waiting.
+/// if rcu::poll(retired.cookie) {
+///     drop(retired.buf);
+/// }
+/// ```
 #[derive(Clone, Copy, PartialEq, Eq, Hash)]
 #[cfg_attr(feature = "defmt", derive(defmt::Format))]
 pub struct Cookie(usize);
@@ -476,6 +493,19 @@ fn this_cpu() -> PerCpuRef<'static, CpuState> {
 /// CPU (three loads). Preemption is disabled from reading the CPU id to
 /// the report.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// rcu::cpu_online();
+/// let cookie = rcu::start_poll(); // a writer waits for this CPU now
+/// assert!(!rcu::poll(cookie));
+/// // The scheduler, at a context switch (no reader can be running):
+/// rcu::quiescent_state();
+/// assert!(rcu::poll(cookie)); // this was the last CPU it waited for
+/// # rcu::cpu_offline();
+/// ```
+///
 /// # Panics
 /// Inside a read-side critical section on this CPU, in every build (the
 /// grace period would end under the reader). With `lockdep`, a CPU
@@ -513,6 +543,21 @@ pub(super) fn waiting_quiescent_state(what: &'static str) {
 
 /// This CPU comes online: from now on grace periods wait for it. Call it on
 /// the CPU, before its first read section.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// // A secondary CPU's entry (on the host, each thread is a CPU):
+/// let cpu1 = std::thread::spawn(|| {
+///     rcu::cpu_online(); // before its first read section
+///     let guard = rcu::read_lock();
+///     // ... read RCU-protected data ...
+///     drop(guard);
+///     rcu::cpu_offline();
+/// });
+/// cpu1.join().unwrap();
+/// ```
 #[doc(alias = "rcutree_online_cpu")]
 pub fn cpu_online() {
     let cpu = this_cpu();
@@ -533,6 +578,16 @@ fn watch(state: &CpuState) {
 /// This CPU goes offline: grace periods stop waiting for it. Call it on the
 /// CPU, after its last read section. Its queued callbacks stay queued and
 /// are run by whichever CPU calls [`process_callbacks`].
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// rcu::cpu_online();
+/// let cookie = rcu::start_poll(); // waits for this CPU
+/// rcu::cpu_offline(); // the hot-unplug path, after its last reader
+/// assert!(rcu::poll(cookie)); // no longer
+/// ```
 ///
 /// # Panics
 /// Inside a read-side critical section, in every build.
@@ -621,6 +676,20 @@ pub(crate) fn kernel_idle_cpu_report(cpu: usize) {
 /// This CPU enters its idle loop: an extended quiescent state, so an idle
 /// CPU never holds up a grace period.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// rcu::cpu_online();
+/// let cookie = rcu::start_poll();
+/// // The idle loop:
+/// rcu::idle_enter();
+/// assert!(rcu::poll(cookie)); // an idle CPU holds up no grace period
+/// // ... halt until an interrupt; its handler may read under RCU ...
+/// rcu::idle_exit();
+/// # rcu::cpu_offline();
+/// ```
+///
 /// Readers need not leave it first: a read section on a CPU that RCU is
 /// not watching (idle, offline, never online) makes the CPU watched until
 /// it ends, as Linux's `rcu_irq_enter` does for interrupt handlers in
@@ -644,6 +713,20 @@ pub fn idle_enter() {
 }
 
 /// This CPU leaves its idle loop: grace periods wait for it again.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// rcu::cpu_online();
+/// rcu::idle_enter();
+/// // ... `hlt`/`wfi` returns: a task became runnable ...
+/// rcu::idle_exit();
+/// let cookie = rcu::start_poll();
+/// assert!(!rcu::poll(cookie)); // waits for this CPU again
+/// rcu::quiescent_state();
+/// # rcu::cpu_offline();
+/// ```
 #[doc(alias = "rcu_idle_exit")]
 pub fn idle_exit() {
     watch(&this_cpu());
@@ -671,6 +754,16 @@ fn eqs_enter_cpu(cpu: usize) {
 
 /// A cookie for the state now: [`poll`] on it returns `true` once a full
 /// grace period has elapsed since this call. Starts nothing.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// let cookie = rcu::get_state(); // after unpublishing an object; starts nothing
+/// // ... someone else's grace period runs ...
+/// rcu::synchronize();
+/// assert!(rcu::poll(cookie)); // the object may be freed
+/// ```
 #[doc(alias = "get_state_synchronize_rcu")]
 #[inline]
 #[must_use = "a cookie is only useful passed to `poll` or `cond_synchronize`"]
@@ -684,6 +777,17 @@ pub fn get_state() -> Cookie {
 
 /// [`get_state`], and makes sure a grace period that completes the cookie
 /// will run.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// rcu::cpu_online();
+/// let cookie = rcu::start_poll(); // a grace period is under way now
+/// rcu::quiescent_state(); // the CPUs pass through quiescent states...
+/// assert!(rcu::poll(cookie)); // ...and nobody had to wait for it
+/// # rcu::cpu_offline();
+/// ```
 #[doc(alias = "start_poll_synchronize_rcu")]
 #[must_use = "a cookie is only useful passed to `poll` or `cond_synchronize`"]
 pub fn start_poll() -> Cookie {
@@ -695,6 +799,19 @@ pub fn start_poll() -> Cookie {
 /// Whether a full grace period has elapsed since `cookie` was taken. When
 /// `true`, the caller may free what it unpublished before taking it, as
 /// after [`synchronize`].
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{self, Cookie};
+///
+/// rcu::cpu_online();
+/// let cookie = rcu::start_poll();
+/// assert!(!rcu::poll(cookie)); // this CPU has not passed a quiescent state
+/// rcu::quiescent_state();
+/// assert!(rcu::poll(cookie));
+/// assert!(rcu::poll(Cookie::COMPLETED));
+/// # rcu::cpu_offline();
+/// ```
 #[doc(alias = "poll_state_synchronize_rcu")]
 #[inline]
 #[must_use = "only `true` means a grace period has passed"]
@@ -712,6 +829,16 @@ pub fn poll(cookie: Cookie) -> bool {
 }
 
 /// Waits until [`poll`]`(cookie)` holds, starting a grace period if needed.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// let cookie = rcu::get_state(); // when the old table was unpublished
+/// // ... rebuild the index, perhaps long enough for a grace period ...
+/// rcu::cond_synchronize(cookie); // waits only if none has passed since
+/// assert!(rcu::poll(cookie));
+/// ```
 ///
 /// # Panics
 /// Inside a read-side critical section (every build), or from a
@@ -731,6 +858,22 @@ pub fn cond_synchronize(cookie: Cookie) {
 /// the call has finished when it returns. The calling CPU reports its own
 /// quiescent states while it waits, so it must not be inside a read
 /// section.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{self, RcuPtr};
+///
+/// static CONFIG: RcuPtr<u32> = RcuPtr::null();
+///
+/// // SAFETY: fresh boxes, each freed only after it is unpublished and a
+/// // grace period has passed.
+/// unsafe { CONFIG.publish(Box::into_raw(Box::new(1500))) };
+/// let old = unsafe { CONFIG.publish(Box::into_raw(Box::new(9000))) };
+/// rcu::synchronize(); // synchronize_rcu: no reader can still see `old`
+/// drop(unsafe { Box::from_raw(old) });
+/// # rcu::synchronize();
+/// # drop(unsafe { Box::from_raw(CONFIG.publish(core::ptr::null_mut())) });
+/// ```
 ///
 /// # Panics
 /// Inside a read-side critical section (every build), or from a
@@ -752,6 +895,15 @@ fn wait_for(cookie: Cookie, what: &'static str) {
 }
 
 /// The current grace-period sequence number (for statistics and tests).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// let before = rcu::gp_seq();
+/// rcu::synchronize();
+/// assert!(rcu::gp_seq().wrapping_sub(before) >= 4); // one full grace period
+/// ```
 #[must_use]
 pub fn gp_seq() -> usize {
     engine().gp_seq.load(Ordering::Relaxed)

@@ -55,6 +55,15 @@ unsafe impl<T: Send + Sync> Send for RcuPtr<T> {}
 impl<T> RcuPtr<T> {
     crate::sync::const_fn! {
         /// A null pointer.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::rcu::{self, RcuPtr};
+        ///
+        /// struct NetConfig { mtu: u32 }
+        /// static NET_CONFIG: RcuPtr<NetConfig> = RcuPtr::null(); // nothing published yet
+        /// assert!(NET_CONFIG.read(&rcu::read_lock()).is_none());
+        /// ```
         pub fn null() -> Self {
             Self { ptr: crate::sync::AtomicPtr::new(core::ptr::null_mut()) }
         }
@@ -67,6 +76,18 @@ impl<T> RcuPtr<T> {
         /// As for [`publish`](Self::publish): a non-null `target` stays
         /// valid for shared access from any CPU until it is unpublished and
         /// a grace period has passed.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::rcu::{self, RcuPtr};
+        ///
+        /// struct NetConfig { mtu: u32 }
+        /// static BOOT_CONFIG: NetConfig = NetConfig { mtu: 1500 };
+        /// // SAFETY: a static: valid for ever (and never freed when replaced).
+        /// static NET_CONFIG: RcuPtr<NetConfig> =
+        ///     unsafe { RcuPtr::new(&BOOT_CONFIG as *const NetConfig as *mut NetConfig) };
+        /// assert_eq!(NET_CONFIG.read(&rcu::read_lock()).map(|c| c.mtu), Some(1500));
+        /// ```
         #[doc(alias = "RCU_INITIALIZER")]
         pub unsafe fn new(target: *mut T) -> Self {
             Self { ptr: crate::sync::AtomicPtr::new(target) }
@@ -77,6 +98,21 @@ impl<T> RcuPtr<T> {
     ///
     /// Acquire: pairs with the Release in [`publish`](Self::publish), so
     /// the target's initialization is visible.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::{self, RcuPtr};
+    ///
+    /// struct NetConfig { mtu: u32 }
+    /// static NET_CONFIG: RcuPtr<NetConfig> = RcuPtr::null();
+    /// # // SAFETY: leaked, never freed.
+    /// # unsafe { NET_CONFIG.publish(Box::leak(Box::new(NetConfig { mtu: 9000 }))) };
+    ///
+    /// // The packet path: no lock, no shared write.
+    /// let guard = rcu::read_lock();
+    /// let mtu = NET_CONFIG.read(&guard).map_or(1500, |c| c.mtu);
+    /// assert_eq!(mtu, 9000);
+    /// ```
     #[doc(alias = "rcu_dereference")]
     #[inline]
     pub fn read<'g>(&self, _guard: &'g ReadGuard) -> Option<&'g T> {
@@ -90,6 +126,21 @@ impl<T> RcuPtr<T> {
     /// Replaces the target with `new` (null allowed) and returns the old
     /// one, which readers may still see: free it only after a grace period
     /// ([`synchronize`](super::synchronize), a completed cookie, [`call_rcu`](super::call_rcu), ...).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::{self, RcuPtr};
+    ///
+    /// struct NetConfig { mtu: u32 }
+    /// static NET_CONFIG: RcuPtr<NetConfig> = RcuPtr::null();
+    ///
+    /// let new = Box::into_raw(Box::new(NetConfig { mtu: 9000 }));
+    /// // SAFETY: freed only once unpublished and a grace period has passed.
+    /// let old = unsafe { NET_CONFIG.publish(new) };
+    /// assert!(old.is_null()); // the first one
+    /// # rcu::synchronize();
+    /// # drop(unsafe { Box::from_raw(NET_CONFIG.publish(core::ptr::null_mut())) });
+    /// ```
     ///
     /// # Safety
     /// A non-null `new` must be valid for shared access (`&T`) from any
@@ -106,6 +157,22 @@ impl<T> RcuPtr<T> {
 
     /// The current target, for the writer side (no read section needed:
     /// the caller holds the writers' lock).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::RcuPtr;
+    /// use ksync::spinlock::TicketMutex;
+    ///
+    /// struct NetConfig { mtu: u32 }
+    /// static NET_CONFIG: RcuPtr<NetConfig> = RcuPtr::null();
+    /// static CONFIG_LOCK: TicketMutex<()> = TicketMutex::new(()); // the writers'
+    ///
+    /// let _w = CONFIG_LOCK.lock();
+    /// let current = NET_CONFIG.load(); // rcu_dereference_protected
+    /// // SAFETY: under the writers' lock nobody unpublishes (and frees) it.
+    /// let mtu = unsafe { current.as_ref() }.map_or(1500, |c| c.mtu);
+    /// assert_eq!(mtu, 1500);
+    /// ```
     #[doc(alias = "rcu_dereference_protected")]
     #[inline]
     pub fn load(&self) -> *mut T {

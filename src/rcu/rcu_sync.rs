@@ -48,6 +48,28 @@ const EXIT: u32 = 3;
 /// A reader/writer gate backed by RCU grace periods (Linux's
 /// `struct rcu_sync`).
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicU32, Ordering};
+/// use ksync::rcu::{self, RcuSync};
+///
+/// static GATE: RcuSync = RcuSync::new();
+/// static SLOW_PATHS: AtomicU32 = AtomicU32::new(0);
+///
+/// fn reader() {
+///     let _rcu = rcu::read_lock();
+///     if !GATE.is_idle() {
+///         // A writer is around: take the lock (here, just count).
+///         SLOW_PATHS.fetch_add(1, Ordering::Relaxed);
+///     } // else the fast path: nothing shared written
+/// }
+/// reader();
+/// GATE.enter(); // waits for the readers that saw the gate idle
+/// reader();
+/// # GATE.exit();
+/// assert_eq!(SLOW_PATHS.load(Ordering::Relaxed), 1);
+/// ```
+///
 /// # Zeroed memory
 ///
 /// All-zero bytes are [`new`](Self::new): idle, no writer.
@@ -64,6 +86,17 @@ pub struct RcuSync {
 impl RcuSync {
     crate::sync::const_fn! {
         /// An idle gate.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::rcu::RcuSync;
+        ///
+        /// struct FreezeLock {
+        ///     gate: RcuSync, // const: fine in a static
+        /// }
+        /// static SB_FREEZE: FreezeLock = FreezeLock { gate: RcuSync::new() };
+        /// assert!(SB_FREEZE.gate.is_idle());
+        /// ```
         #[doc(alias = "rcu_sync_init")]
         pub fn new() -> Self {
             Self {
@@ -118,6 +151,20 @@ impl RcuSync {
     /// Closes the gate: returns once every reader that saw it idle has
     /// finished. The first writer waits one grace period; writers arriving
     /// while it is closed wait for that one or none.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::{self, RcuSync};
+    ///
+    /// rcu::cpu_online();
+    /// let gate = RcuSync::new();
+    /// gate.enter(); // one grace period: the fast-path readers are done
+    /// assert!(!gate.is_idle()); // new readers take their slow path
+    /// gate.enter(); // a second writer: no grace period
+    /// gate.exit();
+    /// gate.exit();
+    /// # rcu::cpu_offline();
+    /// ```
     ///
     /// Must not be called inside an RCU read section or a `call_rcu`
     /// callback (it may wait for a grace period).
@@ -203,6 +250,20 @@ impl RcuSync {
     /// for it). Pairs with one [`enter`](Self::enter) (or a successful
     /// [`try_enter`](Self::try_enter)).
     ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::{self, RcuSync};
+    ///
+    /// rcu::cpu_online();
+    /// let gate = RcuSync::new();
+    /// gate.enter();
+    /// gate.exit(); // returns at once
+    /// assert!(!gate.is_idle()); // still closed: the grace period runs
+    /// rcu::synchronize();
+    /// assert!(gate.is_idle());
+    /// # rcu::cpu_offline();
+    /// ```
+    ///
     /// An `exit` without an `enter` is caught: it panics, in every build,
     /// before it changes anything. An `exit` for a writer other than the
     /// caller (two exits for one writer while another is inside) cannot
@@ -235,6 +296,20 @@ impl RcuSync {
     /// Completes a pending reopening: if the last writer left and a grace
     /// period has passed since, the gate becomes idle. Cheap when there is
     /// nothing to do. Returns whether the gate is idle.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::{self, RcuSync};
+    ///
+    /// rcu::cpu_online();
+    /// let gate = RcuSync::new();
+    /// gate.enter();
+    /// gate.exit();
+    /// assert!(!gate.poll_idle()); // the reopening's grace period is running
+    /// rcu::quiescent_state(); // this CPU's tick
+    /// assert!(gate.poll_idle()); // it completed: the gate is open again
+    /// # rcu::cpu_offline();
+    /// ```
     pub fn poll_idle(&self) -> bool {
         // Relaxed: a filter, re-checked under the lock; `poll` orders the
         // writer's section before a reader that then sees IDLE (W1).

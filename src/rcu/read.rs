@@ -194,6 +194,23 @@ fn unwatched_exit(cpu: &'static CpuState) {
 /// ever: preemption stays disabled, the CPU's quiescent states panic and
 /// grace periods that need it never end (a stall, which
 /// [`check_stall`](super::check_stall) reports). Nothing is freed under it.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu::{self, RcuPtr, ReadGuard};
+///
+/// static HOSTNAME: RcuPtr<&str> = RcuPtr::null();
+/// # // SAFETY: leaked, never freed.
+/// # unsafe { HOSTNAME.publish(Box::leak(Box::new("localhost"))) };
+///
+/// // What the guard borrows cannot outlive the read section.
+/// fn hostname<'g>(guard: &'g ReadGuard) -> &'g str {
+///     HOSTNAME.read(guard).copied().unwrap_or("(none)")
+/// }
+/// let guard = rcu::read_lock();
+/// assert_eq!(hostname(&guard), "localhost");
+/// drop(guard); // rcu_read_unlock
+/// ```
 #[must_use = "the read section ends when the guard drops"]
 pub struct ReadGuard {
     _section: ReadSection,
@@ -245,6 +262,20 @@ impl fmt::Debug for ReadGuard {
 }
 
 /// Whether this CPU is inside a read-side critical section.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// fn lookup_route() {
+///     debug_assert!(rcu::read_lock_held(), "call under rcu::read_lock()");
+///     // ... walk an RCU list ...
+/// }
+/// let guard = rcu::read_lock();
+/// lookup_route();
+/// drop(guard);
+/// assert!(!rcu::read_lock_held());
+/// ```
 #[doc(alias = "rcu_read_lock_held")]
 #[must_use]
 pub fn read_lock_held() -> bool {

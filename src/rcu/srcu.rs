@@ -283,6 +283,17 @@ pub struct SrcuCookie(usize);
 impl Srcu {
     const_fn! {
         /// A domain with no readers. `const`, for `static`s.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::rcu::srcu::Srcu;
+        ///
+        /// // One domain per subsystem: its slow readers hold up only its updaters.
+        /// static NOTIFIER_SRCU: Srcu = Srcu::new(); // DEFINE_STATIC_SRCU
+        /// let per_device = Srcu::new(); // init_srcu_struct
+        /// drop(NOTIFIER_SRCU.read_lock());
+        /// per_device.synchronize();
+        /// ```
         #[doc(alias("init_srcu_struct", "DEFINE_STATIC_SRCU"))]
         pub fn new() -> Self {
             Self {
@@ -471,6 +482,17 @@ impl Srcu {
 
     /// The grace-period sequence number: odd while one runs (for
     /// statistics and tests).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::srcu::Srcu;
+    ///
+    /// let domain = Srcu::new();
+    /// let before = domain.gp_seq();
+    /// domain.synchronize();
+    /// let after = domain.gp_seq();
+    /// assert!(after != before && after % 2 == 0); // one ran, and none runs now
+    /// ```
     pub fn gp_seq(&self) -> usize {
         self.gp_seq.load(Ordering::Relaxed)
     }
@@ -601,6 +623,15 @@ pub struct SrcuGuard<'a> {
 
 impl SrcuGuard<'_> {
     /// The counter index this section uses (0 or 1), for debugging.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::rcu::srcu::Srcu;
+    ///
+    /// let domain = Srcu::new();
+    /// let reader = domain.read_lock();
+    /// assert!(reader.index() < 2); // which of the two counter pairs it counts on
+    /// ```
     #[must_use]
     pub fn index(&self) -> usize {
         self.idx

@@ -52,6 +52,21 @@ fn detector() -> &'static Detector {
 
 /// Sets the stall bound, in the unit of the clock passed to
 /// [`check_stall`] (0, the default, turns detection off).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// rcu::set_stall_timeout(21_000); // Linux's default: 21 s, with a clock in ms
+/// rcu::cpu_online();
+/// rcu::start_poll(); // a grace period that waits for this CPU
+/// assert!(rcu::check_stall(1_000).is_none()); // first sight: its clock starts
+/// assert!(rcu::check_stall(21_999).is_none());
+/// assert!(rcu::check_stall(22_000).is_some()); // 21 s later: a stall
+/// # rcu::quiescent_state();
+/// # rcu::set_stall_timeout(0);
+/// # rcu::cpu_offline();
+/// ```
 #[doc(alias("rcu_cpu_stall_timeout", "rcupdate.rcu_cpu_stall_timeout"))]
 pub fn set_stall_timeout(timeout: u64) {
     // Truncation: only differences of clock values are used, wrapping.
@@ -61,6 +76,22 @@ pub fn set_stall_timeout(timeout: u64) {
 }
 
 /// Stall reports issued since boot.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::rcu;
+///
+/// # rcu::set_stall_timeout(100);
+/// # rcu::cpu_online();
+/// # rcu::start_poll();
+/// # let _ = rcu::check_stall(0);
+/// let before = rcu::stall_count();
+/// let _ = rcu::check_stall(100); // (a stalled grace period)
+/// assert_eq!(rcu::stall_count(), before + 1); // for a statistics file
+/// # rcu::quiescent_state();
+/// # rcu::set_stall_timeout(0);
+/// # rcu::cpu_offline();
+/// ```
 pub fn stall_count() -> usize {
     STALLS.load(Ordering::Relaxed)
 }

@@ -68,6 +68,20 @@ pub struct SeqCount {
 impl SeqCount {
     const_fn! {
         /// A counter at zero (no write in progress).
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use core::sync::atomic::AtomicU64;
+        /// use ksync::seqlock::SeqCount;
+        ///
+        /// // The timekeeper's clock: a counter next to the words it protects.
+        /// struct Clock {
+        ///     seq: SeqCount, // const: fine in a static
+        ///     ns: AtomicU64,
+        /// }
+        /// static CLOCK: Clock = Clock { seq: SeqCount::new(), ns: AtomicU64::new(0) };
+        /// assert_eq!(CLOCK.seq.sequence(), 0);
+        /// ```
         #[doc(alias("seqcount_init", "SEQCNT_ZERO"))]
         pub fn new() -> Self {
             Self { seq: AtomicU32::new(0) }
@@ -243,6 +257,22 @@ impl SeqCount {
 
     /// Ends a write: the sequence becomes even again.
     ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    /// use ksync::seqlock::SeqCount;
+    ///
+    /// let (seq, jiffies) = (SeqCount::new(), AtomicU64::new(0));
+    /// let no_preemption = ksync::kernel::preempt_disable();
+    /// // SAFETY: the only writer here; not preemptible.
+    /// unsafe { seq.write_begin() };
+    /// jiffies.fetch_add(1, Relaxed);
+    /// // SAFETY: ends the write begun above: readers may succeed again.
+    /// unsafe { seq.write_end() };
+    /// drop(no_preemption);
+    /// assert_eq!(seq.sequence() % 2, 0);
+    /// ```
+    ///
     /// # Safety
     ///
     /// The caller began this write with [`write_begin`](Self::write_begin)
@@ -267,6 +297,25 @@ impl SeqCount {
     /// leaves the sequence odd: readers spin forever.)
     ///
     /// See [`SeqCount`] for an example.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use core::sync::atomic::{AtomicU64, Ordering::Relaxed};
+    /// use ksync::seqlock::SeqCount;
+    /// use ksync::spinlock::TicketMutex;
+    ///
+    /// static XTIME_LOCK: TicketMutex<()> = TicketMutex::new(()); // serialises writers
+    /// static SEQ: SeqCount = SeqCount::new();
+    /// static SEC: AtomicU64 = AtomicU64::new(0);
+    /// static NSEC: AtomicU64 = AtomicU64::new(0);
+    ///
+    /// let _writer = XTIME_LOCK.lock();
+    /// // SAFETY: the writers' spinlock is held: one writer, no preemption.
+    /// let write = unsafe { SEQ.write() }; // the sequence is odd: readers retry
+    /// SEC.store(1, Relaxed);
+    /// NSEC.store(500, Relaxed);
+    /// drop(write); // even again
+    /// ```
     #[inline]
     pub unsafe fn write(&self) -> SeqCountWriteGuard<'_> {
         // SAFETY: forwarded caller contract.
@@ -276,6 +325,18 @@ impl SeqCount {
 
     /// The raw sequence number: a snapshot, stale at once, for statistics
     /// and debugging (use [`read_begin`](Self::read_begin) to read).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::seqlock::SeqCount;
+    ///
+    /// let seq = SeqCount::new();
+    /// # let no_preemption = ksync::kernel::preempt_disable();
+    /// // SAFETY: the only writer; not preemptible (hidden above).
+    /// drop(unsafe { seq.write() });
+    /// # drop(no_preemption);
+    /// assert_eq!(seq.sequence(), 2); // one write so far: +1 to begin, +1 to end
+    /// ```
     #[inline]
     pub fn sequence(&self) -> u32 {
         self.seq.load(Ordering::Relaxed)

@@ -312,6 +312,18 @@ impl<T: SeqData, G: SpinGuardian> SeqLock<T, G> {
 
     /// Whether a writer holds the lock: a snapshot, stale the moment it
     /// returns (Linux's `spin_is_locked(&sl->lock)`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::seqlock::SeqLock;
+    ///
+    /// let clock = SeqLock::new(0u64);
+    /// let mut w = clock.write();
+    /// *w += 1;
+    /// assert!(clock.is_locked()); // for assertions: "the writer holds it"
+    /// drop(w);
+    /// assert!(!clock.is_locked());
+    /// ```
     #[doc(alias = "spin_is_locked")]
     #[inline]
     pub fn is_locked(&self) -> bool {
@@ -439,6 +451,19 @@ impl<T: SeqData, G: SpinGuardian> SeqLock<T, G> {
     /// Puts the writers' lock in `key`'s [lockdep](crate::lockdep) class
     /// instead of the class of the place it was built. Does nothing
     /// without `lockdep`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::seqlock::SeqLock;
+    ///
+    /// struct Timekeeper {
+    ///     clock: SeqLock<u64>,
+    /// }
+    /// let mut tk = Timekeeper { clock: SeqLock::new(0) };
+    /// // Before it is shared: lockdep reports name the class "tk_core".
+    /// tk.clock.set_lock_class(ksync::lock_class!("tk_core"));
+    /// tk.clock.store(1);
+    /// ```
     #[doc(alias = "lockdep_set_class")]
     #[inline]
     pub fn set_lock_class(&mut self, key: &'static LockClassKey) {

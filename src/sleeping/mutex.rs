@@ -20,10 +20,11 @@
 //!
 //! # The algorithm
 //!
-//! One word holds `LOCKED`, `WAITERS` (someone is queued), `HANDOFF`
-//! (the first waiter asked for the lock to be handed to it) and `FLIGHT`
-//! (a woken waiter is on its way back). Uncontended,
-//! `lock` and `unlock` are one compare-exchange each.
+//! One word holds `LOCKED`, `WAITERS` (the next unlock must look at the
+//! queue) and `HANDOFF` (the first waiter asked for the lock to be handed
+//! to it); a flag beside it, `flight`, says that a woken waiter is on its
+//! way back. Uncontended, `lock` and `unlock` are one compare-exchange
+//! each.
 //!
 //! * **Optimistic spinning.** A locker that finds it held spins while the
 //!   holder is on a CPU ([`Kernel::task_running`](crate::kernel::Kernel::task_running)),
@@ -34,28 +35,44 @@
 //!   two context switches (Linux's `mutex_optimistic_spin`, with
 //!   `parking_lot`'s yields for more tasks than CPUs). It looks at the
 //!   lock with exponential backoff from 16 relax rounds, so that it does
-//!   not keep the holder's cache line busy.
+//!   not keep the holder's cache line busy. A lock found free with
+//!   waiters queued is taken at once, without the checks of the path
+//!   that may sleep.
 //! * **Sleeping.** Otherwise it queues on the wait queue (FIFO), sets
 //!   `WAITERS` and sleeps; `unlock` then takes the slow path, frees the
-//!   lock and wakes the first waiter.
+//!   lock, clears `WAITERS` and wakes the first waiter, which sets
+//!   `WAITERS` again when it is back (so the unlocks in between, which
+//!   have no one to wake, take the fast path).
 //! * **Hand-off.** A woken waiter may find the lock taken again by a
 //!   spinner. It goes back to the front of the queue and sets `HANDOFF`;
 //!   the next `unlock` then does not free the lock but makes that first
 //!   waiter its owner and wakes it, and no one else may take the lock
 //!   while `HANDOFF` is set. While a woken waiter is on its way back
-//!   (`FLIGHT`: woken, not yet queued again; it may wait to be scheduled),
+//!   (`flight`: woken, not yet queued again; it may wait to be scheduled),
 //!   unlocks free the lock but wake no one else, so no other woken waiter
 //!   can queue at the front ahead of it (in Linux the woken waiter stays
-//!   on the list, first). So a waiter loses at most one race after it
-//!   reaches the front (Linux's `MUTEX_FLAG_HANDOFF`): no starvation. The
-//!   cost: an async waiter that is woken and then neither polled nor
+//!   on the list, first, and the unlocks wake only it). So a waiter loses
+//!   at most one race after it reaches the front (Linux's
+//!   `MUTEX_FLAG_HANDOFF`): no starvation. Until that race is lost,
+//!   lockers take a free lock as they find it (Linux's lock stealing).
+//!   The cost: an async waiter that is woken and then neither polled nor
 //!   dropped holds up the waiters behind it (not the lock: the lock is
-//!   free, and lockers that find it so take it); and throughput where
-//!   tasks outnumber CPUs, since fewer woken waiters are around to take a
-//!   freed lock: the contended bench of `benches/sleeping.rs` (2 cores,
-//!   one run each, a noisy host) at 4 / 8 threads ran 0.66x / 0.55x
-//!   `parking_lot::Mutex`'s critical sections with `FLIGHT`, 0.86x /
-//!   1.01x with the same build waking the next waiter at every unlock.
+//!   free, and lockers that find it so take it).
+//!
+//! # What the contended path costs
+//!
+//! The first version of the bound kept `flight` in the word, with
+//! `WAITERS` set while anyone was queued: while a waiter was on its way
+//! back, which under contention is nearly always, every lock and unlock
+//! missed its fast path (each an extra compare-exchange, and each unlock
+//! the queue lock): counted at 8 threads on 2 cores, about 10 million
+//! slow unlocks a second against a few hundred wakes. The contended bench
+//! of `benches/sleeping.rs` at 8 threads on 2 cores ran 0.67x
+//! `parking_lot::Mutex`'s critical sections with it, and 1.00-1.05x with
+//! `flight` out of the word and `WAITERS` cleared while a waiter is
+//! woken (medians of interleaved runs on a host at load average 6-18;
+//! the same build waking the next waiter at every unlock, without the
+//! bound, 0.89-1.18x). See `docs/benchmarks.md`.
 //!
 //! Unlike a spinlock, the holder may sleep, and preemption stays enabled.
 //! Guards come from [`lock_api`], as for the spinlocks: [`Mutex`] is
@@ -68,7 +85,7 @@ use core::task::{Context, Poll};
 
 use crate::kernel::{self, SPIN_LIMIT};
 use crate::lockdep::{LockClassKey, Map};
-use crate::sync::{AtomicUsize, Ordering};
+use crate::sync::{AtomicBool, AtomicUsize, Ordering};
 use crate::wait::{self, GRANTED, Locked, Node, Queued, WAITING, WaitQueue};
 
 /// How many relax rounds a locker spins while the holder runs before it
@@ -112,16 +129,16 @@ const YIELDS: u32 = if cfg!(ksync_loom) { 1 } else { 7 };
 
 /// In the state word: held.
 const LOCKED: usize = 1;
-/// Someone is queued (the unlock must look at the queue).
+/// The next unlock must look at the queue: set by a waiter as it queues,
+/// or comes back after a wake (under the queue lock, in the read-modify-
+/// write that looks at `LOCKED`: either it sees the lock free and takes
+/// it, or the holder's unlock sees this bit). Cleared when the queue
+/// empties, and by an unlock that frees the lock: then the first waiter
+/// is woken, or one is on its way back already (`flight`), and sets it
+/// again when it is back.
 const WAITERS: usize = 2;
 /// The first waiter asked for a hand-off.
 const HANDOFF: usize = 4;
-/// A waiter was woken without the lock (the lock freed for it) and has
-/// not queued again nor left yet: the unlocks wake no one else meanwhile
-/// (it is still the first waiter, as in Linux, where a woken waiter stays
-/// on the list), so no other woken waiter can queue at the front ahead of
-/// it. Set and cleared under the queue lock.
-const FLIGHT: usize = 8;
 
 /// In `owner`: held by an async task (a `lock_async` future). It runs on
 /// no CPU of its own while it holds the lock (its executor may poll other
@@ -132,12 +149,34 @@ const ASYNC_HOLDER: usize = usize::MAX;
 
 /// The lock under [`Mutex`] (Linux's `struct mutex`). See the
 /// [module docs](self).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::mutex::RawMutex;
+///
+/// // A lock with no data inside: it serialises firmware uploads.
+/// static FW_UPLOAD: RawMutex = RawMutex::new();
+///
+/// FW_UPLOAD.lock();
+/// // ... program the flash controller, maybe sleeping ...
+/// // SAFETY: this task holds it.
+/// unsafe { FW_UPLOAD.unlock() };
+/// # }
+/// ```
 pub struct RawMutex {
     state: AtomicUsize,
     /// The holder's task token (0 while free or unknown, [`ASYNC_HOLDER`]
     /// for an async holder): for spinners
     /// to ask whether it runs. Relaxed: a hint, never for exclusion.
     owner: AtomicUsize,
+    /// A waiter was woken without the lock (the lock freed for it) and has
+    /// not queued again nor left yet: the unlocks wake no one else meanwhile
+    /// (it is still the first waiter, as in Linux, where a woken waiter
+    /// stays on the list), so no other woken waiter can queue at the front
+    /// ahead of it. Written under the queue lock (Relaxed: the lock orders
+    /// it; `Debug` reads a snapshot). Not in `state`, so that the lock and
+    /// unlock fast paths still work while it is set: see `WAITERS`.
+    flight: AtomicBool,
     queue: WaitQueue,
     /// The lock's [lockdep](crate::lockdep) class (zero-sized without
     /// `lockdep`): a sleeping lock, on its holder task's stack.
@@ -157,7 +196,7 @@ impl core::fmt::Debug for RawMutex {
             .field("locked", &(state & LOCKED != 0))
             .field("waiters", &(state & WAITERS != 0))
             .field("handoff", &(state & HANDOFF != 0))
-            .field("woken_in_flight", &(state & FLIGHT != 0))
+            .field("woken_in_flight", &self.flight.load(Ordering::Relaxed))
             .finish_non_exhaustive()
     }
 }
@@ -169,14 +208,58 @@ impl Default for RawMutex {
 }
 
 /// A mutex whose waiters sleep (see the [module docs](self)).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::mutex::Mutex;
+///
+/// struct Device {
+///     config: Mutex<[u8; 16]>, // its holder may sleep (wait for the device)
+/// }
+/// let dev = Device { config: Mutex::new([0; 16]) };
+/// let mut config = dev.config.lock(); // mutex_lock
+/// config[0] = 1;
+/// drop(config); // mutex_unlock
+/// # }
+/// ```
 pub type Mutex<T> = lock_api::Mutex<RawMutex, T>;
 /// The guard of [`Mutex`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::mutex::{Mutex, MutexGuard};
+///
+/// // Takes the guard: the caller must hold the lock (lockdep_assert_held).
+/// fn flush(queue: &mut MutexGuard<'_, Vec<u32>>) -> usize {
+///     queue.drain(..).count()
+/// }
+/// let queue = Mutex::new(vec![1, 2, 3]);
+/// assert_eq!(flush(&mut queue.lock()), 3);
+/// # }
+/// ```
 pub type MutexGuard<'a, T> = lock_api::MutexGuard<'a, RawMutex, T>;
 
 impl RawMutex {
     crate::sync::const_fn! {
         /// A new, unlocked mutex, in the [lockdep](crate::lockdep) class
         /// of the place it is built.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::mutex::{Mutex, RawMutex};
+        ///
+        /// struct Device {
+        ///     cfg: Mutex<u32>,
+        /// }
+        /// // Every device's lock is built on this line: one lockdep class for all.
+        /// fn probe() -> Device {
+        ///     Device { cfg: Mutex::from_raw(RawMutex::new(), 0) }
+        /// }
+        /// let (eth0, eth1) = (probe(), probe());
+        /// *eth0.cfg.lock() = 1500;
+        /// assert_eq!(*eth1.cfg.lock(), 0);
+        /// # }
+        /// ```
         #[must_use]
         #[cfg_attr(feature = "lockdep", track_caller)]
         pub fn new() -> Self {
@@ -188,6 +271,16 @@ impl RawMutex {
         /// A new, unlocked mutex in `key`'s [lockdep](crate::lockdep)
         /// class (Linux's `lockdep_set_class`); exactly `new` without
         /// `lockdep`.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::mutex::{Mutex, RawMutex};
+        ///
+        /// static DEVICES: Mutex<Vec<&str>> =
+        ///     Mutex::from_raw(RawMutex::with_class(ksync::lock_class!("devices")), Vec::new());
+        /// DEVICES.lock().push("eth0"); // lockdep reports name the class "devices"
+        /// # }
+        /// ```
         #[must_use]
         pub fn with_class(key: &'static LockClassKey) -> Self {
             Self::with_map(Map::with_key(key))
@@ -199,6 +292,7 @@ impl RawMutex {
             RawMutex {
                 state: AtomicUsize::new(0),
                 owner: AtomicUsize::new(0),
+                flight: AtomicBool::new(false),
                 queue: WaitQueue::new(),
                 dep_map,
                 #[cfg(feature = "lockdep")]
@@ -225,6 +319,19 @@ impl RawMutex {
     }
 
     /// Whether anyone holds it (a snapshot).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::mutex::RawMutex;
+    ///
+    /// let dev_lock = RawMutex::new();
+    /// dev_lock.lock();
+    /// assert!(dev_lock.is_locked()); // for assertions: "the caller holds it"
+    /// // SAFETY: held by this task.
+    /// unsafe { dev_lock.unlock() };
+    /// assert!(!dev_lock.is_locked());
+    /// # }
+    /// ```
     #[doc(alias = "mutex_is_locked")]
     #[must_use]
     pub fn is_locked(&self) -> bool {
@@ -233,6 +340,18 @@ impl RawMutex {
 
     /// Takes the lock if that needs no waiting (Linux's
     /// `mutex_trylock`); whether it did. Never sleeps.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::mutex::RawMutex;
+    ///
+    /// let reset_lock = RawMutex::new();
+    /// assert!(reset_lock.try_lock());
+    /// assert!(!reset_lock.try_lock()); // a reset is already under way: skip it
+    /// // SAFETY: taken above, by this task.
+    /// unsafe { reset_lock.unlock() };
+    /// # }
+    /// ```
     #[doc(alias = "mutex_trylock")]
     #[inline]
     #[must_use = "true means the lock is held and must be unlocked"]
@@ -249,7 +368,13 @@ impl RawMutex {
     /// `try_lock` without telling lockdep.
     #[inline]
     fn try_lock_untracked(&self) -> bool {
-        let mut state = self.state.load(Ordering::Relaxed);
+        self.try_lock_from(self.state.load(Ordering::Relaxed))
+    }
+
+    /// [`try_lock_untracked`](Self::try_lock_untracked) from a value of
+    /// the word already read.
+    #[inline]
+    fn try_lock_from(&self, mut state: usize) -> bool {
         loop {
             if state & (LOCKED | HANDOFF) != 0 {
                 return false;
@@ -273,33 +398,54 @@ impl RawMutex {
     /// Takes the lock, spinning while its holder runs and then sleeping
     /// (Linux's `mutex_lock`).
     ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::mutex::Mutex;
+    ///
+    /// static CONFIG: Mutex<[u8; 4]> = Mutex::new([0; 4]);
+    ///
+    /// let writer = std::thread::spawn(|| CONFIG.lock()[0] = 1);
+    /// CONFIG.lock()[1] = 2; // sleeps (or spins) while the other task holds it
+    /// writer.join().unwrap();
+    /// assert_eq!(*CONFIG.lock(), [1, 2, 0, 0]);
+    /// # }
+    /// ```
+    ///
     /// # Panics
     /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
-    /// checked on every call in debug builds, on the contended path in
-    /// release builds.
+    /// checked on every call in debug builds, and in release builds
+    /// whenever the lock is not free (the call may then wait).
     #[doc(alias = "mutex_lock")]
     #[inline]
     #[track_caller]
     pub fn lock(&self) {
         wait::might_sleep_entry();
         // Acquire: as in `try_lock`.
-        if self
+        match self
             .state
             .compare_exchange(0, LOCKED, Ordering::Acquire, Ordering::Relaxed)
-            .is_ok()
         {
-            self.owner.store(kernel::current_task(), Ordering::Relaxed);
-            self.dep_acquire(false);
-            self.mark_tracked();
-            return;
+            Ok(_) => {
+                self.owner.store(kernel::current_task(), Ordering::Relaxed);
+                self.dep_acquire(false);
+            }
+            Err(state) => self.lock_slow(state),
         }
-        self.lock_slow();
         self.mark_tracked();
     }
 
+    /// `lock` once the word was not 0 but `state`.
     #[cold]
     #[track_caller]
-    fn lock_slow(&self) {
+    fn lock_slow(&self, state: usize) {
+        // Free, with waiters queued or a woken one on its way back, and no
+        // hand-off pending: taken as a spinner would take it (the waiters
+        // have not lost a race they were promised: see the module docs).
+        // This will not sleep, so no `might_sleep` in release builds.
+        if state & (LOCKED | HANDOFF) == 0 && self.try_lock_from(state) {
+            self.dep_acquire(false);
+            return;
+        }
         wait::might_sleep_slow();
         self.dep_acquire(false);
         if self.spin() {
@@ -357,7 +503,7 @@ impl RawMutex {
             if state & HANDOFF != 0 {
                 return Some(false);
             }
-            (state & LOCKED == 0 && self.try_lock_untracked()).then_some(true)
+            (state & LOCKED == 0 && self.try_lock_from(state)).then_some(true)
         })
     }
 
@@ -413,20 +559,20 @@ impl RawMutex {
     /// The woken waiter is back in the queue (or gone), under the queue
     /// lock: the next unlock may wake again.
     fn landed(&self) {
-        // Relaxed: under the queue lock, as every change of FLIGHT.
-        self.state.fetch_and(!FLIGHT, Ordering::Relaxed);
+        // Relaxed: under the queue lock, as every access but `Debug`'s.
+        self.flight.store(false, Ordering::Relaxed);
     }
 
     /// Under the queue lock: wakes the first waiter without the lock (the
     /// lock is free), unless a woken waiter is still on its way back.
     fn wake_first(&self, locked: &mut Locked<'_>) {
-        if self.state.load(Ordering::Relaxed) & FLIGHT != 0 {
+        // Relaxed: under the queue lock, as every access but `Debug`'s.
+        if self.flight.load(Ordering::Relaxed) {
             return;
         }
         if let Some((first, _, _)) = locked.front() {
             let first: *const Node = first;
-            // Relaxed: under the queue lock.
-            self.state.fetch_or(FLIGHT, Ordering::Relaxed);
+            self.flight.store(true, Ordering::Relaxed);
             // SAFETY: queued, so valid until `wake` takes it off.
             locked.wake(unsafe { &*first }, wait::WOKEN);
         }
@@ -472,6 +618,19 @@ impl RawMutex {
 
     /// Releases the lock (Linux's `mutex_unlock`): frees it and wakes the
     /// first waiter, or hands it to that waiter if it asked.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::mutex::RawMutex;
+    ///
+    /// let i2c_bus = RawMutex::new();
+    /// i2c_bus.lock();
+    /// // ... a transfer on the bus ...
+    /// // SAFETY: this task took it above and releases it once.
+    /// unsafe { i2c_bus.unlock() };
+    /// assert!(!i2c_bus.is_locked());
+    /// # }
+    /// ```
     ///
     /// # Safety
     /// The lock is held (by the caller's task, as Linux requires; the
@@ -526,17 +685,41 @@ impl RawMutex {
             locked.wake(first, GRANTED);
             return;
         }
-        let mut clear = LOCKED | HANDOFF;
-        if locked.is_empty() {
-            clear |= WAITERS;
-        }
+        // Freed, and `WAITERS` cleared whatever the queue holds: the next
+        // unlock has no one to wake until a woken waiter is back. Either
+        // the queue is empty, or a woken waiter is on its way back
+        // (`flight`), or the first waiter is woken below. That waiter
+        // sets `WAITERS` again when it lands (`acquire_queued`, under the
+        // queue lock, in one read-modify-write with its look at `LOCKED`),
+        // so the unlock after that wakes the next one. Meanwhile lockers
+        // and unlocks take the fast paths, and a waiter that queues sets
+        // `WAITERS` itself and its holder's unlock comes here.
         // Release: pairs with the next locker's Acquire.
-        self.state.fetch_and(!clear, Ordering::Release);
+        self.state
+            .fetch_and(!(LOCKED | HANDOFF | WAITERS), Ordering::Release);
         self.wake_first(&mut locked);
     }
 
     /// Takes the lock, as a future: the async form of
     /// [`lock`](Self::lock) on the same lock and queue (no spinning).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::mutex::RawMutex;
+    ///
+    /// let lock = RawMutex::new();
+    /// lock.lock();
+    /// let mut cx = Context::from_waker(Waker::noop()); // an executor's waker
+    /// let mut locking = pin!(lock.lock_async());
+    /// assert!(locking.as_mut().poll(&mut cx).is_pending()); // queued, no spinning
+    /// // SAFETY: held by this task.
+    /// unsafe { lock.unlock() }; // wakes the future's task
+    /// assert!(locking.as_mut().poll(&mut cx).is_ready()); // now it holds it
+    /// # unsafe { lock.unlock() };
+    /// # }
+    /// ```
     pub fn lock_async(&self) -> RawLock<'_> {
         RawLock {
             mutex: self,
@@ -551,6 +734,25 @@ impl RawMutex {
 /// The future of [`RawMutex::lock_async`]: ready once the lock is held.
 /// Dropped before that, it leaves the queue (and passes on a wake or a
 /// hand-off it got).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
+/// use ksync::mutex::RawMutex;
+///
+/// let lock = RawMutex::new();
+/// lock.lock();
+/// let mut cx = Context::from_waker(Waker::noop());
+/// {
+///     let mut locking = pin!(lock.lock_async());
+///     assert!(locking.as_mut().poll(&mut cx).is_pending());
+/// } // dropped: cancelled, off the queue
+/// // SAFETY: held by this task.
+/// unsafe { lock.unlock() };
+/// assert!(!lock.is_locked()); // nobody was handed the lock
+/// # }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct RawLock<'a> {
     mutex: &'a RawMutex,
@@ -591,7 +793,11 @@ impl Future for RawLock<'_> {
                     return Poll::Ready(());
                 }
                 WAITING => {
-                    locked.set_waker(&this.node, cx.waker());
+                    let old = locked.set_waker(&this.node, cx.waker());
+                    // The replaced waker is executor code: dropped after
+                    // the queue lock, as every wake is.
+                    drop(locked);
+                    drop(old);
                     return Poll::Pending;
                 }
                 _ => {
@@ -644,10 +850,18 @@ impl Drop for RawLock<'_> {
             }
             _ => {
                 // Woken and cancelled: the wake goes to the next waiter
-                // if the lock is still free (else its holder's unlock
-                // wakes it).
+                // if the lock is still free; else `WAITERS` makes its
+                // holder's unlock wake it (set here as a waiter that
+                // lands sets it: the unlocks while this one was woken
+                // cleared it).
                 self.mutex.landed();
-                if self.mutex.state.load(Ordering::Relaxed) & LOCKED == 0 {
+                if locked.is_empty() {
+                    return;
+                }
+                // Under the queue lock, in one step with the look at
+                // LOCKED, as in `acquire_queued`.
+                let state = self.mutex.state.fetch_or(WAITERS, Ordering::Relaxed);
+                if state & LOCKED == 0 {
                     self.mutex.wake_first(&mut locked);
                 }
             }
@@ -657,6 +871,23 @@ impl Drop for RawLock<'_> {
 
 /// Takes `mutex`, as a future, and gives its guard: the async form of
 /// `mutex.lock()`.
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
+/// use ksync::mutex::{Mutex, lock_async};
+///
+/// static RX_STATS: Mutex<u64> = Mutex::new(0);
+///
+/// async fn count_packet() {
+///     *lock_async(&RX_STATS).await += 1;
+/// }
+/// # let mut cx = Context::from_waker(Waker::noop());
+/// # assert!(pin!(count_packet()).poll(&mut cx).is_ready());
+/// assert_eq!(*RX_STATS.lock(), 1);
+/// # }
+/// ```
 #[cfg(not(ksync_loom))] // lock_api's `RawMutex` is not implemented under loom
 pub async fn lock_async<T: ?Sized>(mutex: &Mutex<T>) -> MutexGuard<'_, T> {
     // SAFETY: `raw` is only used to take the lock, which the guard made

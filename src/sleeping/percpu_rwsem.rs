@@ -152,6 +152,21 @@ const TAG_WRITE: usize = 1;
 /// The lock under [`PerCpuRwSemaphore`] (Linux's `struct
 /// percpu_rw_semaphore`). See the [module docs](self).
 ///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::percpu_rwsem::RawPerCpuRwSemaphore;
+///
+/// // Freezing a file system: every write takes the read side (per-CPU, no
+/// // shared cache line), a freeze takes the write side.
+/// static SB_WRITERS: RawPerCpuRwSemaphore = RawPerCpuRwSemaphore::new();
+///
+/// SB_WRITERS.read(); // sb_start_write
+/// // ... write a block, maybe sleeping ...
+/// // SAFETY: the read lock taken above.
+/// unsafe { SB_WRITERS.unlock_read() }; // sb_end_write
+/// # }
+/// ```
+///
 /// # Zeroed memory
 ///
 /// All-zero bytes are a valid unlocked semaphore (no reader counted,
@@ -188,10 +203,48 @@ impl Default for RawPerCpuRwSemaphore {
 
 /// A scalable reader-writer lock whose waiters sleep and whose readers
 /// may sleep holding it (see the [module docs](self)).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::percpu_rwsem::PerCpuRwSemaphore;
+///
+/// // Read on every fork, written on a rare cgroup migration.
+/// static THREADGROUP: PerCpuRwSemaphore<u32> = PerCpuRwSemaphore::new(0);
+///
+/// let forks = THREADGROUP.read(); // this CPU's count only
+/// drop(forks);
+/// *THREADGROUP.write() += 1; // one grace period, then waits for readers
+/// # }
+/// ```
 pub type PerCpuRwSemaphore<T> = lock_api::RwLock<RawPerCpuRwSemaphore, T>;
 /// The read guard of [`PerCpuRwSemaphore`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::percpu_rwsem::{PerCpuRwSemaphore, PerCpuRwSemaphoreReadGuard};
+///
+/// fn frozen(state: &PerCpuRwSemaphoreReadGuard<'_, bool>) -> bool {
+///     **state // the caller holds a read lock
+/// }
+/// let sb_state = PerCpuRwSemaphore::new(false);
+/// assert!(!frozen(&sb_state.read()));
+/// # }
+/// ```
 pub type PerCpuRwSemaphoreReadGuard<'a, T> = lock_api::RwLockReadGuard<'a, RawPerCpuRwSemaphore, T>;
 /// The write guard of [`PerCpuRwSemaphore`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::percpu_rwsem::{PerCpuRwSemaphore, PerCpuRwSemaphoreWriteGuard};
+///
+/// fn freeze(mut state: PerCpuRwSemaphoreWriteGuard<'_, bool>) {
+///     *state = true; // no reader is inside
+/// }
+/// let sb_state = PerCpuRwSemaphore::new(false);
+/// freeze(sb_state.write());
+/// assert!(*sb_state.read());
+/// # }
+/// ```
 pub type PerCpuRwSemaphoreWriteGuard<'a, T> =
     lock_api::RwLockWriteGuard<'a, RawPerCpuRwSemaphore, T>;
 
@@ -200,6 +253,22 @@ impl RawPerCpuRwSemaphore {
         /// A new, unlocked semaphore (Linux's `percpu_init_rwsem`), its
         /// gate idle. `const`, for `static`s.
         /// In the [lockdep](crate::lockdep) class of the place it is built.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::percpu_rwsem::{PerCpuRwSemaphore, RawPerCpuRwSemaphore};
+        ///
+        /// struct SuperBlock {
+        ///     s_writers: PerCpuRwSemaphore<()>,
+        /// }
+        /// // Every super block's semaphore is built here: one lockdep class.
+        /// fn alloc_super() -> SuperBlock {
+        ///     SuperBlock { s_writers: PerCpuRwSemaphore::from_raw(RawPerCpuRwSemaphore::new(), ()) }
+        /// }
+        /// let sb = alloc_super();
+        /// drop(sb.s_writers.read());
+        /// # }
+        /// ```
         #[doc(alias = "percpu_init_rwsem")]
         #[must_use]
         #[cfg_attr(feature = "lockdep", track_caller)]
@@ -212,6 +281,18 @@ impl RawPerCpuRwSemaphore {
         /// A new, unlocked semaphore in `key`'s [lockdep](crate::lockdep)
         /// class (Linux's `lockdep_set_class`); exactly `new` without
         /// `lockdep`.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::percpu_rwsem::{PerCpuRwSemaphore, RawPerCpuRwSemaphore};
+        ///
+        /// static THREADGROUP: PerCpuRwSemaphore<()> = PerCpuRwSemaphore::from_raw(
+        ///     RawPerCpuRwSemaphore::with_class(ksync::lock_class!("cgroup_threadgroup_rwsem")),
+        ///     (),
+        /// );
+        /// drop(THREADGROUP.read()); // lockdep reports name the class
+        /// # }
+        /// ```
         #[must_use]
         pub fn with_class(key: &'static LockClassKey) -> Self {
             Self::with_map(Map::with_key(key))
@@ -238,6 +319,21 @@ impl RawPerCpuRwSemaphore {
     /// Takes a read lock if that needs no waiting (Linux's
     /// `percpu_down_read_trylock`): fails while a writer holds it or waits
     /// for readers to drain. Never sleeps.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::percpu_rwsem::RawPerCpuRwSemaphore;
+    ///
+    /// let sem = RawPerCpuRwSemaphore::new();
+    /// assert!(sem.try_read()); // no writer: this CPU's count
+    /// // SAFETY: the read lock just taken.
+    /// unsafe { sem.unlock_read() };
+    /// sem.write();
+    /// assert!(!sem.try_read()); // a writer holds it: would sleep
+    /// // SAFETY: the write lock taken above.
+    /// unsafe { sem.unlock_write() };
+    /// # }
+    /// ```
     #[doc(alias = "percpu_down_read_trylock")]
     #[inline]
     #[must_use = "true means a read lock is held and must be unlocked"]
@@ -256,6 +352,24 @@ impl RawPerCpuRwSemaphore {
     /// Takes a read lock (Linux's `percpu_down_read`): on this CPU's count
     /// while no writer is around, else sleeping until the writer hands it
     /// over. The holder may sleep and migrate.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::percpu_rwsem::RawPerCpuRwSemaphore;
+    ///
+    /// static SB_WRITERS: RawPerCpuRwSemaphore = RawPerCpuRwSemaphore::new();
+    ///
+    /// // A task starting a write: it may sleep, and end up on another CPU.
+    /// let task = std::thread::spawn(|| {
+    ///     SB_WRITERS.read();
+    ///     // ... allocate blocks, wait for I/O ...
+    ///     // SAFETY: the read lock taken above.
+    ///     unsafe { SB_WRITERS.unlock_read() };
+    /// });
+    /// task.join().unwrap();
+    /// assert!(!SB_WRITERS.is_locked());
+    /// # }
+    /// ```
     ///
     /// # Panics
     /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
@@ -315,6 +429,19 @@ impl RawPerCpuRwSemaphore {
     /// Releases a read lock (Linux's `percpu_up_read`), on whatever CPU
     /// the holder runs now.
     ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::percpu_rwsem::RawPerCpuRwSemaphore;
+    ///
+    /// let sem = RawPerCpuRwSemaphore::new();
+    /// sem.read();
+    /// assert!(sem.is_locked());
+    /// // SAFETY: the read lock taken above (it could be on another CPU now).
+    /// unsafe { sem.unlock_read() };
+    /// assert!(!sem.is_locked());
+    /// # }
+    /// ```
+    ///
     /// # Safety
     /// A read lock is held (by the caller; the lock only needs one held).
     #[doc(alias = "percpu_up_read")]
@@ -337,6 +464,18 @@ impl RawPerCpuRwSemaphore {
     /// (one grace period, unless another writer keeps it closed), takes
     /// `block` (sleeping behind earlier waiters if another writer has it),
     /// then sleeps until the readers inside have left.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::percpu_rwsem::PerCpuRwSemaphore;
+    ///
+    /// static FROZEN: PerCpuRwSemaphore<bool> = PerCpuRwSemaphore::new(false);
+    ///
+    /// // freeze_super: waits a grace period and for the writes in flight.
+    /// *FROZEN.write() = true;
+    /// assert!(*FROZEN.read());
+    /// # }
+    /// ```
     ///
     /// # Panics
     /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)),
@@ -384,6 +523,21 @@ impl RawPerCpuRwSemaphore {
     /// writer holds it, a reader is inside, or the gate is open (closing
     /// it takes a grace period). Never sleeps nor waits for a grace
     /// period. See the [module docs](self#rules).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::percpu_rwsem::RawPerCpuRwSemaphore;
+    ///
+    /// let sem = RawPerCpuRwSemaphore::new();
+    /// assert!(!sem.try_write()); // the gate is open: closing it needs a grace period
+    /// sem.write();
+    /// // SAFETY: the write lock taken above.
+    /// unsafe { sem.unlock_write() };
+    /// // The gate stays closed for a grace period: a writer right behind gets in.
+    /// assert!(sem.try_write());
+    /// # unsafe { sem.unlock_write() };
+    /// # }
+    /// ```
     #[doc(alias = "percpu_down_write_trylock")]
     #[must_use = "true means the write lock is held and must be unlocked"]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -413,6 +567,20 @@ impl RawPerCpuRwSemaphore {
     /// Releases the write lock (Linux's `percpu_up_write`): hands it to
     /// the waiters (the readers at the front, up to a writer), and reopens
     /// the readers' fast path a grace period later.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::percpu_rwsem::RawPerCpuRwSemaphore;
+    ///
+    /// let sem = RawPerCpuRwSemaphore::new();
+    /// sem.write();
+    /// // ... thaw the file system ...
+    /// // SAFETY: the write lock taken above.
+    /// unsafe { sem.unlock_write() };
+    /// assert!(sem.try_read()); // readers come in at once (on the slow path)
+    /// # unsafe { sem.unlock_read() };
+    /// # }
+    /// ```
     ///
     /// # Safety
     /// The write lock is held (by the caller; the lock only needs it held).
@@ -476,6 +644,19 @@ impl RawPerCpuRwSemaphore {
 
     /// Whether a writer holds the lock or waits for readers to drain (a
     /// snapshot).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::percpu_rwsem::RawPerCpuRwSemaphore;
+    ///
+    /// let sem = RawPerCpuRwSemaphore::new();
+    /// sem.write();
+    /// assert!(sem.is_write_locked()); // percpu_is_write_locked, for assertions
+    /// // SAFETY: the write lock taken above.
+    /// unsafe { sem.unlock_write() };
+    /// assert!(!sem.is_write_locked());
+    /// # }
+    /// ```
     #[doc(alias = "percpu_is_write_locked")]
     #[must_use]
     pub fn is_write_locked(&self) -> bool {
@@ -483,6 +664,19 @@ impl RawPerCpuRwSemaphore {
     }
 
     /// Whether anyone holds it (a snapshot; sums every CPU's count).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::percpu_rwsem::RawPerCpuRwSemaphore;
+    ///
+    /// let sem = RawPerCpuRwSemaphore::new();
+    /// sem.read();
+    /// assert!(sem.is_locked() && !sem.is_write_locked());
+    /// // SAFETY: the read lock taken above.
+    /// unsafe { sem.unlock_read() };
+    /// assert!(!sem.is_locked());
+    /// # }
+    /// ```
     #[must_use]
     pub fn is_locked(&self) -> bool {
         self.core.is_locked()

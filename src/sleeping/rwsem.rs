@@ -148,6 +148,21 @@ impl Kind {
 /// The lock under [`RwSemaphore`] (Linux's `struct rw_semaphore`). See
 /// the [module docs](self).
 ///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::rwsem::RawRwSemaphore;
+///
+/// // Embedded in a structure of its own, as Linux's `mm->mmap_lock`.
+/// struct AddressSpace {
+///     mmap_lock: RawRwSemaphore,
+/// }
+/// let mm = AddressSpace { mmap_lock: RawRwSemaphore::new() };
+/// mm.mmap_lock.read(); // a page fault walks the mappings
+/// // SAFETY: the read lock taken above.
+/// unsafe { mm.mmap_lock.unlock_read() };
+/// # }
+/// ```
+///
 /// # Zeroed memory
 ///
 /// All-zero bytes are a valid unlocked semaphore with nobody waiting:
@@ -192,16 +207,70 @@ impl Default for RawRwSemaphore {
 }
 
 /// A reader-writer lock whose waiters sleep (see the [module docs](self)).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::rwsem::RwSemaphore;
+///
+/// static MOUNTS: RwSemaphore<Vec<&str>> = RwSemaphore::new(Vec::new());
+///
+/// MOUNTS.write().push("/"); // down_write ... up_write
+/// let mounts = MOUNTS.read(); // readers share it, and may sleep holding it
+/// assert_eq!(mounts.len(), 1);
+/// # }
+/// ```
 pub type RwSemaphore<T> = lock_api::RwLock<RawRwSemaphore, T>;
 /// The read guard of [`RwSemaphore`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::rwsem::{RwSemaphore, RwSemaphoreReadGuard};
+///
+/// fn mount_count(mounts: &RwSemaphoreReadGuard<'_, Vec<&str>>) -> usize {
+///     mounts.len() // the caller holds a read lock
+/// }
+/// let mounts = RwSemaphore::new(vec!["/", "/proc"]);
+/// assert_eq!(mount_count(&mounts.read()), 2);
+/// # }
+/// ```
 pub type RwSemaphoreReadGuard<'a, T> = lock_api::RwLockReadGuard<'a, RawRwSemaphore, T>;
 /// The write guard of [`RwSemaphore`].
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::rwsem::{RwSemaphore, RwSemaphoreWriteGuard};
+///
+/// let mounts = RwSemaphore::new(vec!["/"]);
+/// let mut w: RwSemaphoreWriteGuard<'_, Vec<&str>> = mounts.write();
+/// w.push("/tmp");
+/// // Done changing, still reading: downgrade_write, no writer in between.
+/// let r = RwSemaphoreWriteGuard::downgrade(w);
+/// assert_eq!(r.len(), 2);
+/// # }
+/// ```
 pub type RwSemaphoreWriteGuard<'a, T> = lock_api::RwLockWriteGuard<'a, RawRwSemaphore, T>;
 
 impl RawRwSemaphore {
     crate::sync::const_fn! {
         /// A new, unlocked semaphore (Linux's `init_rwsem`), in the
         /// [lockdep](crate::lockdep) class of the place it is built.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::rwsem::{RawRwSemaphore, RwSemaphore};
+        ///
+        /// struct Inode {
+        ///     i_rwsem: RwSemaphore<u64>, // the file size, say
+        /// }
+        /// // Every inode's semaphore is built here: one lockdep class for all.
+        /// fn new_inode() -> Inode {
+        ///     Inode { i_rwsem: RwSemaphore::from_raw(RawRwSemaphore::new(), 0) }
+        /// }
+        /// let inode = new_inode();
+        /// *inode.i_rwsem.write() = 4096;
+        /// assert_eq!(*inode.i_rwsem.read(), 4096);
+        /// # }
+        /// ```
         #[doc(alias = "init_rwsem")]
         #[must_use]
         #[cfg_attr(feature = "lockdep", track_caller)]
@@ -214,6 +283,17 @@ impl RawRwSemaphore {
         /// A new, unlocked semaphore in `key`'s [lockdep](crate::lockdep)
         /// class (Linux's `lockdep_set_class`); exactly `new` without
         /// `lockdep`.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::rwsem::{RawRwSemaphore, RwSemaphore};
+        ///
+        /// static MOUNTS: RwSemaphore<Vec<&str>> =
+        ///     RwSemaphore::from_raw(RawRwSemaphore::with_class(ksync::lock_class!("namespace_sem")), Vec::new());
+        /// MOUNTS.write().push("/");
+        /// assert_eq!(MOUNTS.read().len(), 1);
+        /// # }
+        /// ```
         #[must_use]
         pub fn with_class(key: &'static LockClassKey) -> Self {
             Self::with_map(Map::with_key(key))
@@ -256,6 +336,19 @@ impl RawRwSemaphore {
     }
 
     /// Whether anyone holds it (a snapshot: stale as soon as it returns).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// sem.read();
+    /// assert!(sem.is_locked() && !sem.is_write_locked()); // rwsem_is_locked
+    /// // SAFETY: the read lock taken above.
+    /// unsafe { sem.unlock_read() };
+    /// assert!(!sem.is_locked());
+    /// # }
+    /// ```
     #[doc(alias = "rwsem_is_locked")]
     #[must_use]
     pub fn is_locked(&self) -> bool {
@@ -263,6 +356,19 @@ impl RawRwSemaphore {
     }
 
     /// Whether a writer holds it (a snapshot).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// sem.write();
+    /// assert!(sem.is_write_locked()); // for assertions: "a writer holds it"
+    /// // SAFETY: the write lock taken above.
+    /// unsafe { sem.unlock_write() };
+    /// assert!(!sem.is_write_locked());
+    /// # }
+    /// ```
     #[must_use]
     pub fn is_write_locked(&self) -> bool {
         self.state.load(Ordering::Relaxed) & WRITER != 0
@@ -271,6 +377,21 @@ impl RawRwSemaphore {
     /// Takes a read lock if that needs no waiting (Linux's
     /// `down_read_trylock`): fails while a writer holds the lock or anyone
     /// waits for it. Never sleeps.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// assert!(sem.try_read());
+    /// // SAFETY: the read lock just taken.
+    /// unsafe { sem.unlock_read() };
+    /// sem.write();
+    /// assert!(!sem.try_read()); // a writer is inside: it would sleep
+    /// // SAFETY: the write lock taken above.
+    /// unsafe { sem.unlock_write() };
+    /// # }
+    /// ```
     #[doc(alias = "down_read_trylock")]
     #[inline]
     #[must_use = "true means a read lock is held and must be unlocked"]
@@ -307,6 +428,21 @@ impl RawRwSemaphore {
 
     /// Takes the write lock if nobody holds it or waits for it (Linux's
     /// `down_write_trylock`); whether it did. Never sleeps.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// sem.read();
+    /// assert!(!sem.try_write()); // a reader is inside: the writer would sleep
+    /// // SAFETY: the read lock taken above.
+    /// unsafe { sem.unlock_read() };
+    /// assert!(sem.try_write());
+    /// // SAFETY: the write lock just taken.
+    /// unsafe { sem.unlock_write() };
+    /// # }
+    /// ```
     #[doc(alias = "down_write_trylock")]
     #[inline]
     #[must_use = "true means the write lock is held and must be unlocked"]
@@ -359,6 +495,25 @@ impl RawRwSemaphore {
     /// Takes a read lock, sleeping while a writer holds it or anyone is
     /// queued for it (Linux's `down_read`).
     ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// static MM_LOCK: RawRwSemaphore = RawRwSemaphore::new();
+    ///
+    /// fn page_fault() {
+    ///     MM_LOCK.read();
+    ///     // ... walk the mappings, maybe sleeping on I/O ...
+    ///     // SAFETY: the read lock taken above.
+    ///     unsafe { MM_LOCK.unlock_read() };
+    /// }
+    /// MM_LOCK.read(); // this task's fault...
+    /// std::thread::spawn(page_fault).join().unwrap(); // ...does not stop another's
+    /// // SAFETY: the read lock taken above.
+    /// unsafe { MM_LOCK.unlock_read() };
+    /// # }
+    /// ```
+    ///
     /// # Panics
     /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
     /// on every call in debug builds, on the contended path in release
@@ -375,6 +530,20 @@ impl RawRwSemaphore {
 
     /// Takes the write lock, sleeping until the readers and writers
     /// before it are done (Linux's `down_write`).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::rwsem::RwSemaphore;
+    ///
+    /// static ROUTES: RwSemaphore<Vec<u32>> = RwSemaphore::new(Vec::new());
+    ///
+    /// let reader = ROUTES.read();
+    /// let writer = std::thread::spawn(|| ROUTES.write().push(10)); // sleeps...
+    /// drop(reader); // ...until the reader is done
+    /// writer.join().unwrap();
+    /// assert_eq!(*ROUTES.read(), [10]);
+    /// # }
+    /// ```
     ///
     /// # Panics
     /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
@@ -394,6 +563,25 @@ impl RawRwSemaphore {
     /// lock. A timeout that races a hand-off keeps the lock (`true`).
     /// Needs [`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns) when it
     /// has to wait.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::time::Duration;
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// sem.write();
+    /// std::thread::scope(|s| {
+    ///     // A writer is inside: another task gives up after the timeout
+    ///     // (here zero, at once).
+    ///     s.spawn(|| assert!(!sem.try_read_for(Duration::ZERO)));
+    /// });
+    /// // SAFETY: the write lock taken above.
+    /// unsafe { sem.unlock_write() };
+    /// assert!(sem.try_read_for(Duration::from_millis(10)));
+    /// # unsafe { sem.unlock_read() };
+    /// # }
+    /// ```
     #[track_caller]
     #[must_use = "true means a read lock is held and must be unlocked"]
     pub fn try_read_for(&self, timeout: Duration) -> bool {
@@ -405,6 +593,19 @@ impl RawRwSemaphore {
     /// [`read`](Self::read) until the kernel's clock
     /// ([`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns)) reaches
     /// `deadline_ns`: whether it took the lock.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use ksync::{host::HostKernel as MyKernel, kernel::Kernel};
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// let deadline = MyKernel::clock_ns() + 5_000_000; // 5 ms from now
+    /// assert!(sem.try_read_until(deadline)); // free: at once
+    /// // SAFETY: the read lock just taken.
+    /// unsafe { sem.unlock_read() };
+    /// # }
+    /// ```
     #[track_caller]
     #[must_use = "true means a read lock is held and must be unlocked"]
     pub fn try_read_until(&self, deadline_ns: u64) -> bool {
@@ -414,6 +615,24 @@ impl RawRwSemaphore {
 
     /// [`write`](Self::write) for at most `timeout`: whether it took the
     /// lock. A timeout that races a hand-off keeps the lock (`true`).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::time::Duration;
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// sem.read();
+    /// std::thread::scope(|s| {
+    ///     // A reader is inside: another task gives up (here at once).
+    ///     s.spawn(|| assert!(!sem.try_write_for(Duration::ZERO)));
+    /// });
+    /// // SAFETY: the read lock taken above.
+    /// unsafe { sem.unlock_read() };
+    /// assert!(sem.try_write_for(Duration::from_millis(10)));
+    /// # unsafe { sem.unlock_write() };
+    /// # }
+    /// ```
     #[track_caller]
     #[must_use = "true means the write lock is held and must be unlocked"]
     pub fn try_write_for(&self, timeout: Duration) -> bool {
@@ -424,6 +643,25 @@ impl RawRwSemaphore {
 
     /// [`write`](Self::write) until the kernel's clock reaches
     /// `deadline_ns`: whether it took the lock.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use ksync::{host::HostKernel as MyKernel, kernel::Kernel};
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// let now = MyKernel::clock_ns();
+    /// sem.read();
+    /// std::thread::scope(|s| {
+    ///     // A reader is inside and the deadline has passed: give up.
+    ///     s.spawn(|| assert!(!sem.try_write_until(now)));
+    /// });
+    /// // SAFETY: the read lock taken above.
+    /// unsafe { sem.unlock_read() };
+    /// assert!(sem.try_write_until(now + 5_000_000)); // free: at once
+    /// # unsafe { sem.unlock_write() };
+    /// # }
+    /// ```
     #[track_caller]
     #[must_use = "true means the write lock is held and must be unlocked"]
     pub fn try_write_until(&self, deadline_ns: u64) -> bool {
@@ -658,6 +896,20 @@ impl RawRwSemaphore {
     /// Releases a read lock (Linux's `up_read`); the last reader out hands
     /// the lock to the waiters.
     ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// sem.read();
+    /// assert!(!sem.try_write()); // a reader is inside
+    /// // SAFETY: releases the read lock taken above.
+    /// unsafe { sem.unlock_read() };
+    /// assert!(sem.try_write()); // the last reader is out
+    /// # unsafe { sem.unlock_write() };
+    /// # }
+    /// ```
+    ///
     /// # Safety
     /// A read lock is held (by the caller; the lock itself only needs one
     /// held).
@@ -686,6 +938,19 @@ impl RawRwSemaphore {
 
     /// Releases the write lock (Linux's `up_write`): hands it to the head
     /// of the queue if anyone waits.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// sem.write();
+    /// // ... change the mappings ...
+    /// // SAFETY: the write lock taken above.
+    /// unsafe { sem.unlock_write() };
+    /// assert!(!sem.is_locked());
+    /// # }
+    /// ```
     ///
     /// # Safety
     /// The write lock is held (by the caller; the lock itself only needs
@@ -724,6 +989,22 @@ impl RawRwSemaphore {
     /// Turns the write lock into a read lock without letting a writer in
     /// between (Linux's `downgrade_write`); the readers at the front of
     /// the queue come in with it.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// sem.write();
+    /// // ... install the new mapping, then only read it ...
+    /// // SAFETY: this task holds the write lock.
+    /// unsafe { sem.downgrade() };
+    /// assert!(!sem.is_write_locked() && sem.try_read()); // readers come in
+    /// // SAFETY: the downgraded lock and the read lock just taken.
+    /// unsafe { sem.unlock_read() };
+    /// unsafe { sem.unlock_read() };
+    /// # }
+    /// ```
     ///
     /// # Safety
     /// The write lock is held by the caller, which holds a read lock
@@ -764,6 +1045,24 @@ impl RawRwSemaphore {
 
     /// Takes a read lock, as a future: the async form of
     /// [`read`](Self::read) on the same lock and queue (no spinning).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// sem.write();
+    /// let mut cx = Context::from_waker(Waker::noop()); // an executor's waker
+    /// let mut reading = pin!(sem.read_async());
+    /// assert!(reading.as_mut().poll(&mut cx).is_pending()); // queued
+    /// // SAFETY: the write lock taken above.
+    /// unsafe { sem.unlock_write() }; // hands a read lock to the future
+    /// assert!(reading.as_mut().poll(&mut cx).is_ready());
+    /// # unsafe { sem.unlock_read() };
+    /// # }
+    /// ```
     pub fn read_async(&self) -> RawRead<'_> {
         RawRead {
             waiter: AsyncWaiter::new(self, Kind::Read),
@@ -772,6 +1071,25 @@ impl RawRwSemaphore {
 
     /// Takes the write lock, as a future: the async form of
     /// [`write`](Self::write) on the same lock and queue.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::rwsem::RawRwSemaphore;
+    ///
+    /// let sem = RawRwSemaphore::new();
+    /// sem.read();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let mut writing = pin!(sem.write_async());
+    /// assert!(writing.as_mut().poll(&mut cx).is_pending()); // waits for the reader
+    /// // SAFETY: the read lock taken above.
+    /// unsafe { sem.unlock_read() };
+    /// assert!(writing.as_mut().poll(&mut cx).is_ready());
+    /// assert!(sem.is_write_locked());
+    /// # unsafe { sem.unlock_write() };
+    /// # }
+    /// ```
     pub fn write_async(&self) -> RawWrite<'_> {
         RawWrite {
             waiter: AsyncWaiter::new(self, Kind::Write),
@@ -848,8 +1166,11 @@ impl<'a> AsyncWaiter<'a> {
             self.done = true;
             return Poll::Ready(());
         }
-        // Still queued: a grant wakes the newest waker.
-        locked.set_waker(&self.node, cx.waker());
+        // Still queued: a grant wakes the newest waker. The one it
+        // replaces is dropped after the unlock (executor code).
+        let old = locked.set_waker(&self.node, cx.waker());
+        drop(locked);
+        drop(old);
         Poll::Pending
     }
 }
@@ -877,6 +1198,25 @@ impl Drop for AsyncWaiter<'_> {
 /// The future of [`RawRwSemaphore::read_async`]: ready once a read lock is
 /// held. Dropped before that, it leaves the queue (and releases a lock it
 /// was handed).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
+/// use ksync::rwsem::RawRwSemaphore;
+///
+/// let sem = RawRwSemaphore::new();
+/// sem.write();
+/// let mut cx = Context::from_waker(Waker::noop());
+/// {
+///     let mut reading = pin!(sem.read_async());
+///     assert!(reading.as_mut().poll(&mut cx).is_pending());
+///     // SAFETY: the write lock taken above.
+///     unsafe { sem.unlock_write() }; // hands the future a read lock
+/// } // dropped before it saw it: it releases the lock
+/// assert!(!sem.is_locked());
+/// # }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct RawRead<'a> {
     waiter: AsyncWaiter<'a>,
@@ -885,6 +1225,25 @@ pub struct RawRead<'a> {
 /// The future of [`RawRwSemaphore::write_async`]: ready once the write
 /// lock is held. Dropped before that, it leaves the queue (and releases a
 /// lock it was handed).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
+/// use ksync::rwsem::RawRwSemaphore;
+///
+/// let sem = RawRwSemaphore::new();
+/// sem.read();
+/// let mut cx = Context::from_waker(Waker::noop());
+/// {
+///     let mut writing = pin!(sem.write_async());
+///     assert!(writing.as_mut().poll(&mut cx).is_pending());
+/// } // cancelled: off the queue, so new readers may come in again
+/// assert!(sem.try_read());
+/// # unsafe { sem.unlock_read() };
+/// # unsafe { sem.unlock_read() };
+/// # }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct RawWrite<'a> {
     waiter: AsyncWaiter<'a>,
@@ -928,6 +1287,23 @@ impl Future for RawWrite<'_> {
 
 /// Takes a read lock on `sem`, as a future, and gives its guard: the async
 /// form of `sem.read()`.
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
+/// use ksync::rwsem::{RwSemaphore, read_async};
+///
+/// static ROUTES: RwSemaphore<Vec<u32>> = RwSemaphore::new(Vec::new());
+///
+/// async fn route_count() -> usize {
+///     read_async(&ROUTES).await.len()
+/// }
+/// # let mut cx = Context::from_waker(Waker::noop());
+/// # let std::task::Poll::Ready(n) = pin!(route_count()).poll(&mut cx) else { panic!() };
+/// # assert_eq!(n, 0);
+/// # }
+/// ```
 #[cfg(not(ksync_loom))] // `lock_api`'s traits are not implemented under loom
 pub async fn read_async<T: ?Sized>(sem: &RwSemaphore<T>) -> RwSemaphoreReadGuard<'_, T> {
     // SAFETY: `raw` is only used to take a read lock, which the guard
@@ -939,6 +1315,23 @@ pub async fn read_async<T: ?Sized>(sem: &RwSemaphore<T>) -> RwSemaphoreReadGuard
 
 /// Takes the write lock on `sem`, as a future, and gives its guard: the
 /// async form of `sem.write()`.
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
+/// use ksync::rwsem::{RwSemaphore, write_async};
+///
+/// static ROUTES: RwSemaphore<Vec<u32>> = RwSemaphore::new(Vec::new());
+///
+/// async fn add_route(gateway: u32) {
+///     write_async(&ROUTES).await.push(gateway);
+/// }
+/// # let mut cx = Context::from_waker(Waker::noop());
+/// # assert!(pin!(add_route(7)).poll(&mut cx).is_ready());
+/// assert_eq!(*ROUTES.read(), [7]);
+/// # }
+/// ```
 #[cfg(not(ksync_loom))] // as `read_async`
 pub async fn write_async<T: ?Sized>(sem: &RwSemaphore<T>) -> RwSemaphoreWriteGuard<'_, T> {
     // SAFETY: `raw` is only used to take the write lock, which the guard

@@ -122,17 +122,29 @@ impl Units {
         self.queue.sleep(&node, deadline_ns) == GRANTED
     }
 
-    /// Gives `n` units back ([`ALL`]: the count is never used up again):
-    /// to the waiters first, in queue order, then to the count
-    /// (saturating at `ALL - 1`).
+    /// Gives `n` units back ([`ALL`]: the count is never used up again,
+    /// [`give_all`](Self::give_all)): to the waiters first, in queue
+    /// order, then to the count, which saturates at `ALL - 1` (a
+    /// completion's "done" count, Linux's). A panic
+    /// from a waiter's `Waker` (past a batch of wakes) ends it with the
+    /// units not yet handed over lost.
     pub(crate) fn give(&self, n: usize) {
-        let mut locked = self.queue.lock();
+        self.give_inner(n, false);
+    }
+
+    /// [`give`](Self::give) for a semaphore's `up`: a count that would
+    /// pass `ALL - 1` is a panic naming it and the limit (the count left
+    /// as it was), not a unit silently lost.
+    pub(crate) fn give_checked(&self, n: usize) {
+        self.give_inner(n, true);
+    }
+
+    fn give_inner(&self, n: usize, checked: bool) {
         if n == ALL {
-            // First, so that a waiter that comes while the lock is dropped
-            // between batches of wakes (below) goes through at once.
-            // Relaxed: under the lock.
-            self.count.store(ALL, Ordering::Relaxed);
+            self.give_all();
+            return;
         }
+        let mut locked = self.queue.lock();
         let mut left = n;
         while left > 0 {
             if locked.batch_full() {
@@ -141,33 +153,64 @@ impl Units {
                 // waiter that came meanwhile queued at the back).
                 locked.relock();
             }
-            let Some((node, _, _)) = locked.front() else {
+            let Some(node) = first_not_granted(&mut locked) else {
                 break;
             };
-            // The node's memory stays valid through `wake` (its owner
-            // waits for the waker to be done with it: `Node::state`).
-            let node: *const Node = node;
-            // SAFETY: queued, so valid until taken off, which `wake` does.
+            // SAFETY: queued, so valid until taken off, which `wake` does;
+            // its memory stays valid through `wake` (its owner waits for
+            // the waker to be done with it: `Node::state`).
             let node = unsafe { &*node };
             // Relaxed: under the lock, as every access to it.
             locked.set_tag(node, self.generation.load(Ordering::Relaxed));
             locked.wake(node, GRANTED);
-            if n != ALL {
-                left -= 1;
-            }
+            left -= 1;
         }
         if left > 0 {
             // Relaxed: under the lock.
             let count = self.count.load(Ordering::Relaxed);
-            let new = if n == ALL || count == ALL {
-                ALL
-            } else {
-                count.saturating_add(left).min(ALL - 1)
-            };
-            self.count.store(new, Ordering::Relaxed);
+            if count != ALL {
+                match count.checked_add(left).filter(|&new| new < ALL) {
+                    Some(new) => self.count.store(new, Ordering::Relaxed),
+                    None if !checked => self.count.store(ALL - 1, Ordering::Relaxed),
+                    None => {
+                        drop(locked);
+                        count_overflow(count, left);
+                    }
+                }
+            }
         }
     }
 
+    /// `complete_all`: the count becomes [`ALL`] and every waiter queued
+    /// now is handed a unit, as Linux's `complete_all` (`done = UINT_MAX`,
+    /// then all waiters woken under the lock). The grants are made at
+    /// once, under the lock ([`Locked::grant`]); the wakes go in batches,
+    /// the lock dropped between them. Meanwhile the granted waiters stay
+    /// queued but are no one else's: a `complete` (after a woken task's
+    /// `reinit`: the count 0, a new generation) passes them by and goes
+    /// to a waiter queued since, or to the count; a timed waiter whose
+    /// deadline passes leaves as granted; an async one polled leaves
+    /// ready. `complete_all` does not store `ALL` again. A waiter's
+    /// `Waker` that panics does not stop it: the other waiters are woken
+    /// as the panic unwinds.
+    fn give_all(&self) {
+        let mut locked = self.queue.lock();
+        // Relaxed: under the lock.
+        self.count.store(ALL, Ordering::Relaxed);
+        let generation = self.generation.load(Ordering::Relaxed);
+        let mut cursor = locked.front().map(|(node, _, _)| node as *const Node);
+        while let Some(node) = cursor {
+            // SAFETY: queued, so valid while the lock is held.
+            let node = unsafe { &*node };
+            locked.set_tag(node, generation);
+            locked.grant(node);
+            cursor = locked.next(node).map(|(node, _, _)| node as *const Node);
+        }
+        let mut all = GiveAll { locked };
+        all.wake();
+        // `all` drops: its `wake` finds nothing left, then the last
+        // batch's wakes.
+    }
     /// Sets the count (no waiter must be queued for it to mean much).
     /// A new generation: grants made before are not given back by
     /// cancelled waiters.
@@ -191,8 +234,94 @@ impl Units {
     }
 }
 
+/// A give past the count's limit: bad input, answered clearly (a unit
+/// lost silently would be a semaphore that admits one task too few).
+#[cold]
+#[inline(never)]
+#[track_caller]
+fn count_overflow(count: usize, n: usize) -> ! {
+    panic!(
+        "ksync: Semaphore::up with the count at {count}: \
+         {n} more passes its limit of {} (usize::MAX - 1)",
+        ALL - 1
+    )
+}
+
+/// The first waiter not [granted](Locked::grant) its unit already (by a
+/// `complete_all` whose wakes are under way).
+fn first_not_granted(locked: &mut Locked<'_>) -> Option<*const Node> {
+    let mut cursor = locked.front().map(|(node, _, _)| node as *const Node);
+    while let Some(node) = cursor {
+        // SAFETY: queued, so valid while the lock is held.
+        let node = unsafe { &*node };
+        if !locked.is_granted(node) {
+            return Some(node);
+        }
+        cursor = locked.next(node).map(|(node, _, _)| node as *const Node);
+    }
+    None
+}
+
+/// The waiters granted by a `complete_all` ([`Units::give_all`]) being
+/// woken: whatever is left when it drops (a `Waker` panicked) is woken
+/// then, as the panic unwinds.
+struct GiveAll<'a> {
+    locked: Locked<'a>,
+}
+
+impl GiveAll<'_> {
+    /// Wakes the granted waiters at the front of the queue (those of this
+    /// `complete_all`, or of one that began later). Waiters queue at the
+    /// back: those queued since the grants (after a `reinit`) are behind
+    /// them, and not granted.
+    fn wake(&mut self) {
+        loop {
+            if self.locked.batch_full() {
+                self.locked.relock();
+            }
+            let Some((node, _, _)) = self.locked.front() else {
+                return;
+            };
+            let node: *const Node = node;
+            // SAFETY: queued, so valid until taken off, which `wake` does;
+            // its memory stays valid through `wake` (its owner waits for
+            // the waker to be done with it: `Node::state`).
+            let node = unsafe { &*node };
+            if !self.locked.is_granted(node) {
+                return;
+            }
+            self.locked.wake(node, GRANTED);
+        }
+    }
+}
+
+impl Drop for GiveAll<'_> {
+    fn drop(&mut self) {
+        // Nothing left, unless a `Waker` panicked in `wake` (at a
+        // `relock`, which took the lock again).
+        self.wake();
+    }
+}
+
 /// Future of an async `down`: ready once it holds a unit. Dropped after a
 /// hand-off and before it completed, it gives the unit back.
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// # use core::pin::pin;
+/// # use core::task::{Context, Waker};
+/// use ksync::semaphore::Semaphore;
+///
+/// let slots = Semaphore::new(0);
+/// let mut cx = Context::from_waker(Waker::noop());
+/// {
+///     let mut take = pin!(slots.down_async());
+///     assert!(take.as_mut().poll(&mut cx).is_pending()); // queued
+/// } // dropped: cancelled, off the queue, nothing taken
+/// slots.up();
+/// assert_eq!(slots.count(), 1);
+/// # }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct Take<'a> {
     units: &'a Units,
@@ -225,8 +354,18 @@ impl Future for Take<'_> {
                 this.done = true;
                 return Poll::Ready(());
             }
-            // Still queued: a hand-off wakes the newest waker.
-            locked.set_waker(&this.node, cx.waker());
+            if locked.is_granted(&this.node) {
+                // Granted by a `complete_all` whose wake is yet to come:
+                // done now, off the queue (the wake passes it by).
+                locked.remove(&this.node);
+                this.done = true;
+                return Poll::Ready(());
+            }
+            // Still queued: a hand-off wakes the newest waker. The one it
+            // replaces is dropped after the unlock (executor code).
+            let old = locked.set_waker(&this.node, cx.waker());
+            drop(locked);
+            drop(old);
             return Poll::Pending;
         }
         if this.units.take_locked(&locked) {
@@ -263,6 +402,19 @@ impl Drop for Take<'_> {
 
 /// A counting semaphore whose waiters sleep (Linux's `struct semaphore`).
 /// See the [module docs](self).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::semaphore::Semaphore;
+///
+/// // A pool of four DMA buffers: a driver sleeps while all are in flight.
+/// static DMA_BUFFERS: Semaphore = Semaphore::new(4);
+///
+/// DMA_BUFFERS.down();
+/// // ... fill a buffer and start the transfer ...
+/// DMA_BUFFERS.up(); // the transfer's end gives the buffer back
+/// # }
+/// ```
 pub struct Semaphore {
     units: Units,
 }
@@ -279,6 +431,16 @@ impl Semaphore {
     crate::sync::const_fn! {
         /// A semaphore with `count` units (Linux's `sema_init`). At most
         /// `usize::MAX - 1`.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::semaphore::Semaphore;
+        ///
+        /// static FW_LOAD: Semaphore = Semaphore::new(1); // Linux's DEFINE_SEMAPHORE
+        /// let tx_slots = Semaphore::new(8);
+        /// assert_eq!((FW_LOAD.count(), tx_slots.count()), (1, 8));
+        /// # }
+        /// ```
         #[doc(alias = "sema_init")]
         #[must_use]
         pub fn new(count: usize) -> Self {
@@ -295,6 +457,20 @@ impl Semaphore {
     /// Where sleeping is not allowed ([`might_sleep`](crate::wait::might_sleep)):
     /// on every call in debug builds, when it would have to sleep in
     /// release builds.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// static CMD_SLOTS: Semaphore = Semaphore::new(0);
+    ///
+    /// // The controller's "command done" interrupt frees a slot.
+    /// let irq = std::thread::spawn(|| CMD_SLOTS.up());
+    /// CMD_SLOTS.down(); // sleeps until the `up`
+    /// irq.join().unwrap();
+    /// assert_eq!(CMD_SLOTS.count(), 0);
+    /// # }
+    /// ```
     #[track_caller]
     pub fn down(&self) {
         wait::might_sleep_entry();
@@ -303,6 +479,18 @@ impl Semaphore {
 
     /// Takes a unit if one is free now (Linux's `down_trylock`, which
     /// returns the opposite): whether it did. Never sleeps.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// let rx_buffers = Semaphore::new(1);
+    /// // In the receive interrupt, which must not sleep:
+    /// assert!(rx_buffers.try_down()); // got a buffer
+    /// assert!(!rx_buffers.try_down()); // none left: drop the packet
+    /// rx_buffers.up();
+    /// # }
+    /// ```
     #[doc(alias = "down_trylock")]
     #[must_use = "true means a unit was taken and must be given back with `up`"]
     pub fn try_down(&self) -> bool {
@@ -312,6 +500,19 @@ impl Semaphore {
     /// [`down`](Self::down) for at most `timeout` (Linux's
     /// `down_timeout`): whether it took a unit. Needs
     /// [`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::time::Duration;
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// let mailbox = Semaphore::new(1);
+    /// assert!(mailbox.down_timeout(Duration::from_millis(100))); // free: at once
+    /// // Held: give up once the (here zero) timeout has passed.
+    /// assert!(!mailbox.down_timeout(Duration::ZERO));
+    /// mailbox.up();
+    /// # }
+    /// ```
     #[track_caller]
     #[must_use = "true means a unit was taken and must be given back with `up`"]
     pub fn down_timeout(&self, timeout: Duration) -> bool {
@@ -321,18 +522,61 @@ impl Semaphore {
 
     /// Takes a unit, as a future (no executor assumed): the async form of
     /// [`down`](Self::down), on the same queue.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// let slots = Semaphore::new(0);
+    /// let mut cx = Context::from_waker(Waker::noop()); // an executor's waker
+    /// let mut down = pin!(slots.down_async());
+    /// assert!(down.as_mut().poll(&mut cx).is_pending()); // queued
+    /// slots.up(); // hands the unit to the queued future and wakes it
+    /// assert!(down.as_mut().poll(&mut cx).is_ready());
+    /// assert_eq!(slots.count(), 0);
+    /// # }
+    /// ```
     pub fn down_async(&self) -> Take<'_> {
         self.units.take_async()
     }
 
     /// Gives a unit back (Linux's `up`): to the first waiter if there is
     /// one, otherwise to the count. Never sleeps; callable from interrupt
-    /// handlers. The count saturates at `usize::MAX - 1`.
+    /// handlers.
+    ///
+    /// # Panics
+    /// If the count is already `usize::MAX - 1`, its limit (an unbalanced
+    /// `up`; the count is left as it was).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// let free_descriptors = Semaphore::new(0);
+    /// // The NIC's completion interrupt returns two descriptors:
+    /// free_descriptors.up();
+    /// free_descriptors.up();
+    /// assert_eq!(free_descriptors.count(), 2);
+    /// # }
+    /// ```
     pub fn up(&self) {
-        self.units.give(1);
+        self.units.give_checked(1);
     }
 
     /// The units free now (a snapshot).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use ksync::semaphore::Semaphore;
+    ///
+    /// let pool = Semaphore::new(3);
+    /// pool.down();
+    /// assert_eq!(pool.count(), 2); // for statistics: stale at once
+    /// pool.up();
+    /// # }
+    /// ```
     #[must_use]
     pub fn count(&self) -> usize {
         self.units.count()

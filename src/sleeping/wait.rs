@@ -64,7 +64,8 @@
 //! ([`wait_event_exclusive`](WaitQueue::wait_event_exclusive)) is one of
 //! several where one wake is enough (the next lock holder): `wake_one`
 //! wakes every non-exclusive waiter and the first exclusive one,
-//! `wake_n(n)` the first `n` exclusive ones, `wake_all` all (Linux's
+//! `wake_n(n)` the first `n` exclusive ones (`wake_n(0)`: all, as
+//! Linux's `nr_exclusive` of 0), `wake_all` all (Linux's
 //! `wake_up`, `wake_up_nr`, `wake_up_all`). A woken waiter is off the
 //! queue; one whose condition is false again queues at the back.
 //!
@@ -142,6 +143,9 @@ struct Links {
     /// The queue's enqueue count when it was queued: a wake of many
     /// leaves those queued after it began alone.
     seq: usize,
+    /// Handed what it waits for while still queued, its wake to come
+    /// ([`Locked::grant`]); cleared when it leaves the queue.
+    granted: bool,
     wake: Wake,
 }
 
@@ -174,6 +178,7 @@ impl Node {
                 exclusive: false,
                 tag: 0,
                 seq: 0,
+                granted: false,
                 wake: Wake::None,
             }),
             state: AtomicUsize::new(WAITING),
@@ -267,6 +272,25 @@ impl QueueLock {
 
 /// A queue of sleeping tasks (Linux's `wait_queue_head_t`). See the
 /// [module docs](self).
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use core::sync::atomic::{AtomicUsize, Ordering};
+/// use ksync::wait::WaitQueue;
+///
+/// // A UART's receive buffer: readers sleep until bytes arrive.
+/// struct Uart {
+///     rx_count: AtomicUsize,
+///     rx_wait: WaitQueue,
+/// }
+/// let uart = Uart { rx_count: AtomicUsize::new(0), rx_wait: WaitQueue::new() };
+/// std::thread::scope(|s| {
+///     s.spawn(|| uart.rx_wait.wait_event(|| uart.rx_count.load(Ordering::Acquire) > 0));
+///     uart.rx_count.store(1, Ordering::Release); // the receive interrupt...
+///     uart.rx_wait.wake_one(); // ...then wakes the reader
+/// });
+/// # }
+/// ```
 pub struct WaitQueue {
     /// Interrupts off while held: handlers wake.
     lock: QueueLock,
@@ -335,10 +359,25 @@ impl Locked<'_> {
     /// Drops the queue lock, makes the wakes noted so far, and takes the
     /// lock again (a new batch). The queue may have changed meanwhile:
     /// the caller looks at it afresh.
+    ///
+    /// Panic-safe: if a `Waker` panics, the batch's other wakes are made
+    /// (see [`unlock_and_wake`](Self::unlock_and_wake)) and the lock is
+    /// taken again before the panic goes on, so this guard still holds
+    /// it (and its drop releases it once). The caller's wakes past the
+    /// batch are cut short by the panic unless it guards them too (as
+    /// `complete_all` does).
     #[cold]
     pub(crate) fn relock(&mut self) {
+        /// Takes the queue lock again, on the way out or unwinding.
+        struct Retake<'a>(&'a QueueLock);
+        impl Drop for Retake<'_> {
+            fn drop(&mut self) {
+                self.0.lock();
+            }
+        }
+        let retake = Retake(&self.queue.lock);
         self.unlock_and_wake();
-        self.queue.lock.lock();
+        drop(retake);
     }
 
     /// Drops the queue lock and makes the deferred wakes, in queue order.
@@ -346,8 +385,9 @@ impl Locked<'_> {
     /// the unlock, so that their waiters, which wait for the end of them,
     /// do not wait for this task to be scheduled; then the `Waker`s, with
     /// nothing held. If a `Waker` panics, the batch's later `Waker`s are
-    /// dropped unwoken with the unwinding (the blocked tasks' wakes are
-    /// made first, so no waiter is left waiting for its pending bit).
+    /// still woken as the panic unwinds (a second panic among them aborts,
+    /// as any panic while unwinding); the blocked tasks' wakes are made
+    /// first, so no waiter is left waiting for its pending bit.
     #[cold]
     fn unlock_and_wake(&mut self) {
         let n = core::mem::replace(&mut self.deferred, 0);
@@ -365,12 +405,12 @@ impl Locked<'_> {
             }
         }
         kernel::preempt_enable_hook();
-        for entry in &mut self.wakes[..n] {
-            // SAFETY: initialized (the first `n`), and read once: the
-            // count was reset above, so nothing reads them again.
-            if let Deferred::Async(waker) = unsafe { entry.assume_init_read() } {
-                waker.wake();
-            }
+        let mut rest = AsyncWakes {
+            wakes: &mut self.wakes[..n],
+            next: 0,
+        };
+        while let Some(waker) = rest.next_waker() {
+            waker.wake();
         }
     }
 
@@ -397,6 +437,38 @@ impl Locked<'_> {
     }
 }
 
+/// The `Waker`s of a batch not woken yet: if one panics, the others are
+/// woken as the panic unwinds (when this drops).
+struct AsyncWakes<'w> {
+    /// Initialized, each read once: those before `next` were read.
+    wakes: &'w mut [MaybeUninit<Deferred>],
+    next: usize,
+}
+
+impl AsyncWakes<'_> {
+    /// The next `Waker` to wake, taken out of the batch.
+    fn next_waker(&mut self) -> Option<Waker> {
+        while let Some(entry) = self.wakes.get_mut(self.next) {
+            self.next += 1;
+            // SAFETY: initialized (the batch's first entries), and read
+            // once: `next` has moved past it.
+            if let Deferred::Async(waker) = unsafe { entry.assume_init_read() } {
+                return Some(waker);
+            }
+        }
+        None
+    }
+}
+
+impl Drop for AsyncWakes<'_> {
+    fn drop(&mut self) {
+        // Reached with wakes left only when one panicked.
+        while let Some(waker) = self.next_waker() {
+            waker.wake();
+        }
+    }
+}
+
 impl Locked<'_> {
     /// Runs `f` on a node's lock-protected fields.
     #[inline]
@@ -415,7 +487,12 @@ impl Locked<'_> {
 
     /// Queues `node` at the back (`front`: at the front) as a waiter of
     /// the current task, or of `waker`, with the primitive's `tag`, and
-    /// marks it [`WAITING`].
+    /// marks it [`WAITING`]. The `waker` is cloned under the lock: the one
+    /// piece of executor code that runs under it (a reference count
+    /// increment in every executor we know; it must not take this
+    /// queue's lock). The node's earlier `Waker`, if a wake did not take
+    /// it, is dropped here, under the lock: callers queue again only
+    /// nodes a wake took off (or new ones), whose `Waker` is gone.
     ///
     /// # Safety
     /// `node` is pinned and stays valid until it is off the queue (a
@@ -483,6 +560,7 @@ impl Locked<'_> {
                 return None;
             }
             links.linked = false;
+            links.granted = false;
             Some((links.prev, links.next))
         }) else {
             return false;
@@ -511,17 +589,65 @@ impl Locked<'_> {
         self.links(node, |links| links.tag)
     }
 
+    /// Marks `node` (queued) as handed what it waits for, under this
+    /// lock, with its wake to come ([`wake`](Self::wake) with
+    /// [`GRANTED`], in a later batch): it stays queued meanwhile, so a
+    /// grant of one unit passes it by ([`is_granted`](Self::is_granted)),
+    /// and a waiter whose deadline passes first takes itself off as
+    /// granted ([`WaitQueue::sleep`]). `complete_all` grants every waiter
+    /// at once this way, as Linux's does under its lock, and wakes them in
+    /// batches.
+    pub(crate) fn grant(&mut self, node: &Node) {
+        self.links(node, |links| {
+            debug_assert!(links.linked, "ksync: a grant to a node not queued");
+            links.granted = true;
+        });
+    }
+
+    /// Whether `node` (queued) was [`grant`](Self::grant)ed, its wake to
+    /// come.
+    pub(crate) fn is_granted(&mut self, node: &Node) -> bool {
+        self.links(node, |links| links.granted)
+    }
+
     /// Whether `node` is queued.
     pub(crate) fn is_queued(&mut self, node: &Node) -> bool {
         self.links(node, |links| links.linked)
     }
 
-    /// Makes `node` (queued, async) wake `waker` from now on.
-    pub(crate) fn set_waker(&mut self, node: &Node, waker: &Waker) {
+    /// Makes `node` (queued, async) wake `waker` from now on; the
+    /// `Waker` it replaces, which the caller drops after the unlock:
+    /// dropping a `Waker` runs executor code (the last reference to a
+    /// task drops its future, which may be queued here and take this
+    /// lock). A `waker` that [`will_wake`](Waker::will_wake) the same task
+    /// is kept, not cloned; a new one is cloned under the lock (executor
+    /// code too, though a clone is a reference count increment in every
+    /// executor we know: it must not take this queue's lock).
+    #[must_use = "drop the replaced waker after the queue lock is released"]
+    pub(crate) fn set_waker(&mut self, node: &Node, waker: &Waker) -> Option<Waker> {
         self.links(node, |links| match &mut links.wake {
-            Wake::Async(Some(old)) if old.will_wake(waker) => {}
-            wake => *wake = Wake::Async(Some(waker.clone())),
-        });
+            Wake::Async(Some(old)) if old.will_wake(waker) => None,
+            wake => match core::mem::replace(wake, Wake::Async(Some(waker.clone()))) {
+                Wake::Async(old) => old,
+                _ => None,
+            },
+        })
+    }
+
+    /// The queue's enqueue count now: a waiter queued from now on is not
+    /// [`queued_before`](Self::queued_before) it.
+    pub(crate) fn enqueue_count(&mut self) -> usize {
+        self.queue.seq.with(|seq| {
+            // SAFETY: under the queue lock.
+            unsafe { *seq }
+        })
+    }
+
+    /// Whether `node` (queued) was queued before the queue's enqueue
+    /// count was `start` ([`enqueue_count`](Self::enqueue_count)).
+    pub(crate) fn queued_before(&mut self, node: &Node, start: usize) -> bool {
+        let seq = self.links(node, |l| l.seq);
+        start.wrapping_sub(seq).wrapping_sub(1) < usize::MAX / 2
     }
 
     /// The task token of a queued blocking waiter (0 for an async one).
@@ -608,38 +734,72 @@ impl Locked<'_> {
     /// how many it woke. Past a batch of wakes it drops the lock and takes
     /// it again ([`relock`](Self::relock)) and goes on from the front:
     /// the waiters it woke are off the queue, and those queued since (a
-    /// later sequence number) are not its to wake.
-    pub(crate) fn wake_n(&mut self, mut exclusive: usize) -> usize {
-        let start = self.queue.seq.with(|seq| {
-            // SAFETY: under the queue lock.
-            unsafe { *seq }
-        });
-        let mut woken = 0;
+    /// later sequence number) are not its to wake. If a `Waker` panics at
+    /// a relock, the wake goes on as the panic unwinds (a blocked task
+    /// past the batch is not left asleep), and then the panic goes on.
+    pub(crate) fn wake_n(&mut self, exclusive: usize) -> usize {
+        let start = self.enqueue_count();
+        let mut rounds = WakeRounds {
+            locked: self,
+            start,
+            exclusive,
+            woken: 0,
+            done: false,
+        };
+        rounds.run();
+        rounds.done = true;
+        rounds.woken
+    }
+}
+
+/// The state of one [`Locked::wake_n`]: what is left of it is done when
+/// it drops unfinished (a `Waker` panicked at a relock, which took the
+/// lock again).
+struct WakeRounds<'l, 'q> {
+    locked: &'l mut Locked<'q>,
+    start: usize,
+    /// Exclusive waiters left to wake.
+    exclusive: usize,
+    woken: usize,
+    done: bool,
+}
+
+impl WakeRounds<'_, '_> {
+    fn run(&mut self) {
         'rounds: loop {
-            let mut cursor = self.ends(|ends| ends.0);
+            let locked = &mut *self.locked;
+            let mut cursor = locked.ends(|ends| ends.0);
             // SAFETY: queued nodes are valid while queued (enqueue
             // contract), and `next` is read before the node is woken.
             while let Some(node) = unsafe { cursor.as_ref() } {
-                let (next, is_exclusive, seq) = self.links(node, |l| (l.next, l.exclusive, l.seq));
+                let (next, is_exclusive) = locked.links(node, |l| (l.next, l.exclusive));
                 cursor = next;
-                // Queued after this wake began (`seq` at or past `start`).
-                if start.wrapping_sub(seq).wrapping_sub(1) >= usize::MAX / 2 {
+                // Queued after this wake began.
+                if !locked.queued_before(node, self.start) {
                     continue;
                 }
-                if is_exclusive && exclusive == 0 {
+                if is_exclusive && self.exclusive == 0 {
                     continue;
                 }
-                if self.batch_full() {
-                    self.relock();
+                if locked.batch_full() {
+                    locked.relock();
                     continue 'rounds;
                 }
                 if is_exclusive {
-                    exclusive -= 1;
+                    self.exclusive -= 1;
                 }
-                self.wake(node, WOKEN);
-                woken += 1;
+                locked.wake(node, WOKEN);
+                self.woken += 1;
             }
-            return woken;
+            return;
+        }
+    }
+}
+
+impl Drop for WakeRounds<'_, '_> {
+    fn drop(&mut self) {
+        if !self.done {
+            self.run();
         }
     }
 }
@@ -647,6 +807,15 @@ impl Locked<'_> {
 impl WaitQueue {
     const_fn! {
         /// An empty wait queue.
+        ///
+        /// ```
+        /// # #[cfg(feature = "test-hooks")] {
+        /// use ksync::wait::WaitQueue;
+        ///
+        /// static KEYBOARD_WAIT: WaitQueue = WaitQueue::new(); // DECLARE_WAIT_QUEUE_HEAD
+        /// assert!(!KEYBOARD_WAIT.has_waiters());
+        /// # }
+        /// ```
         #[must_use]
         pub fn new() -> Self {
             WaitQueue {
@@ -660,6 +829,14 @@ impl WaitQueue {
     /// Takes the queue lock (interrupts off until it drops).
     #[inline]
     pub(crate) fn lock(&self) -> Locked<'_> {
+        // The host kernel registers a task at its first `current_task`,
+        // allocating its record; `enqueue` asks under this lock, where an
+        // allocator that wakes this queue would take it again. A kernel's
+        // own `current` is a register read, so only the host asks first.
+        #[cfg(feature = "test-hooks")]
+        if !kernel::in_interrupt() {
+            let _ = kernel::current_task();
+        }
         self.lock.lock();
         Locked {
             queue: self,
@@ -671,7 +848,10 @@ impl WaitQueue {
     /// Sleeps until a waker took `node` off the queue ([`WOKEN`] or
     /// [`GRANTED`]: returned) or, with a `deadline_ns`, until the clock
     /// passed it and the node is still queued ([`WAITING`]: taken off,
-    /// returned). The node was queued by this task.
+    /// returned; [`GRANTED`] if it was [granted](Locked::grant), its wake
+    /// yet to come: it takes itself off as granted, as Linux's timed wait
+    /// looks at `done` once its timeout ends). The node was queued by this
+    /// task.
     pub(crate) fn sleep(&self, node: &Node, deadline_ns: Option<u64>) -> usize {
         loop {
             // Once the waker is done with the node and the token.
@@ -685,7 +865,14 @@ impl WaitQueue {
                 // WAITING is made under (a PENDING seen here is waited
                 // for below).
                 if node.state.load(Ordering::Relaxed) == WAITING {
+                    // Read before `remove` clears it.
+                    let granted = locked.is_granted(node);
                     locked.remove(node);
+                    if granted {
+                        // Relaxed: only this task reads it, after this.
+                        node.state.store(GRANTED, Ordering::Relaxed);
+                        return GRANTED;
+                    }
                     return WAITING;
                 }
                 drop(locked);
@@ -701,6 +888,23 @@ impl WaitQueue {
     /// true. `cond` runs without the queue lock, on this task, any number
     /// of times.
     ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::sync::atomic::{AtomicBool, Ordering};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// static LINK_UP: AtomicBool = AtomicBool::new(false);
+    /// static LINK_WAIT: WaitQueue = WaitQueue::new();
+    ///
+    /// let phy_irq = std::thread::spawn(|| {
+    ///     LINK_UP.store(true, Ordering::Release);
+    ///     LINK_WAIT.wake_one();
+    /// });
+    /// LINK_WAIT.wait_event(|| LINK_UP.load(Ordering::Acquire)); // sleeps until then
+    /// phy_irq.join().unwrap();
+    /// # }
+    /// ```
+    ///
     /// # Panics
     /// Where sleeping is not allowed ([`might_sleep`]).
     #[track_caller]
@@ -711,6 +915,24 @@ impl WaitQueue {
     /// [`wait_event`](Self::wait_event) as an exclusive waiter (Linux's
     /// `wait_event_exclusive`): [`wake_one`](Self::wake_one) wakes only
     /// the first of these.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::sync::atomic::{AtomicUsize, Ordering};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// // Workers wait for requests; one request needs one worker, not all.
+    /// static PENDING: AtomicUsize = AtomicUsize::new(0);
+    /// static WORK_WAIT: WaitQueue = WaitQueue::new();
+    ///
+    /// let worker = std::thread::spawn(|| {
+    ///     WORK_WAIT.wait_event_exclusive(|| PENDING.load(Ordering::Acquire) > 0);
+    /// });
+    /// PENDING.fetch_add(1, Ordering::Release);
+    /// WORK_WAIT.wake_one(); // one exclusive waiter at most
+    /// worker.join().unwrap();
+    /// # }
+    /// ```
     #[track_caller]
     pub fn wait_event_exclusive(&self, cond: impl FnMut() -> bool) {
         self.wait_inner(cond, true, None);
@@ -719,6 +941,21 @@ impl WaitQueue {
     /// [`wait_event`](Self::wait_event) for at most `timeout` (Linux's
     /// `wait_event_timeout`): whether `cond` was true (checked once more
     /// when the time is up). Needs [`Kernel::clock_ns`](crate::kernel::Kernel::clock_ns).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::sync::atomic::{AtomicBool, Ordering};
+    /// use core::time::Duration;
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// let ack = AtomicBool::new(false);
+    /// let ack_wait = WaitQueue::new();
+    /// // No answer from the device (here with a zero timeout, at once): give up.
+    /// assert!(!ack_wait.wait_event_timeout(|| ack.load(Ordering::Acquire), Duration::ZERO));
+    /// ack.store(true, Ordering::Release);
+    /// assert!(ack_wait.wait_event_timeout(|| ack.load(Ordering::Acquire), Duration::from_secs(1)));
+    /// # }
+    /// ```
     #[track_caller]
     #[must_use = "false means the condition did not become true in time"]
     pub fn wait_event_timeout(&self, cond: impl FnMut() -> bool, timeout: Duration) -> bool {
@@ -727,6 +964,23 @@ impl WaitQueue {
 
     /// [`wait_event_exclusive`](Self::wait_event_exclusive) for at most
     /// `timeout`; whether `cond` was true.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// use core::sync::atomic::{AtomicUsize, Ordering};
+    /// use core::time::Duration;
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// // Every request tag in use: one waiter per tag freed, for a while.
+    /// let free_tags = AtomicUsize::new(0);
+    /// let tag_wait = WaitQueue::new();
+    /// let got_tag = tag_wait.wait_event_exclusive_timeout(
+    ///     || free_tags.load(Ordering::Acquire) > 0,
+    ///     Duration::ZERO, // (here: give up at once)
+    /// );
+    /// assert!(!got_tag); // none came free in time: -EBUSY
+    /// # }
+    /// ```
     #[track_caller]
     #[must_use = "false means the condition did not become true in time"]
     pub fn wait_event_exclusive_timeout(
@@ -780,6 +1034,24 @@ impl WaitQueue {
     /// takes it off the queue; one that was woken as an exclusive waiter
     /// and dropped before it completed passes the wake on to the next
     /// exclusive waiter.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// use core::sync::atomic::{AtomicBool, Ordering};
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// let ready = AtomicBool::new(false);
+    /// let queue = WaitQueue::new();
+    /// let mut cx = Context::from_waker(Waker::noop()); // an executor's waker
+    /// let mut wait = pin!(queue.wait_until(|| ready.load(Ordering::Acquire)));
+    /// assert!(wait.as_mut().poll(&mut cx).is_pending()); // queued
+    /// ready.store(true, Ordering::Release);
+    /// assert_eq!(queue.wake_one(), 1); // wakes the future's task
+    /// assert!(wait.as_mut().poll(&mut cx).is_ready());
+    /// # }
+    /// ```
     pub fn wait_until<F: FnMut() -> bool>(&self, cond: F) -> WaitUntil<'_, F> {
         self.future(cond, false)
     }
@@ -795,6 +1067,22 @@ impl WaitQueue {
     }
 
     /// [`wait_until`](Self::wait_until) as an exclusive waiter.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// let queue = WaitQueue::new();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let mut first = pin!(queue.wait_until_exclusive(|| false));
+    /// let mut second = pin!(queue.wait_until_exclusive(|| false));
+    /// assert!(first.as_mut().poll(&mut cx).is_pending());
+    /// assert!(second.as_mut().poll(&mut cx).is_pending());
+    /// assert_eq!(queue.wake_one(), 1); // only the first exclusive waiter
+    /// # }
+    /// ```
     pub fn wait_until_exclusive<F: FnMut() -> bool>(&self, cond: F) -> WaitUntil<'_, F> {
         self.future(cond, true)
     }
@@ -802,19 +1090,83 @@ impl WaitQueue {
     /// Wakes every non-exclusive waiter and the first exclusive one
     /// (Linux's `wake_up`); how many it woke. Make the condition true
     /// first.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// let queue = WaitQueue::new();
+    /// assert_eq!(queue.wake_one(), 0); // nobody waits: nothing to do
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let not_yet = || false;
+    /// let mut reader = pin!(queue.wait_until(not_yet));
+    /// let mut worker = pin!(queue.wait_until_exclusive(not_yet));
+    /// let mut other = pin!(queue.wait_until_exclusive(not_yet));
+    /// for w in [reader.as_mut(), worker.as_mut(), other.as_mut()] {
+    ///     assert!(w.poll(&mut cx).is_pending());
+    /// }
+    /// assert_eq!(queue.wake_one(), 2); // the reader and the first worker
+    /// # }
+    /// ```
     #[doc(alias = "wake_up")]
     pub fn wake_one(&self) -> usize {
         self.wake_n(1)
     }
 
     /// Wakes every non-exclusive waiter and the first `n` exclusive ones
-    /// (Linux's `wake_up_nr`); how many it woke.
+    /// (Linux's `wake_up_nr`); how many it woke. `n == 0` wakes every
+    /// waiter, as Linux's `nr_exclusive` of 0 (no limit): `wake_n(0)` is
+    /// [`wake_all`](Self::wake_all).
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// // Three workers wait for packets; two packets came in.
+    /// let rx_wait = WaitQueue::new();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let not_yet = || false;
+    /// let mut w1 = pin!(rx_wait.wait_until_exclusive(not_yet));
+    /// let mut w2 = pin!(rx_wait.wait_until_exclusive(not_yet));
+    /// let mut w3 = pin!(rx_wait.wait_until_exclusive(not_yet));
+    /// for w in [w1.as_mut(), w2.as_mut(), w3.as_mut()] {
+    ///     assert!(w.poll(&mut cx).is_pending());
+    /// }
+    /// assert_eq!(rx_wait.wake_n(2), 2);
+    /// # }
+    /// ```
     #[doc(alias = "wake_up_nr")]
     pub fn wake_n(&self, n: usize) -> usize {
+        // Linux's `__wake_up` with `nr_exclusive` 0: no limit.
+        let n = if n == 0 { usize::MAX } else { n };
         self.lock().wake_n(n)
     }
 
     /// Wakes every waiter (Linux's `wake_up_all`); how many.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// // The device is going away: wake everyone so they see the error.
+    /// let dev_wait = WaitQueue::new();
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let not_yet = || false;
+    /// let mut a = pin!(dev_wait.wait_until(not_yet));
+    /// let mut b = pin!(dev_wait.wait_until_exclusive(not_yet));
+    /// let mut c = pin!(dev_wait.wait_until_exclusive(not_yet));
+    /// for w in [a.as_mut(), b.as_mut(), c.as_mut()] {
+    ///     assert!(w.poll(&mut cx).is_pending());
+    /// }
+    /// assert_eq!(dev_wait.wake_all(), 3);
+    /// # }
+    /// ```
     #[doc(alias = "wake_up_all")]
     pub fn wake_all(&self) -> usize {
         self.wake_n(usize::MAX)
@@ -824,6 +1176,21 @@ impl WaitQueue {
     /// A waker that skips `wake_*` when it is false must order its
     /// condition store before this check with a full fence, as Linux's
     /// `wq_has_sleeper` does; `wake_*` needs no such care.
+    ///
+    /// ```
+    /// # #[cfg(feature = "test-hooks")] {
+    /// # use core::pin::pin;
+    /// # use core::task::{Context, Waker};
+    /// use ksync::wait::WaitQueue;
+    ///
+    /// let queue = WaitQueue::new();
+    /// assert!(!queue.has_waiters());
+    /// let mut cx = Context::from_waker(Waker::noop());
+    /// let mut wait = pin!(queue.wait_until(|| false));
+    /// assert!(wait.as_mut().poll(&mut cx).is_pending());
+    /// assert!(queue.has_waiters());
+    /// # }
+    /// ```
     #[doc(alias("waitqueue_active", "wq_has_sleeper"))]
     pub fn has_waiters(&self) -> bool {
         crate::sync::fence(Ordering::SeqCst);
@@ -864,6 +1231,24 @@ impl Drop for Queued<'_> {
 
 /// The future of [`WaitQueue::wait_until`]: ready once its condition is
 /// true.
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use core::sync::atomic::{AtomicBool, Ordering};
+/// use ksync::wait::{WaitQueue, WaitUntil};
+///
+/// static FLUSHED: AtomicBool = AtomicBool::new(false);
+/// static FLUSH_WAIT: WaitQueue = WaitQueue::new();
+///
+/// // An async task awaits it: `FLUSH_WAIT.wait_until(..).await`.
+/// fn wait_flushed() -> WaitUntil<'static, impl FnMut() -> bool> {
+///     FLUSH_WAIT.wait_until(|| FLUSHED.load(Ordering::Acquire))
+/// }
+/// FLUSHED.store(true, Ordering::Release);
+/// let mut cx = core::task::Context::from_waker(core::task::Waker::noop());
+/// assert!(core::pin::pin!(wait_flushed()).poll(&mut cx).is_ready());
+/// # }
+/// ```
 #[must_use = "futures do nothing unless awaited"]
 pub struct WaitUntil<'q, F> {
     queue: &'q WaitQueue,
@@ -900,7 +1285,10 @@ impl<F: FnMut() -> bool> Future for WaitUntil<'_, F> {
         {
             let mut locked = this.queue.lock();
             if locked.is_queued(&this.node) {
-                locked.set_waker(&this.node, cx.waker());
+                let old = locked.set_waker(&this.node, cx.waker());
+                // The replaced waker goes after the unlock.
+                drop(locked);
+                drop(old);
             } else {
                 // SAFETY: the node is pinned inside the pinned future and
                 // `Drop` takes it off the queue; it is not queued now.
@@ -951,10 +1339,30 @@ impl<F> Drop for WaitUntil<'_, F> {
 /// interrupts masked ([`Kernel::irqs_disabled`](crate::kernel::Kernel::irqs_disabled)).
 /// With `lockdep`, it also reports spinlocks held on this CPU
 /// ([`LocksHeld`](crate::lockdep::ReportKind::LocksHeld), naming them;
-/// then the preemption check is left to that report) and interrupts
+/// then the preemption check is left to that report, unless lockdep has
+/// turned itself off after an earlier report) and interrupts
 /// masked. Every sleeping call of ksync calls it on entry in debug builds
 /// (the uncontended path included, as Linux), and before it sleeps in
 /// release builds; call it where a kernel's own code may sleep.
+///
+/// ```
+/// # #[cfg(feature = "test-hooks")] {
+/// use ksync::{rcu, wait};
+///
+/// // A function that may sleep says so, so that a call from atomic
+/// // context panics at once, not only when it happens to sleep.
+/// fn load_firmware() {
+///     wait::might_sleep();
+///     // ... read the file, maybe sleeping ...
+/// }
+/// load_firmware(); // task context: fine
+/// # rcu::cpu_online();
+/// let reader = rcu::read_lock();
+/// assert!(std::panic::catch_unwind(load_firmware).is_err()); // in a read section
+/// drop(reader);
+/// # rcu::cpu_offline();
+/// # }
+/// ```
 #[track_caller]
 pub fn might_sleep() {
     if !kernel::may_sleep() {
@@ -963,16 +1371,32 @@ pub fn might_sleep() {
     // The read section (every build) and, in debug builds, a `call_rcu`
     // callback on this CPU; with lockdep, the spinlocks held.
     crate::rcu::check_may_sleep();
+    // With lockdep, a spinlock held is reported by name above (the
+    // preemption it disabled is left to that report; once lockdep turned
+    // itself off, it counts none, and this check is made); sleeping locks are
+    // not reported there, so they do not hide a preemption-disabled
+    // section (`preempt_disable`, a `PerCpu` reference) opened under them.
     #[cfg(debug_assertions)]
-    if kernel::preempt_disabled_by_ksync() && crate::lockdep::held_lock_count() == 0 {
+    if kernel::preempt_disabled_by_ksync() && crate::lockdep::held_spinning_lock_count() == 0 {
         preempt_disabled();
     }
-    #[cfg(all(debug_assertions, not(feature = "lockdep")))]
-    if kernel::irqs_disabled() {
+    // `masked_by_ksync`: masking through ksync (an `ArchIrq` lock among
+    // them), counted with lockdep and in the host kernel's debug builds
+    // (elsewhere `ArchIrq` masking is seen only by a kernel whose
+    // `irqs_disabled` reads the CPU's flag: counting it would need the
+    // hooks, which `ArchIrq` users need not define).
+    #[cfg(any(
+        feature = "lockdep",
+        all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+    ))]
+    if kernel::irqs_disabled() || kernel::irq::masked_by_ksync() {
         irqs_masked();
     }
-    #[cfg(feature = "lockdep")]
-    if kernel::irqs_disabled() || kernel::irq::masked_by_ksync() {
+    #[cfg(all(
+        debug_assertions,
+        not(any(feature = "lockdep", all(feature = "test-hooks", not(ksync_loom))))
+    ))]
+    if kernel::irqs_disabled() {
         irqs_masked();
     }
 }

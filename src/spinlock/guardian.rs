@@ -21,6 +21,28 @@ use crate::kernel::irq::{ArchIrq, IrqControl, KernelIrq};
 /// held and handed to [`exit`](Self::exit) by whoever releases it, so a
 /// guard carries nothing and can be passed between functions, or released
 /// by the next task after a context switch on the same CPU.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::lock_api;
+/// use ksync::spinlock::{SpinGuardian, SpinLock};
+/// # mod softirq { pub fn local_bh_disable() {} pub fn local_bh_enable() {} }
+///
+/// /// Linux's `spin_lock_bh`: softirqs off while the lock is held.
+/// struct BhDisabled;
+///
+/// impl SpinGuardian for BhDisabled {
+///     type Saved = ();
+///     type GuardMarker = lock_api::GuardNoSend; // softirq state is this CPU's
+///     const RECORDS_OWNER: bool = false;
+///     fn enter() { softirq::local_bh_disable() }
+///     unsafe fn exit((): ()) { softirq::local_bh_enable() }
+/// }
+///
+/// // Shared with the network receive softirq.
+/// static NEIGH_TABLE: SpinLock<u32, BhDisabled> = SpinLock::new(0);
+/// *NEIGH_TABLE.lock() += 1;
+/// ```
 pub trait SpinGuardian {
     /// What `enter` saves and `exit` restores (`()` when nothing is).
     type Saved: Copy;
@@ -36,9 +58,31 @@ pub trait SpinGuardian {
     const RECORDS_OWNER: bool;
 
     /// Disables what the policy disables, before the lock spins.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::{PreemptDisabled, SpinGuardian};
+    ///
+    /// // What a lock does before it spins, by hand: `preempt_disable()`.
+    /// PreemptDisabled::enter();
+    /// assert_eq!(ksync::host::preempt_count(), 1);
+    /// // SAFETY: undoes the `enter` just above, on this CPU.
+    /// unsafe { PreemptDisabled::exit(()) };
+    /// ```
     fn enter() -> Self::Saved;
 
     /// Undoes one [`enter`](Self::enter), after the lock is released.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::{IrqDisabled, SpinGuardian};
+    ///
+    /// let flags = <IrqDisabled>::enter(); // `local_irq_save`, `preempt_disable`
+    /// assert!(ksync::host::irqs_disabled());
+    /// // SAFETY: `flags` comes from the matching `enter` on this CPU.
+    /// unsafe { <IrqDisabled>::exit(flags) }; // restored, then preemption on
+    /// assert!(!ksync::host::irqs_disabled());
+    /// ```
     ///
     /// # Safety
     /// `saved` comes from the matching `enter` on this CPU, and `exit`s
@@ -49,6 +93,17 @@ pub trait SpinGuardian {
 /// Disables nothing (Linux's `arch_spin_lock`): for a scheduler's own
 /// code, which manages preemption itself, and for binaries that never
 /// call [`set_kernel!`](crate::set_kernel) (the lock calls no hook).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::spinlock::{NoGuard, SpinLock};
+///
+/// // A scheduler's own run-queue lock: it manages preemption itself
+/// // (Linux's `raw_spin_lock` inside `__schedule`, `arch_spin_lock` below it).
+/// static RQ: SpinLock<u32, NoGuard> = SpinLock::new(0);
+/// *RQ.lock() += 1;
+/// assert_eq!(ksync::host::preempt_count(), 0); // nothing was disabled
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct NoGuard;
 
@@ -69,6 +124,17 @@ impl SpinGuardian for NoGuard {
 /// `preempt_enable`: the holder cannot be switched out, so the CPUs that
 /// spin for it wait for running code only. Free (two calls of empty hooks)
 /// in a kernel that never preempts. The default policy.
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::spinlock::{PreemptDisabled, SpinLock};
+///
+/// // The default policy (`spin_lock`): what `TicketMutex` is.
+/// static INODE_HASH: SpinLock<u32, PreemptDisabled> = SpinLock::new(0);
+/// let guard = INODE_HASH.lock();
+/// assert_eq!(ksync::host::preempt_count(), 1); // the holder stays on its CPU
+/// # drop(guard);
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct PreemptDisabled;
 
@@ -95,6 +161,17 @@ impl SpinGuardian for PreemptDisabled {
 /// (the kernel's hooks) or [`ArchIrq`] (the CPU's own instructions; then
 /// no hook is called at all and preemption is left alone, which masked
 /// interrupts already hold off).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::spinlock::{IrqDisabled, SpinLock};
+///
+/// // `spin_lock_irqsave`: a lock the timer interrupt handler also takes.
+/// static TIMER_BASE: SpinLock<u64, IrqDisabled> = SpinLock::new(0);
+/// let mut jiffies = TIMER_BASE.lock();
+/// assert!(ksync::host::irqs_disabled());
+/// *jiffies += 1;
+/// ```
 #[derive(Debug, Clone, Copy, Default)]
 pub struct IrqDisabled<I: IrqControl = KernelIrq>(core::marker::PhantomData<I>);
 

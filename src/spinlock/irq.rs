@@ -62,6 +62,17 @@ unsafe impl<L: Send, I: IrqControl> Send for RawIrqSave<L, I> {}
 
 impl<L> RawIrqSave<L> {
     /// Wraps `inner`, masking through the kernel's hooks.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lock_api::Mutex;
+    /// use ksync::spinlock::{RawIrqSave, RawTtasLock};
+    ///
+    /// // Any raw lock becomes `spin_lock_irqsave`-safe: here a TTAS lock.
+    /// type IrqTtas<T> = Mutex<RawIrqSave<RawTtasLock>, T>;
+    /// let events: IrqTtas<u32> = Mutex::from_raw(RawIrqSave::new(RawTtasLock::new()), 0);
+    /// *events.lock() += 1;
+    /// ```
     pub const fn new(inner: L) -> Self {
         Self::with_irq(inner)
     }
@@ -70,6 +81,19 @@ impl<L> RawIrqSave<L> {
 impl<L, I: IrqControl> RawIrqSave<L, I> {
     /// Wraps `inner`, masking with `I` (name it:
     /// `RawIrqSave::<_, ArchIrq>::with_irq(lock)`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::ArchIrq;
+    /// use ksync::lock_api::Mutex;
+    /// use ksync::spinlock::{NoGuard, RawIrqSave, RawTicketLock, Spin};
+    ///
+    /// // Firmware without `set_kernel!`: mask with the CPU's instructions
+    /// // around a lock that calls no hook.
+    /// let raw = RawIrqSave::<_, ArchIrq>::with_irq(RawTicketLock::<Spin, NoGuard>::with_relax());
+    /// let uart_tx = Mutex::from_raw(raw, Vec::<u8>::new());
+    /// uart_tx.lock().push(b'!');
+    /// ```
     pub const fn with_irq(inner: L) -> Self {
         Self {
             inner,
@@ -81,6 +105,23 @@ impl<L, I: IrqControl> RawIrqSave<L, I> {
     /// The lock inside, which masks nothing: for code that knows
     /// interrupts are already off (Linux's plain `spin_lock` on an
     /// IRQ-safe lock inside an interrupt handler).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::lock_api::Mutex;
+    /// use ksync::spinlock::{RawIrqSave, RawTicketLock};
+    ///
+    /// let timers = Mutex::from_raw(RawIrqSave::new(RawTicketLock::new()), 0u32);
+    /// // Inside the timer interrupt handler, interrupts are already off: take
+    /// // the inner lock only (Linux's plain `spin_lock` there).
+    /// ksync::host::enter_interrupt();
+    /// // SAFETY: only the raw lock is used, and released just below.
+    /// let raw = unsafe { timers.raw() }.inner();
+    /// raw.lock();
+    /// // SAFETY: taken just above by this context.
+    /// unsafe { raw.unlock() };
+    /// ksync::host::exit_interrupt();
+    /// ```
     #[inline]
     pub const fn inner(&self) -> &L {
         &self.inner

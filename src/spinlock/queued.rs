@@ -420,6 +420,14 @@ fn snapshot(locked: Bits, pending_tail: Bits) -> u32 {
 impl QueuedLock {
     const_fn! {
         /// A new, unlocked queued lock that spins with [`Spin`].
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::spinlock::QueuedLock;
+        ///
+        /// static LOCK: QueuedLock = QueuedLock::new(); // one 32-bit word, unlocked
+        /// assert!(!LOCK.is_locked());
+        /// ```
         pub fn new() -> Self {
             Self::with_relax()
         }
@@ -436,6 +444,15 @@ impl<R> QueuedLock<R> {
 
     const_fn! {
         /// A new, unlocked queued lock with the relax strategy `R`.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::spinlock::{Loop, QueuedLock};
+        ///
+        /// static LOCK: QueuedLock<Loop> = QueuedLock::with_relax();
+        /// assert!(LOCK.try_lock());
+        /// # unsafe { LOCK.unlock() };
+        /// ```
         pub fn with_relax() -> Self {
             Self {
                 locked: HalfAtomic::new(0),
@@ -448,6 +465,17 @@ impl<R> QueuedLock<R> {
     /// Tries to take the lock without waiting: succeeds only when nobody
     /// holds it, is about to, or is queued for it (as far as this CPU has
     /// seen: see "The price" in the type's docs).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::QueuedLock;
+    ///
+    /// let lock = QueuedLock::new();
+    /// assert!(lock.try_lock()); // `queued_spin_trylock`
+    /// assert!(!lock.try_lock());
+    /// // SAFETY: taken by the first `try_lock`.
+    /// unsafe { lock.unlock() };
+    /// ```
     #[doc(alias = "queued_spin_trylock")]
     #[inline]
     #[must_use = "the lock is held when this returns `true` and must be unlocked"]
@@ -470,6 +498,17 @@ impl<R> QueuedLock<R> {
     /// Whether the lock is held or about to be (a pending or queued CPU
     /// counts, as in Linux's `queued_spin_is_locked`). A snapshot, stale
     /// the moment it returns: not for synchronization.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::QueuedLock;
+    ///
+    /// let lock = QueuedLock::new();
+    /// lock.lock();
+    /// assert!(lock.is_locked()); // `queued_spin_is_locked`
+    /// // SAFETY: held by this context.
+    /// unsafe { lock.unlock() };
+    /// ```
     #[doc(alias = "queued_spin_is_locked")]
     #[inline]
     pub fn is_locked(&self) -> bool {
@@ -480,6 +519,17 @@ impl<R> QueuedLock<R> {
     /// snapshot, like [`is_locked`](Self::is_locked)). Test-and-set waiters
     /// ([`vcpu_preemptible`] mode) leave no mark in the lock and are not
     /// seen.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::QueuedLock;
+    ///
+    /// let lock = QueuedLock::new();
+    /// lock.lock();
+    /// assert!(!lock.is_contended()); // nobody pending or queued
+    /// // SAFETY: held by this context.
+    /// unsafe { lock.unlock() };
+    /// ```
     #[doc(alias = "queued_spin_is_contended")]
     #[inline]
     pub fn is_contended(&self) -> bool {
@@ -487,6 +537,17 @@ impl<R> QueuedLock<R> {
     }
 
     /// Releases the lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::QueuedLock;
+    ///
+    /// let lock = QueuedLock::new();
+    /// lock.lock();
+    /// // SAFETY: this context holds it (`queued_spin_unlock`).
+    /// unsafe { lock.unlock() };
+    /// assert!(!lock.is_locked());
+    /// ```
     ///
     /// # Safety
     /// The lock must be held by the caller's context.
@@ -520,6 +581,16 @@ impl<R: RelaxStrategy> QueuedLock<R> {
     /// Spins until the lock is taken: FIFO through the pending bit and the
     /// queue, or by test-and-set when CPUs may be descheduled while they
     /// spin ([`vcpu_preemptible`]; see the type's docs).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::QueuedLock;
+    ///
+    /// static LOCK: QueuedLock = QueuedLock::new();
+    /// LOCK.lock(); // one CAS when free; pending bit, then an MCS queue, when not
+    /// // SAFETY: held by this context.
+    /// unsafe { LOCK.unlock() };
+    /// ```
     #[doc(alias = "queued_spin_lock")]
     #[inline]
     pub fn lock(&self) {

@@ -25,6 +25,10 @@ const QW_WAITING: u32 = 0x100;
 const QW_WMASK: u32 = QW_LOCKED | QW_WAITING;
 /// One reader.
 pub const QR_BIAS: u32 = 1 << 9;
+/// Debug builds: the owner record's mark of an upgradeable holder (a CPU
+/// id + 1 never reaches it).
+#[cfg(debug_assertions)]
+const UPGRADEABLE_TAG: u32 = 1 << 31;
 
 /// The raw queued reader-writer spinlock (Linux's `rwlock_t` on
 /// `qrwlock`): see [Algorithm](#algorithm) below. `G` is what
@@ -67,9 +71,10 @@ pub const QR_BIAS: u32 = 1 << 9;
 ///   waits to write (in the queue, or as `QW_WAITING`) would otherwise
 ///   wait for itself (Linux's `queued_read_lock_slowpath`).
 /// * **Write.** Compare-exchange `0 -> QW_LOCKED` (Acquire); otherwise
-///   queue on `wait_lock`, set `QW_WAITING` (new readers now queue behind
-///   it: writers are not starved), wait for the readers to drain, and
-///   turn `QW_WAITING` into `QW_LOCKED`.
+///   queue on `wait_lock`; at its head, try `0 -> QW_LOCKED` once more
+///   (the readers may have left meanwhile), then set `QW_WAITING` (new
+///   readers now queue behind it: writers are not starved), wait for the
+///   readers to drain, and turn `QW_WAITING` into `QW_LOCKED`.
 /// * **Upgradeable read** (as `spin::RwLock`'s and `lock_api`'s): a
 ///   reader that also holds `wait_lock`, so no writer and no other
 ///   upgradeable reader gets past it, while plain readers still come and
@@ -96,9 +101,21 @@ pub const QR_BIAS: u32 = 1 << 9;
 /// behind a waiting writer waits for the readers ahead, so reads take part
 /// in order cycles (two CPUs reading A then B and B then A deadlock once
 /// writers wait on both) and a second read of a lock a CPU already reads
-/// is reported. In interrupt context a read is recorded as a try-lock: it
-/// never waits for a waiting writer, so it adds no order (Linux: rwlock
-/// reads are recursive in interrupt context).
+/// is reported. In interrupt context a read is recorded as a recursive
+/// read: it never waits for a waiting writer, so it adds no order (Linux:
+/// rwlock reads are recursive in interrupt context).
+///
+/// Interrupt usage is tracked for reads and writes apart, as Linux's
+/// `LOCK_USED_IN_HARDIRQ_READ` and `LOCK_ENABLED_HARDIRQ_READ`: a read in
+/// a handler waits while a writer holds the lock, so it is reported
+/// against a write with interrupts enabled (CPU 0 write-holds the lock
+/// with interrupts on; an interrupt on CPU 0 read-locks it: deadlock),
+/// and a write in a handler against any use with interrupts enabled; a
+/// read in a handler and a read with interrupts enabled are fine. Across
+/// classes, a read in a handler makes the class IRQ-safe only along the
+/// orders taken holding it for writing (Linux's `only_xr`): a CPU that
+/// holds it for reading while it waits for another lock lets the
+/// handler's read in.
 ///
 /// # Zeroed memory
 ///
@@ -116,11 +133,12 @@ pub struct RawRwSpinLock<G: SpinGuardian = PreemptDisabled> {
     /// upgradeable holder), so lockdep records it as a try-lock.
     #[cfg(feature = "lockdep")]
     upgrader: AtomicU32,
-    /// Debug builds: the writer's CPU + 1, 0 when no writer holds it (only
-    /// for policies that record it, [`SpinGuardian::RECORDS_OWNER`]): a
-    /// CPU that would wait for its own write hold panics instead.
+    /// Debug builds: the CPU + 1 that holds the lock for writing, or, with
+    /// [`UPGRADEABLE_TAG`], upgradeable; 0 when neither (only for policies
+    /// that record it, [`SpinGuardian::RECORDS_OWNER`]): a CPU that would
+    /// wait for its own hold panics instead.
     #[cfg(debug_assertions)]
-    writer: core::sync::atomic::AtomicU32,
+    owner: core::sync::atomic::AtomicU32,
     guardian: PhantomData<fn() -> G>,
 }
 
@@ -143,7 +161,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
                 #[cfg(feature = "lockdep")]
                 upgrader: AtomicU32::new(0),
                 #[cfg(debug_assertions)]
-                writer: core::sync::atomic::AtomicU32::new(0),
+                owner: core::sync::atomic::AtomicU32::new(0),
                 guardian: PhantomData,
             }
         }
@@ -168,7 +186,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
                 #[cfg(feature = "lockdep")]
                 upgrader: AtomicU32::new(0),
                 #[cfg(debug_assertions)]
-                writer: core::sync::atomic::AtomicU32::new(0),
+                owner: core::sync::atomic::AtomicU32::new(0),
                 guardian: PhantomData,
             }
         }
@@ -241,7 +259,9 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline(never)]
     #[cfg_attr(debug_assertions, track_caller)]
     fn read_slow(&self) {
-        self.check_not_my_write();
+        // (An upgradeable holder's reads never come here: no writer bit
+        // can be set while it holds the queue and a reader's bias.)
+        self.check_not_mine(false);
         if crate::kernel::in_interrupt() {
             // Keep the bias: wait only while a writer holds the lock (a
             // waiting writer waits for us). Acquire: as in `read_acquire`.
@@ -252,12 +272,20 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         self.cnts.fetch_sub(QR_BIAS, Ordering::Relaxed);
         // A waiting writer may have been waiting for our bias to go.
         kick_waiters();
+        self.queue_for_read();
+        // SAFETY: taken by `queue_for_read`, in this context.
+        unsafe { self.wait_lock.unlock() };
+    }
+
+    /// Queues on `wait_lock`, then takes a reader's bias and waits for a
+    /// writer that holds the lock (one that passed the queue before us)
+    /// to leave. Returns holding `wait_lock`: the queued reader passes it
+    /// on, the upgradeable one keeps it.
+    fn queue_for_read(&self) {
         self.wait_lock.lock();
         self.cnts.fetch_add(QR_BIAS, Ordering::Relaxed);
         // Acquire pairs with the writer's Release unlock.
         self.wait_while(|c| c & QW_LOCKED != 0);
-        // SAFETY: taken just above by this context.
-        unsafe { self.wait_lock.unlock() };
     }
 
     #[inline]
@@ -304,30 +332,51 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline(never)]
     #[cfg_attr(debug_assertions, track_caller)]
     fn write_slow(&self) {
-        self.check_not_my_write();
+        self.check_not_mine(true);
         self.wait_lock.lock();
+        // At the head of the queue: take the lock at once if the readers
+        // left meanwhile (Linux's `queued_write_lock_slowpath` does), so
+        // that the readers coming next are not sent through the queue.
+        // SAFETY: `wait_lock` taken just above.
+        if unsafe { self.take_queued(0, Some(0)) } {
+            return;
+        }
         // Announce ourselves: new readers queue behind us from now on.
-        // Relaxed: the Acquire compare-exchange below orders what matters.
+        // Relaxed: the Acquire compare-exchange in `take_queued` orders
+        // what matters.
         self.cnts.fetch_or(QW_WAITING, Ordering::Relaxed);
-        self.take_from_waiting();
-        // SAFETY: taken above by this context.
-        unsafe { self.wait_lock.unlock() };
+        // SAFETY: `QW_WAITING` set just above, `wait_lock` taken.
+        unsafe { self.take_queued(QW_WAITING, None) };
     }
 
-    /// With `QW_WAITING` set by us and `wait_lock` held: waits for the
-    /// readers to drain and takes the lock.
-    fn take_from_waiting(&self) {
+    /// The head of the queue takes the lock for writing once the word
+    /// reads `from` (`0`: free; `QW_WAITING`: our announcement alone, the
+    /// readers drained), then leaves the queue; gives up (still queued)
+    /// after `rounds` rounds if given. Returns whether it took the lock.
+    ///
+    /// # Safety
+    /// This context holds `wait_lock`, and set `QW_WAITING` if `from` is
+    /// that.
+    unsafe fn take_queued(&self, from: u32, rounds: Option<u32>) -> bool {
         let mut waiter = Waiter::new();
         let preemptible = vcpu_preemptible();
+        let mut left = rounds;
         loop {
             // Acquire pairs with the readers' Release unlocks.
-            if self.cnts.load(Ordering::Relaxed) == QW_WAITING
+            if self.cnts.load(Ordering::Relaxed) == from
                 && self
                     .cnts
-                    .compare_exchange(QW_WAITING, QW_LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .compare_exchange(from, QW_LOCKED, Ordering::Acquire, Ordering::Relaxed)
                     .is_ok()
             {
-                return;
+                // SAFETY: held (caller contract).
+                unsafe { self.wait_lock.unlock() };
+                return true;
+            }
+            match left {
+                Some(0) => return false,
+                Some(n) => left = Some(n - 1),
+                None => {}
             }
             waiter.wait::<spin::relax::Spin>(preemptible);
         }
@@ -350,12 +399,8 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
 
     #[cfg_attr(debug_assertions, track_caller)]
     fn upgradeable_acquire(&self) {
-        self.check_not_my_write();
-        self.wait_lock.lock();
-        self.cnts.fetch_add(QR_BIAS, Ordering::Relaxed);
-        // A writer may hold the lock, having passed the queue before us.
-        // Acquire pairs with its Release unlock.
-        self.wait_while(|c| c & QW_LOCKED != 0);
+        self.check_not_mine(true);
+        self.queue_for_read();
     }
 
     fn try_upgradeable_acquire(&self) -> bool {
@@ -381,14 +426,14 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// # Safety
     /// The caller holds the lock upgradeable.
     unsafe fn upgrade_inner(&self) {
-        self.dep_upgrader(false);
+        self.mark_upgrader(false);
         // Our bias becomes the waiting-writer bit in one step, so no
         // reader count ever shows us as both.
         self.cnts
             .fetch_add(QW_WAITING.wrapping_sub(QR_BIAS), Ordering::Relaxed);
-        self.take_from_waiting();
-        // SAFETY: held since the upgradeable acquire (caller contract).
-        unsafe { self.wait_lock.unlock() };
+        // SAFETY: `QW_WAITING` set just above; `wait_lock` held since the
+        // upgradeable acquire (caller contract).
+        unsafe { self.take_queued(QW_WAITING, None) };
     }
 
     /// # Safety
@@ -402,7 +447,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         {
             return false;
         }
-        self.dep_upgrader(false);
+        self.mark_upgrader(false);
         // SAFETY: held since the upgradeable acquire (caller contract).
         unsafe { self.wait_lock.unlock() };
         true
@@ -411,7 +456,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// # Safety
     /// The caller holds the lock upgradeable.
     unsafe fn downgrade_upgradeable_inner(&self) {
-        self.dep_upgrader(false);
+        self.mark_upgrader(false);
         // SAFETY: held since the upgradeable acquire (caller contract);
         // the bias stays: a plain reader now.
         unsafe { self.wait_lock.unlock() };
@@ -435,21 +480,29 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         }
     }
 
-    // ---- debug builds: the writer's CPU ------------------------------------
+    // ---- debug builds: the owner's CPU ------------------------------------
 
     /// Debug builds (policies that record an owner): panics if this CPU
-    /// holds the lock for writing, since waiting here would wait for
-    /// itself. Called only on the paths that wait.
+    /// holds the lock for writing, or, with `upgradeable`, upgradeable
+    /// (the writer and the upgradeable paths wait for `wait_lock`, which
+    /// the upgradeable holder keeps, and for its reader's bias), since
+    /// waiting here would wait for itself. Called only on the paths that
+    /// wait; one load of a word the lock's own line holds.
     #[inline]
     #[cfg_attr(debug_assertions, track_caller)]
-    fn check_not_my_write(&self) {
+    fn check_not_mine(&self, upgradeable: bool) {
+        let _ = upgradeable;
         #[cfg(debug_assertions)]
         if G::RECORDS_OWNER {
             let me = crate::kernel::cpu_id() as u32 + 1;
             // Relaxed: only this CPU stores its own tag; another CPU's
             // tag, stale or not, is never ours.
-            if self.writer.load(core::sync::atomic::Ordering::Relaxed) == me {
-                rw_recursion(me - 1);
+            let tag = self.owner.load(core::sync::atomic::Ordering::Relaxed);
+            if tag == me {
+                rw_recursion(me - 1, "for writing");
+            }
+            if upgradeable && tag == me | UPGRADEABLE_TAG {
+                rw_recursion(me - 1, "upgradeable");
             }
         }
     }
@@ -457,17 +510,23 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     /// Debug builds: records (`true`) or forgets this CPU as the writer.
     #[inline(always)]
     fn set_writer(&self, holds: bool) {
-        let _ = holds;
+        self.set_owner(holds, 0);
+    }
+
+    /// Debug builds: records this CPU as the owner (`holds`), marked with
+    /// `tag`, or forgets the owner.
+    #[inline(always)]
+    fn set_owner(&self, holds: bool, tag: u32) {
+        let _ = (holds, tag);
         #[cfg(debug_assertions)]
         if G::RECORDS_OWNER {
             let tag = if holds {
-                crate::kernel::cpu_id() as u32 + 1
+                (crate::kernel::cpu_id() as u32 + 1) | tag
             } else {
                 0
             };
-            // Relaxed: see `check_not_my_write`.
-            self.writer
-                .store(tag, core::sync::atomic::Ordering::Relaxed);
+            // Relaxed: see `check_not_mine`.
+            self.owner.store(tag, core::sync::atomic::Ordering::Relaxed);
         }
     }
 
@@ -477,21 +536,25 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[cfg_attr(feature = "lockdep", track_caller)]
     fn dep_read(&self, try_lock: bool) {
         // In interrupt context a read never waits for a waiting writer:
-        // recorded as a try-lock, it adds no lock order.
-        // Nor does a read by the CPU that holds the lock upgradeable.
+        // a recursive read, it adds no lock order (but it waits while a
+        // writer holds the lock: interrupt usage). Nor does a read by the
+        // CPU that holds the lock upgradeable.
         #[cfg(feature = "lockdep")]
-        let try_lock = try_lock
-            || crate::kernel::in_interrupt()
+        let recursive = crate::kernel::in_interrupt()
             // Relaxed: only this CPU stores its own id here.
             || self.upgrader.load(Ordering::Relaxed) == crate::kernel::cpu_id() as u32 + 1;
-        self.dep_map.acquire(0, try_lock, false);
+        #[cfg(not(feature = "lockdep"))]
+        let recursive = false;
+        self.dep_map.acquire_read(0, try_lock, recursive);
     }
 
-    /// With `lockdep`: records (`true`) or forgets this CPU as the
-    /// upgradeable holder.
+    /// Records (`true`) or forgets this CPU as the upgradeable holder:
+    /// for lockdep (its reads), and in debug builds for the owner checks.
     #[inline(always)]
-    fn dep_upgrader(&self, holds: bool) {
+    fn mark_upgrader(&self, holds: bool) {
         let _ = holds;
+        #[cfg(debug_assertions)]
+        self.set_owner(holds, UPGRADEABLE_TAG);
         #[cfg(feature = "lockdep")]
         self.upgrader.store(
             if holds {
@@ -516,6 +579,20 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     }
 
     // ---- with the policy ------------------------------------------------
+
+    /// Disables what `G` disables and tries `acquire`; on failure restores
+    /// it. What every `try_*_lock` shares (each records itself after).
+    #[inline(always)]
+    fn try_enter(&self, acquire: fn(&Self) -> bool) -> Option<G::Saved> {
+        let saved = G::enter();
+        if acquire(self) {
+            Some(saved)
+        } else {
+            // SAFETY: the matching `enter`, just above.
+            unsafe { G::exit(saved) };
+            None
+        }
+    }
 
     /// Takes the lock shared: disables what `G` disables, then waits
     /// while a writer holds it or (outside interrupt context) one waits.
@@ -550,15 +627,9 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_read_lock(&self) -> Option<G::Saved> {
-        let saved = G::enter();
-        if self.try_read_acquire() {
-            self.dep_read(true);
-            Some(saved)
-        } else {
-            // SAFETY: the matching `enter`, just above.
-            unsafe { G::exit(saved) };
-            None
-        }
+        let saved = self.try_enter(Self::try_read_acquire)?;
+        self.dep_read(true);
+        Some(saved)
     }
 
     /// Releases a shared hold.
@@ -617,16 +688,10 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_write_lock(&self) -> Option<G::Saved> {
-        let saved = G::enter();
-        if self.try_write_acquire() {
-            self.dep_write(true);
-            self.set_writer(true);
-            Some(saved)
-        } else {
-            // SAFETY: the matching `enter`, just above.
-            unsafe { G::exit(saved) };
-            None
-        }
+        let saved = self.try_enter(Self::try_write_acquire)?;
+        self.dep_write(true);
+        self.set_writer(true);
+        Some(saved)
     }
 
     /// Releases an exclusive hold.
@@ -675,7 +740,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         let saved = G::enter();
         self.dep_write(false);
         self.upgradeable_acquire();
-        self.dep_upgrader(true);
+        self.mark_upgrader(true);
         saved
     }
 
@@ -691,16 +756,10 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub fn try_upgradeable_lock(&self) -> Option<G::Saved> {
-        let saved = G::enter();
-        if self.try_upgradeable_acquire() {
-            self.dep_write(true);
-            self.dep_upgrader(true);
-            Some(saved)
-        } else {
-            // SAFETY: the matching `enter`, just above.
-            unsafe { G::exit(saved) };
-            None
-        }
+        let saved = self.try_enter(Self::try_upgradeable_acquire)?;
+        self.dep_write(true);
+        self.mark_upgrader(true);
+        Some(saved)
     }
 
     /// Releases an upgradeable hold.
@@ -718,7 +777,7 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
     pub unsafe fn upgradeable_unlock(&self, saved: G::Saved) {
-        self.dep_upgrader(false);
+        self.mark_upgrader(false);
         self.dep_release();
         // SAFETY: caller contract.
         unsafe { self.upgradeable_release() };
@@ -1130,6 +1189,12 @@ impl<T: ?Sized, G: SpinGuardian> RwSpinLock<T, G> {
     /// Locks for an upgradeable read: shared with readers, exclusive with
     /// writers and other upgradeable readers (`spin::RwLock::upgradeable_read`).
     ///
+    /// Its holder may read the lock again, but must not take it
+    /// upgradeable or for writing (use [`upgrade`](RwSpinLockUpgradableGuard::upgrade)):
+    /// that waits for its own hold for ever. Debug builds panic instead
+    /// (policies that record the owner, as for a writer that waits for
+    /// itself); with `lockdep`, it is reported as recursion first.
+    ///
     #[cfg_attr(feature = "test-hooks", doc = " ```")]
     #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
     /// let lock = ksync::RwSpinLock::<u8>::new(1);
@@ -1499,8 +1564,8 @@ impl<T: ?Sized + fmt::Debug, G: SpinGuardian> fmt::Debug for RwSpinLockUpgradabl
 #[cold]
 #[inline(never)]
 #[track_caller]
-fn rw_recursion(cpu: u32) -> ! {
+fn rw_recursion(cpu: u32, how: &str) -> ! {
     panic!(
-        "ksync: rwlock recursion: CPU {cpu} waits for an RwSpinLock it holds for writing (it would spin for ever; an interrupt handler that takes a lock its CPU holds needs the IRQ-saving form outside handlers)"
+        "ksync: rwlock recursion: CPU {cpu} waits for an RwSpinLock it holds {how} (it would spin for ever; an interrupt handler that takes a lock its CPU holds needs the IRQ-saving form outside handlers)"
     )
 }

@@ -64,6 +64,19 @@ const fn bump(ticket: u32) -> u32 {
 /// [`lockdep`](crate::lockdep) nothing. [`RawTicketLock`](super::RawTicketLock)
 /// is the same lock with its lockdep class, the one to use.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::spinlock::TicketLock;
+///
+/// // The algorithm alone (`arch_spin_lock`): no preemption hook, no lockdep,
+/// // e.g. for the early console before the kernel's hooks work.
+/// static EARLY_CONSOLE: TicketLock = TicketLock::new();
+/// EARLY_CONSOLE.lock();
+/// // ... write the message to the UART ...
+/// // SAFETY: this context took the lock just above.
+/// unsafe { EARLY_CONSOLE.unlock() };
+/// ```
+///
 /// # Invariants
 /// `owner` only changes by the holder's unlock, by +1 (mod 2^32), and
 /// `next - owner` (mod 2^32) is the number of holders plus waiters.
@@ -86,6 +99,14 @@ pub struct TicketLock<R = Spin> {
 impl TicketLock {
     const_fn! {
         /// A new, unlocked ticket lock that spins with [`Spin`].
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::spinlock::TicketLock;
+        ///
+        /// static LOCK: TicketLock = TicketLock::new(); // `__ARCH_SPIN_LOCK_UNLOCKED`
+        /// assert!(!LOCK.is_locked());
+        /// ```
         pub fn new() -> Self {
             Self::with_relax()
         }
@@ -95,6 +116,16 @@ impl TicketLock {
 impl<R> TicketLock<R> {
     const_fn! {
         /// A new, unlocked ticket lock with the relax strategy `R`.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::spinlock::{Loop, TicketLock};
+        ///
+        /// // Waiters that spin without the CPU's `pause`/`yield` hint.
+        /// static LOCK: TicketLock<Loop> = TicketLock::with_relax();
+        /// assert!(LOCK.try_lock());
+        /// # unsafe { LOCK.unlock() };
+        /// ```
         pub fn with_relax() -> Self {
             Self { owner: AtomicU32::new(0), next: AtomicU32::new(0), relax: PhantomData }
         }
@@ -151,6 +182,17 @@ impl<R> TicketLock<R> {
 
     /// Tries to take the lock without spinning: succeeds only when nobody
     /// holds it or waits for it.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::TicketLock;
+    ///
+    /// let lock = TicketLock::new();
+    /// assert!(lock.try_lock()); // `arch_spin_trylock`
+    /// assert!(!lock.try_lock()); // held: no waiting, no ticket taken
+    /// // SAFETY: taken by the first `try_lock`.
+    /// unsafe { lock.unlock() };
+    /// ```
     #[doc(alias = "arch_spin_trylock")]
     #[inline]
     #[must_use = "the lock is held when this returns `true` and must be unlocked"]
@@ -199,6 +241,17 @@ impl<R> TicketLock<R> {
 
     /// Whether the lock is held. A snapshot, stale the moment it returns: do
     /// not use it for synchronization.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::TicketLock;
+    ///
+    /// let lock = TicketLock::new();
+    /// lock.lock();
+    /// assert!(lock.is_locked()); // for assertions only: stale at once
+    /// // SAFETY: taken just above.
+    /// unsafe { lock.unlock() };
+    /// ```
     #[inline]
     pub fn is_locked(&self) -> bool {
         let (owner, next) = self.tickets();
@@ -207,6 +260,22 @@ impl<R> TicketLock<R> {
 
     /// Whether other CPUs wait for the lock (a snapshot, like
     /// [`is_locked`](Self::is_locked)).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::TicketLock;
+    ///
+    /// // A long critical section that drops the lock when others queue
+    /// // (`spin_needbreak`, `cond_resched_lock`).
+    /// let lock = TicketLock::new();
+    /// lock.lock();
+    /// if lock.is_contended() {
+    ///     // SAFETY: held; retaken just below.
+    ///     unsafe { lock.unlock() };
+    ///     lock.lock();
+    /// }
+    /// # unsafe { lock.unlock() };
+    /// ```
     #[doc(alias = "arch_spin_is_contended")]
     #[inline]
     pub fn is_contended(&self) -> bool {
@@ -215,6 +284,17 @@ impl<R> TicketLock<R> {
     }
 
     /// Releases the lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::TicketLock;
+    ///
+    /// let lock = TicketLock::new();
+    /// lock.lock();
+    /// // SAFETY: this context holds the lock: serves the next ticket.
+    /// unsafe { lock.unlock() };
+    /// assert!(!lock.is_locked());
+    /// ```
     ///
     /// # Safety
     /// The lock must be held by the caller's context.
@@ -245,6 +325,16 @@ impl<R: RelaxStrategy> TicketLock<R> {
     /// Takes a ticket and spins until it is served; when CPUs may be
     /// descheduled while spinning ([`vcpu_preemptible`]), takes the lock
     /// by test-and-set instead (see [`lock_preemptible`](Self::lock_preemptible)).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::TicketLock;
+    ///
+    /// static LOCK: TicketLock = TicketLock::new();
+    /// LOCK.lock(); // takes a ticket, spins until it is served
+    /// // SAFETY: held by this context.
+    /// unsafe { LOCK.unlock() };
+    /// ```
     #[doc(alias = "arch_spin_lock")]
     #[inline]
     pub fn lock(&self) {
@@ -297,6 +387,17 @@ impl<R: RelaxStrategy> TicketLock<R> {
     /// (a test-and-set taker only succeeds when no ticket is outstanding).
     ///
     /// The uncontended case is inline, waiting out of line.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::TicketLock;
+    ///
+    /// // A guest that knows its vCPUs can be descheduled: never queue behind one.
+    /// let lock = TicketLock::new();
+    /// lock.lock_preemptible(); // `virt_spin_lock`: test-and-set with backoff
+    /// // SAFETY: held by this context.
+    /// unsafe { lock.unlock() };
+    /// ```
     #[doc(alias = "virt_spin_lock")]
     #[inline]
     pub fn lock_preemptible(&self) {
@@ -436,6 +537,16 @@ impl<R: RelaxStrategy, G: SpinGuardian> RawSpinlock<TicketLock<R>, G> {
     /// `G` disables, tells lockdep, keeps the saved state and (debug
     /// builds) the owner record, as `lock` does, so that
     /// [`unlock`](RawSpinlock::unlock) releases it like any other hold.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// let lock = RawTicketLock::new();
+    /// lock.lock_preemptible(); // preemption off and lockdep, as `lock`
+    /// // SAFETY: taken through this `RawSpinlock` just above.
+    /// unsafe { lock.unlock() };
+    /// ```
     #[doc(alias = "virt_spin_lock")]
     #[inline]
     #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]

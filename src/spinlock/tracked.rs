@@ -20,6 +20,29 @@ use crate::sync::const_fn;
 /// `arch_spinlock_t`): what [`RawSpinlock`] wraps. [`TicketLock`],
 /// [`TtasLock`] and [`QueuedLock`] implement it.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use core::sync::atomic::{AtomicBool, Ordering::{Acquire, Relaxed, Release}};
+/// use ksync::spinlock::{ArchSpinlock, SpinLock};
+///
+/// /// A test-and-set lock, as on a core whose only atomic is a swap.
+/// struct TasLock(AtomicBool);
+///
+/// // SAFETY: a `swap` that returns `false` takes the flag for this context
+/// // alone, with Acquire; only the holder clears it, with Release.
+/// unsafe impl ArchSpinlock for TasLock {
+///     const UNLOCKED: Self = TasLock(AtomicBool::new(false));
+///     fn lock(&self) { while self.0.swap(true, Acquire) { core::hint::spin_loop() } }
+///     fn try_lock(&self) -> bool { !self.0.swap(true, Acquire) }
+///     unsafe fn unlock(&self) { self.0.store(false, Release) }
+///     fn is_locked(&self) -> bool { self.0.load(Relaxed) }
+/// }
+///
+/// // Tracked like ksync's own: preemption off, lockdep, `lock_api`.
+/// static IRQ_DESCS: SpinLock<u32, ksync::spinlock::PreemptDisabled, TasLock> = SpinLock::new(0);
+/// *IRQ_DESCS.lock() += 1;
+/// ```
+///
 /// # Safety
 /// `lock` returns, and `try_lock` returns `true`, only when the calling
 /// context holds the lock and no other does; taking it has Acquire
@@ -37,29 +60,102 @@ pub unsafe trait ArchSpinlock {
     const UNLOCKED: Self;
 
     /// Takes the lock, spinning until it is free.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::{ArchSpinlock, QueuedLock, TicketLock};
+    ///
+    /// // Code generic over the algorithm, e.g. a benchmark of each.
+    /// fn with_lock<A: ArchSpinlock>(lock: &A, work: impl FnOnce()) {
+    ///     lock.lock();
+    ///     work();
+    ///     // SAFETY: taken just above by this context.
+    ///     unsafe { lock.unlock() };
+    /// }
+    /// with_lock(&TicketLock::new(), || {});
+    /// with_lock(&QueuedLock::new(), || {});
+    /// ```
     fn lock(&self);
 
     /// Takes the lock if that needs no waiting.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::{ArchSpinlock, TtasLock};
+    ///
+    /// fn try_work<A: ArchSpinlock>(lock: &A) -> bool {
+    ///     if !lock.try_lock() {
+    ///         return false; // busy: come back later
+    ///     }
+    ///     // SAFETY: taken just above.
+    ///     unsafe { lock.unlock() };
+    ///     true
+    /// }
+    /// assert!(try_work(&TtasLock::new()));
+    /// ```
     fn try_lock(&self) -> bool;
 
     /// Releases the lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::{ArchSpinlock, TicketLock};
+    ///
+    /// let lock = TicketLock::new();
+    /// ArchSpinlock::lock(&lock);
+    /// // SAFETY: this context holds the lock.
+    /// unsafe { ArchSpinlock::unlock(&lock) };
+    /// assert!(!ArchSpinlock::is_locked(&lock));
+    /// ```
     ///
     /// # Safety
     /// The lock is held by the caller's context.
     unsafe fn unlock(&self);
 
     /// Whether the lock is held: a snapshot, not for synchronization.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::{ArchSpinlock, TtasLock};
+    ///
+    /// fn debug_check_unlocked<A: ArchSpinlock>(lock: &A) {
+    ///     debug_assert!(!lock.is_locked(), "freeing an object whose lock is held");
+    /// }
+    /// debug_check_unlocked(&TtasLock::new());
+    /// ```
     fn is_locked(&self) -> bool;
 }
 
 /// An [`ArchSpinlock`] whose plain unlock hands the lock to the longest
 /// waiter (FIFO), so it is `lock_api`'s fair unlock too.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::spinlock::{FairArchSpinlock, QueuedLock, TicketLock};
+///
+/// // Only FIFO algorithms: a waiter is served in arrival order.
+/// fn waiters_queued<A: FairArchSpinlock>(lock: &A) -> bool {
+///     lock.is_contended()
+/// }
+/// assert!(!waiters_queued(&TicketLock::new()));
+/// assert!(!waiters_queued(&QueuedLock::new()));
+/// ```
+///
 /// # Safety
 /// `unlock` hands the lock over in arrival order whenever someone waits in
 /// the lock's FIFO order, and `is_contended` says whether anyone waits.
 pub unsafe trait FairArchSpinlock: ArchSpinlock {
     /// Whether other contexts wait for the lock (a snapshot).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::{ArchSpinlock, FairArchSpinlock, TicketLock};
+    ///
+    /// let lock = TicketLock::new();
+    /// lock.lock();
+    /// assert!(!FairArchSpinlock::is_contended(&lock)); // held, nobody waiting
+    /// # unsafe { ArchSpinlock::unlock(&lock) };
+    /// ```
     fn is_contended(&self) -> bool;
 }
 
@@ -88,6 +184,19 @@ pub unsafe trait FairArchSpinlock: ArchSpinlock {
 /// lock's class is the place it was built: the constructors are
 /// `#[track_caller]` with `lockdep`, or take an explicit key (`with_class`,
 /// [`set_lock_class`](Self::set_lock_class)).
+///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::spinlock::RawTicketLock;
+///
+/// // By hand, as C code uses `raw_spinlock_t` (no data inside the lock).
+/// static DEVICES_LOCK: RawTicketLock = RawTicketLock::new();
+///
+/// DEVICES_LOCK.lock(); // preemption off, then the ticket
+/// assert!(DEVICES_LOCK.is_held());
+/// // SAFETY: this context took it just above.
+/// unsafe { DEVICES_LOCK.unlock() };
+/// ```
 ///
 /// # Holder checks
 ///
@@ -166,6 +275,19 @@ impl<A, G: SpinGuardian> RawSpinlock<A, G> {
     /// through it is released through it (`arch().unlock()`), never with
     /// this lock's [`unlock`](Self::unlock), which would undo a policy
     /// `enter` that never happened (see its `# Safety`).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// let lock = RawTicketLock::new();
+    /// // The bare algorithm: no preemption change, no lockdep record.
+    /// let arch = lock.arch();
+    /// arch.lock();
+    /// assert!(lock.is_locked());
+    /// // SAFETY: taken through `arch`, released through it.
+    /// unsafe { arch.unlock() };
+    /// ```
     #[inline]
     pub fn arch(&self) -> &A {
         &self.arch
@@ -173,6 +295,17 @@ impl<A, G: SpinGuardian> RawSpinlock<A, G> {
 
     /// Puts the lock in `key`'s [lockdep](crate::lockdep) class instead of
     /// the class of the place it was built. Does nothing without `lockdep`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// // A lock built in a generic constructor, named for the reports.
+    /// let mut lock = RawTicketLock::new();
+    /// lock.set_lock_class(ksync::lock_class!("pidmap_lock"));
+    /// lock.lock();
+    /// # unsafe { lock.unlock() };
+    /// ```
     #[doc(alias = "lockdep_set_class")]
     #[inline]
     pub fn set_lock_class(&mut self, key: &'static LockClassKey) {
@@ -209,6 +342,29 @@ impl<A, G: SpinGuardian> RawSpinlock<A, G> {
     /// [`IrqState::into_flags`](crate::kernel::irq::IrqState::into_flags)
     /// and [`from_flags`](crate::kernel::irq::IrqState::from_flags)).
     ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::kernel::irq::IrqState;
+    /// use ksync::spinlock::{IrqDisabled, RawTicketLock, Spin};
+    ///
+    /// let lock: RawTicketLock<Spin, IrqDisabled> = RawTicketLock::with_relax();
+    /// let preempt = ksync::kernel::preempt_disable(); // as in `__schedule`
+    /// lock.lock(); // saved: interrupts were on
+    /// // Keep interrupts off past the unlock: the unlock restores "off",
+    /// // and the "on" state is ours to restore later.
+    /// let off = IrqState::save().into_flags();
+    /// // SAFETY: held; `off` was saved on this CPU after the lock's state.
+    /// let on = unsafe { lock.replace_saved(off) };
+    /// // SAFETY: held by this context.
+    /// unsafe { lock.unlock() };
+    /// assert!(ksync::host::irqs_disabled());
+    /// // SAFETY: `on` came out of the lock, saved on this CPU, not restored.
+    /// let restored: IrqState = unsafe { IrqState::from_flags(on) };
+    /// drop(restored);
+    /// assert!(!ksync::host::irqs_disabled());
+    /// drop(preempt);
+    /// ```
+    ///
     /// # Safety
     /// The caller's context holds the lock (or was handed it on this CPU);
     /// `saved` is a state that `unlock` may hand to `G::exit` on this CPU
@@ -228,6 +384,22 @@ impl<A, G: SpinGuardian> RawSpinlock<A, G> {
     /// `spin_release` before a context switch that hands the lock to the
     /// next task); [`lockdep_acquire`](Self::lockdep_acquire) in the next
     /// context takes it back. Nothing without `lockdep`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// static RQ_LOCK: RawTicketLock = RawTicketLock::new();
+    ///
+    /// // `__schedule` in the outgoing task: the next task will unlock.
+    /// RQ_LOCK.lock();
+    /// RQ_LOCK.lockdep_release(); // `spin_release`
+    /// // ... context_switch(prev, next) ...
+    /// // `finish_task_switch` in the incoming task, same CPU:
+    /// RQ_LOCK.lockdep_acquire(); // `spin_acquire`
+    /// // SAFETY: handed over on this CPU; taken through this `RawSpinlock`.
+    /// unsafe { RQ_LOCK.unlock() };
+    /// ```
     #[doc(alias = "spin_release")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -238,6 +410,18 @@ impl<A, G: SpinGuardian> RawSpinlock<A, G> {
     /// Tells [lockdep](crate::lockdep) that this context now holds the
     /// lock it was handed (Linux's `spin_acquire` in `finish_task_switch`),
     /// before it releases it with `unlock`. Nothing without `lockdep`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// let rq_lock = RawTicketLock::new();
+    /// rq_lock.lock();
+    /// rq_lock.lockdep_release(); // the outgoing task gives it up
+    /// rq_lock.lockdep_acquire(); // the incoming task takes it over
+    /// // SAFETY: handed over on this CPU.
+    /// unsafe { rq_lock.unlock() };
+    /// ```
     #[doc(alias = "spin_acquire")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -251,6 +435,17 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     /// Takes the lock: disables what `G` disables, then spins (see each
     /// algorithm's `lock` for how it waits). With lockdep, recorded before
     /// spinning, so that a deadlock is reported first.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawQueuedLock;
+    ///
+    /// static PIDMAP_LOCK: RawQueuedLock = RawQueuedLock::new();
+    /// PIDMAP_LOCK.lock(); // `raw_spin_lock`: lockdep first, then the spin
+    /// // ... allocate a pid ...
+    /// // SAFETY: held by this context.
+    /// unsafe { PIDMAP_LOCK.unlock() };
+    /// ```
     ///
     /// # Panics
     /// In debug builds (policies that record the owner), if this CPU holds
@@ -266,6 +461,21 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     /// [lockdep](crate::lockdep) class (Linux's `spin_lock_nested`): the
     /// outer one with `lock`, the inner one with `lock_nested(1)`.
     /// Without `lockdep`, exactly `lock`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// // Every run queue's lock is built here: one lockdep class.
+    /// fn rq_lock() -> RawTicketLock { RawTicketLock::new() }
+    /// let (this_rq, busiest) = (rq_lock(), rq_lock());
+    ///
+    /// // `double_rq_lock` while balancing: the second one nested, in a fixed order.
+    /// this_rq.lock();
+    /// busiest.lock_nested(1); // "rq -> rq/1", not recursion
+    /// // SAFETY: both held by this context.
+    /// unsafe { busiest.unlock(); this_rq.unlock() };
+    /// ```
     ///
     /// # Panics
     /// With `lockdep`, if `subclass` is not below
@@ -309,6 +519,17 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
 
     /// Takes the lock if that needs no waiting (see each algorithm's
     /// `try_lock`); when it does not, what `G` disabled is enabled again.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTtasLock;
+    ///
+    /// let lock = RawTtasLock::new();
+    /// if lock.try_lock() { // `raw_spin_trylock`
+    ///     // SAFETY: taken just above.
+    ///     unsafe { lock.unlock() };
+    /// }
+    /// ```
     #[doc(alias = "spin_trylock")]
     #[inline]
     #[cfg_attr(feature = "lockdep", track_caller)]
@@ -331,6 +552,17 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     /// Releases the lock, then enables what `G` disabled when it was
     /// taken (the state kept in the lock: see
     /// [`replace_saved`](Self::replace_saved)).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// let lock = RawTicketLock::new();
+    /// lock.lock();
+    /// // SAFETY: taken through this lock by this context, on this CPU.
+    /// unsafe { lock.unlock() }; // releases, then `preempt_enable`
+    /// assert_eq!(ksync::host::preempt_count(), 0);
+    /// ```
     ///
     /// # Safety
     /// The lock must be held by the caller's context, or by a context of
@@ -365,6 +597,17 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
 
     /// Whether the lock is held, by anyone. A snapshot, stale the moment
     /// it returns: do not use it for synchronization.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// let lock = RawTicketLock::new();
+    /// assert!(!lock.is_locked()); // a snapshot: `raw_spin_is_locked`
+    /// lock.lock();
+    /// assert!(lock.is_locked());
+    /// # unsafe { lock.unlock() };
+    /// ```
     #[doc(alias = "spin_is_locked")]
     #[inline]
     pub fn is_locked(&self) -> bool {
@@ -376,6 +619,17 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     /// that record the owner; otherwise nothing records the holder and
     /// this is [`is_locked`](Self::is_locked) (which another CPU's hold
     /// also makes true).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// static LOCK: RawTicketLock = RawTicketLock::new();
+    /// LOCK.lock();
+    /// // `lockdep_is_held`: exact with lockdep or debug assertions.
+    /// assert!(LOCK.is_held());
+    /// # unsafe { LOCK.unlock() };
+    /// ```
     #[doc(alias("lockdep_is_held", "spin_is_held"))]
     #[inline]
     pub fn is_held(&self) -> bool {
@@ -396,16 +650,28 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     /// from the owner record (a panic naming the holder); a free lock is
     /// caught in debug builds by every policy. Costs nothing in release
     /// builds without `lockdep`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// static RQ_LOCK: RawTicketLock = RawTicketLock::new();
+    /// fn enqueue_task() {
+    ///     RQ_LOCK.assert_held(); // `lockdep_assert_held(&rq->lock)`
+    ///     // ... touch the run queue ...
+    /// }
+    /// RQ_LOCK.lock();
+    /// enqueue_task();
+    /// # unsafe { RQ_LOCK.unlock() };
+    /// ```
     #[doc(alias("lockdep_assert_held", "assert_spin_locked"))]
     #[inline]
     #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
     pub fn assert_held(&self) {
         if self.dep_map.is_held().is_some() {
             self.dep_map.assert_held();
-            return;
-        }
-        #[cfg(debug_assertions)]
-        {
+        } else if cfg!(debug_assertions) {
+            #[cfg(debug_assertions)]
             if G::RECORDS_OWNER {
                 let (owner, me) = (self.owner_tag(), this_cpu_tag());
                 if owner != me {
@@ -556,9 +822,31 @@ fn not_held(owner: u32, me: u32) -> ! {
 /// ```
 pub trait HolderCheck {
     /// Whether this CPU holds the lock (see [`RawSpinlock::is_held`]).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::{HolderCheck, TicketMutex};
+    ///
+    /// static RUNQUEUE: TicketMutex<u32> = TicketMutex::new(0);
+    /// let guard = RUNQUEUE.lock();
+    /// assert!(RUNQUEUE.is_held()); // this CPU holds it
+    /// # drop(guard);
+    /// ```
     fn is_held(&self) -> bool;
     /// Reports unless this CPU holds the lock (see
     /// [`RawSpinlock::assert_held`]).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::{HolderCheck, TicketMutex};
+    ///
+    /// static TASKLIST: TicketMutex<Vec<u32>> = TicketMutex::new(Vec::new());
+    /// fn unhash_task(list: &mut Vec<u32>, pid: u32) {
+    ///     TASKLIST.assert_held();
+    ///     list.retain(|&p| p != pid);
+    /// }
+    /// unhash_task(&mut TASKLIST.lock(), 7);
+    /// ```
     #[track_caller]
     fn assert_held(&self);
 }
@@ -585,6 +873,23 @@ where
 impl<A: FairArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     /// Whether other CPUs wait for the lock (a snapshot, like
     /// [`is_locked`](Self::is_locked)).
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::RawTicketLock;
+    ///
+    /// // `spin_needbreak`: a long walk under the lock lets waiters in.
+    /// let lock = RawTicketLock::new();
+    /// lock.lock();
+    /// for _chunk in 0..3 {
+    ///     if lock.is_contended() {
+    ///         // SAFETY: held; taken again at once.
+    ///         unsafe { lock.unlock() };
+    ///         lock.lock();
+    ///     }
+    /// }
+    /// # unsafe { lock.unlock() };
+    /// ```
     #[doc(alias = "spin_is_contended")]
     #[inline]
     pub fn is_contended(&self) -> bool {
@@ -615,6 +920,16 @@ macro_rules! tracked_constructors {
         impl $crate::spinlock::RawSpinlock<$arch> {
             $crate::sync::const_fn! {
                 #[doc = concat!("A new, unlocked ", $name, " that spins with [`Spin`](crate::spinlock::Spin).")]
+                ///
+                #[cfg_attr(feature = "test-hooks", doc = " ```")]
+                #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+                #[doc = concat!("use ksync::spinlock::", stringify!($alias), ";")]
+                ///
+                #[doc = concat!("static LOCK: ", stringify!($alias), " = ", stringify!($alias), "::new(); // `DEFINE_RAW_SPINLOCK`")]
+                /// LOCK.lock();
+                /// // SAFETY: held by this context.
+                /// unsafe { LOCK.unlock() };
+                /// ```
                 #[cfg_attr(feature = "lockdep", track_caller)]
                 pub fn new() -> Self {
                     Self::from_arch($arch::new())
@@ -626,6 +941,18 @@ macro_rules! tracked_constructors {
                 /// class (Linux's `lockdep_set_class`); exactly `new`
                 /// without `lockdep`. `const`, for a `lock_api` mutex in a
                 /// `static`: `TicketMutex::from_raw(RawTicketLock::with_class(lock_class!("runqueue")), 0)`.
+                ///
+                #[cfg_attr(feature = "test-hooks", doc = " ```")]
+                #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+                #[doc = concat!("use ksync::spinlock::", stringify!($alias), ";")]
+                ///
+                /// // Every mount's lock in one class, named in reports.
+                #[doc = concat!("static MOUNT_LOCK: ", stringify!($alias), " =")]
+                #[doc = concat!("    ", stringify!($alias), "::with_class(ksync::lock_class!(\"mount_lock\"));")]
+                /// MOUNT_LOCK.lock();
+                /// // SAFETY: held by this context.
+                /// unsafe { MOUNT_LOCK.unlock() };
+                /// ```
                 #[doc(alias = "lockdep_set_class")]
                 pub fn with_class(key: &'static $crate::lockdep::LockClassKey) -> Self {
                     Self::from_arch_in($arch::new(), key)
@@ -638,6 +965,17 @@ macro_rules! tracked_constructors {
                 #[doc = concat!("A new, unlocked ", $name, " with the relax strategy `R` (name")]
                 #[doc = concat!("it: `", stringify!($alias), "::<Loop>::with_relax()`) and the guard policy")]
                 #[doc = concat!("`G` (`", stringify!($alias), "::<Spin, NoGuard>::with_relax()`).")]
+                ///
+                #[cfg_attr(feature = "test-hooks", doc = " ```")]
+                #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+                #[doc = concat!("use ksync::spinlock::{", stringify!($alias), ", Loop, NoGuard};")]
+                ///
+                /// // No spin hint, and no kernel hook (firmware without `set_kernel!`).
+                #[doc = concat!("static LOCK: ", stringify!($alias), "<Loop, NoGuard> = ", stringify!($alias), "::with_relax();")]
+                /// LOCK.lock();
+                /// // SAFETY: held by this context.
+                /// unsafe { LOCK.unlock() };
+                /// ```
                 #[cfg_attr(feature = "lockdep", track_caller)]
                 pub fn with_relax() -> Self {
                     Self::from_arch($arch::with_relax())
@@ -652,6 +990,18 @@ macro_rules! tracked_constructors {
                 /// names (`with_class` is the default ones'), for the
                 #[doc = concat!("`Irq` aliases: `SpinLock::<u64, IrqDisabled, ", stringify!($arch), ">::from_raw(")]
                 #[doc = concat!(stringify!($alias), "::with_relax_in_class(lock_class!(\"timers\")), 0)`.")]
+                ///
+                #[cfg_attr(feature = "test-hooks", doc = " ```")]
+                #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+                #[doc = concat!("use ksync::spinlock::{", stringify!($alias), ", ", stringify!($arch), ", IrqDisabled, Spin, SpinLock};")]
+                ///
+                /// // A timer base lock: interrupts off while held, one named class.
+                #[doc = concat!("static TIMERS: SpinLock<u64, IrqDisabled, ", stringify!($arch), "> = SpinLock::from_raw(")]
+                #[doc = concat!("    ", stringify!($alias), "::<Spin, IrqDisabled>::with_relax_in_class(ksync::lock_class!(\"timers\")),")]
+                ///     0,
+                /// );
+                /// *TIMERS.lock() += 1;
+                /// ```
                 #[doc(alias = "lockdep_set_class")]
                 pub fn with_relax_in_class(key: &'static $crate::lockdep::LockClassKey) -> Self {
                     Self::from_arch_in($arch::with_relax(), key)

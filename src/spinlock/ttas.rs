@@ -17,6 +17,21 @@ use crate::sync::{AtomicBool, Ordering, const_fn, relax};
 /// The algorithm alone: it tells [`lockdep`](crate::lockdep) nothing;
 /// [`RawTtasLock`] is the same lock with its lockdep class.
 ///
+#[cfg_attr(feature = "test-hooks", doc = " ```")]
+#[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+/// use ksync::spinlock::TtasLock;
+///
+/// // One byte, not fair: for a rarely contended flag-sized lock, e.g. a
+/// // per-page bit lock in a kernel's page struct.
+/// struct Page { lock: TtasLock, flags: core::cell::Cell<u32> }
+///
+/// let page = Page { lock: TtasLock::new(), flags: core::cell::Cell::new(0) };
+/// page.lock.lock();
+/// page.flags.set(page.flags.get() | 1); // PG_dirty
+/// // SAFETY: held by this context.
+/// unsafe { page.lock.unlock() };
+/// ```
+///
 /// # Zeroed memory
 ///
 /// All-zero bytes are a valid unlocked lock, the one [`new`](Self::new)
@@ -30,6 +45,14 @@ pub struct TtasLock<R = Spin> {
 impl TtasLock {
     const_fn! {
         /// A new, unlocked TTAS lock that spins with [`Spin`].
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::spinlock::TtasLock;
+        ///
+        /// static LOCK: TtasLock = TtasLock::new(); // `const`: unlocked
+        /// assert!(!LOCK.is_locked());
+        /// ```
         pub fn new() -> Self {
             Self::with_relax()
         }
@@ -39,12 +62,33 @@ impl TtasLock {
 impl<R> TtasLock<R> {
     const_fn! {
         /// A new, unlocked TTAS lock with the relax strategy `R`.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// use ksync::spinlock::{Loop, TtasLock};
+        ///
+        /// static LOCK: TtasLock<Loop> = TtasLock::with_relax(); // no spin hint
+        /// assert!(LOCK.try_lock());
+        /// # unsafe { LOCK.unlock() };
+        /// ```
         pub fn with_relax() -> Self {
             Self { locked: AtomicBool::new(false), relax: PhantomData }
         }
     }
 
     /// Tries to take the lock once.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::TtasLock;
+    ///
+    /// let lock = TtasLock::new();
+    /// if lock.try_lock() {
+    ///     // ... the fast path: got it without waiting ...
+    ///     // SAFETY: taken just above.
+    ///     unsafe { lock.unlock() };
+    /// }
+    /// ```
     #[inline]
     #[must_use = "the lock is held when this returns `true` and must be unlocked"]
     pub fn try_lock(&self) -> bool {
@@ -60,12 +104,33 @@ impl<R> TtasLock<R> {
     }
 
     /// Whether the lock is held: a snapshot, not for synchronization.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::TtasLock;
+    ///
+    /// let lock = TtasLock::new();
+    /// assert!(lock.try_lock());
+    /// assert!(lock.is_locked()); // a snapshot, for assertions
+    /// # unsafe { lock.unlock() };
+    /// ```
     #[inline]
     pub fn is_locked(&self) -> bool {
         self.locked.load(Ordering::Relaxed)
     }
 
     /// Releases the lock.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::TtasLock;
+    ///
+    /// let lock = TtasLock::new();
+    /// lock.lock();
+    /// // SAFETY: this context holds it.
+    /// unsafe { lock.unlock() };
+    /// assert!(!lock.is_locked());
+    /// ```
     ///
     /// # Safety
     /// The lock must be held by the caller's context.
@@ -94,6 +159,16 @@ impl<R: RelaxStrategy> TtasLock<R> {
     /// a waiter gives the CPU away now and then (the kernel's
     /// [`SpinWait`](crate::kernel::SpinWait)) so a descheduled holder can
     /// run.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// use ksync::spinlock::TtasLock;
+    ///
+    /// static LOCK: TtasLock = TtasLock::new();
+    /// LOCK.lock(); // reads until it looks free, then one swap
+    /// // SAFETY: held by this context.
+    /// unsafe { LOCK.unlock() };
+    /// ```
     #[inline]
     pub fn lock(&self) {
         if UP {

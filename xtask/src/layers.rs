@@ -191,10 +191,11 @@ fn module_of(root: &Path, file: &Path) -> Option<String> {
                 return None;
             }
             let first = first.trim_end_matches(".rs").to_string();
-            if let Some(file) = parts.next() {
-                if let Some(module) = family_member(&first, file.trim_end_matches(".rs")) {
-                    return Some(module.into());
-                }
+            let file = parts.next();
+            if let Some(module) =
+                file.and_then(|f| family_member(&first, f.trim_end_matches(".rs")))
+            {
+                return Some(module.into());
             }
             Some(first)
         }

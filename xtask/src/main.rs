@@ -71,7 +71,7 @@ const COMMANDS: &[Sub] = &[
     Sub {
         name: "check",
         synopsis: "[NAME...]",
-        about: "run `test`'s checks of the published crate alone: package, msrv, api, portable-atomic (all when none is named); cortex-m boots the firmware; qemu-sched boots the QEMU scheduler configurations",
+        about: "run `test`'s checks of the published crate alone: package, msrv, api, portable-atomic (all when none is named); cortex-m boots the firmware; qemu-sched boots the QEMU scheduler configurations, qemu-tcg the TCG ones at -smp 4 (KSYNC_QEMU_ONLY=a,b limits the suites)",
         flags: &[],
         default: || Task::Check(Vec::new()),
     },

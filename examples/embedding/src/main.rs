@@ -1,7 +1,7 @@
 //! The README's embedding checklist as a kernel that builds: the hooks, a
 //! preemption count, the locks to pick and the context-switch hand-over.
-//! `cargo xtask test` builds it for `x86_64-unknown-none` and checks that the
-//! README shows this file unchanged.
+//! `cargo xtask test` builds it for `x86_64-unknown-none` and checks that
+//! docs/embedding.md shows this file unchanged.
 
 #![no_std]
 #![no_main]

@@ -25,13 +25,16 @@ pub mod cost;
 pub mod irq_mask;
 pub mod lockdep;
 pub mod lockref;
+pub mod once;
 pub mod percpu_counter;
 pub mod probe;
 pub mod rcu;
 pub mod rcu_flood;
 pub mod rcu_stall;
+pub mod refcount;
 pub mod rwlock;
 pub mod rwlock_flood;
+pub mod rwspinlock;
 pub mod sched;
 pub mod sched_oncpu;
 pub mod sched_wait;
@@ -53,6 +56,9 @@ pub static REGISTRY: Registry = Registry::new(&[
     percpu_counter::SUITES,
     rwlock::SUITES,
     rwlock_flood::SUITES,
+    rwspinlock::SUITES,
+    once::SUITES,
+    refcount::SUITES,
     brlock::SUITES,
     rcu::SUITES,
     rcu_flood::SUITES,

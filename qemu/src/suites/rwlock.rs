@@ -57,6 +57,7 @@ use super::probe::Probe;
 use super::{Rng, busy_work};
 use crate::harness::{Ctx, Info, Kind, Suite, Summary};
 use crate::kernel::cpu::Counters;
+use crate::kernel::time;
 
 /// Work between the writes of the three words, and inside a read section.
 const CS_WORK: u32 = 16;
@@ -69,6 +70,17 @@ const WRITE_ONE_IN: u64 = 64;
 const PROBE_ONE_IN: u64 = 256;
 /// Read attempts per timer interrupt.
 const IRQ_READS: u32 = 2;
+/// With [`IrqRead::Wait`], how long (polls of the writer-inside flag) a
+/// timer interrupt looks for a writer inside before one more read: a
+/// read that arrives while a writer holds the lock, each tick it can.
+const IRQ_WRITER_POLLS: u32 = 1024;
+/// With [`IrqRead::Wait`], one write in this many of CPU 0's holds the
+/// lock for [`LONG_HOLD_US`]: every other CPU's timer interrupt in that
+/// window reads, and must wait for the writer (a broken rule lets it in,
+/// which the writer sees as a reader inside).
+const LONG_HOLD_ONE_IN: u64 = 32;
+/// See [`LONG_HOLD_ONE_IN`]: a tick and a half.
+const LONG_HOLD_US: u64 = 1500;
 /// The invariant's multiplier.
 const K: u64 = 0x9E37_79B9_7F4A_7C15;
 
@@ -80,7 +92,7 @@ pub struct Data {
 }
 
 impl Data {
-    const fn new() -> Self {
+    pub const fn new() -> Self {
         Self {
             a: AtomicU64::new(0),
             b: AtomicU64::new(!0),
@@ -204,9 +216,31 @@ unsafe impl RawRwLock for NoBlockRwLock {
     }
 }
 
+/// How the timer interrupt's readers take the lock.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub enum IrqRead {
+    /// `try_read()`, skipping when refused: for locks without an
+    /// interrupt-reader rule (the per-CPU ones).
+    Try,
+    /// `read()`, waiting: for locks whose interrupt readers wait only
+    /// while a writer holds the lock, never behind a waiting one (ksync's
+    /// `RwSpinLock`, Linux's qrwlock). A handler that interrupted a
+    /// thread-context reader on its CPU then gets in past a writer waiting
+    /// for that reader; without the rule it would wait for itself (a hang,
+    /// reported by the host's timeout). Each tick also looks for a writer
+    /// inside for a while ([`IRQ_WRITER_POLLS`]) and, if it finds one,
+    /// reads at once: that read must wait for the writer to leave; and now
+    /// and then CPU 0's writer holds the lock across a tick or two
+    /// ([`LONG_HOLD_ONE_IN`]), so that every other CPU's handler reads
+    /// while it holds. The probe's two sides hold interrupts off, as the
+    /// writers do.
+    Wait,
+}
+
 /// The suite, over any raw rw lock.
 pub struct RwTorture<R: RawRwLock + 'static> {
     info: Info,
+    irq_read: IrqRead,
     lock: lock_api::RwLock<R, Data>,
     /// 0, or the id of the writer inside.
     writer: AtomicUsize,
@@ -221,6 +255,8 @@ pub struct RwTorture<R: RawRwLock + 'static> {
     writes: Counters,
     irq_reads: Counters,
     irq_busy: Counters,
+    /// [`IrqRead::Wait`]: interrupt reads that arrived with a writer inside.
+    irq_behind_writer: Counters,
 }
 
 /// This file's suites.
@@ -249,8 +285,19 @@ fn who(cpu: usize) -> usize {
 
 impl<R: RawRwLock> RwTorture<R> {
     const fn new(info: Info, lock: lock_api::RwLock<R, Data>) -> Self {
+        Self::with_irq_read(info, lock, IrqRead::Try)
+    }
+
+    /// The suite on `lock`, whose interrupt readers take it as `irq_read`
+    /// says.
+    pub const fn with_irq_read(
+        info: Info,
+        lock: lock_api::RwLock<R, Data>,
+        irq_read: IrqRead,
+    ) -> Self {
         Self {
             info,
+            irq_read,
             lock,
             writer: AtomicUsize::new(0),
             readers: AtomicUsize::new(0),
@@ -261,6 +308,7 @@ impl<R: RawRwLock> RwTorture<R> {
             writes: Counters::new(),
             irq_reads: Counters::new(),
             irq_busy: Counters::new(),
+            irq_behind_writer: Counters::new(),
         }
     }
 
@@ -283,7 +331,7 @@ impl<R: RawRwLock> RwTorture<R> {
     }
 
     /// Takes the write lock with interrupts off and updates the data.
-    fn write(&self, ctx: &Ctx) {
+    fn write(&self, ctx: &Ctx, long: bool) {
         let me = who(ctx.cpu);
         let _irq = IrqState::save();
         let data = self.lock.write();
@@ -305,6 +353,16 @@ impl<R: RawRwLock> RwTorture<R> {
             }
             busy_work(CS_WORK / 2);
         }
+        if long {
+            let end = time::now() + time::hz() / 1_000_000 * LONG_HOLD_US;
+            while time::now() < end {
+                if self.readers.load(Ordering::Relaxed) != 0 {
+                    ctx.fail("a writer found readers inside (holding across ticks)");
+                    break;
+                }
+                busy_work(CS_WORK);
+            }
+        }
         if self.writer.swap(0, Ordering::Relaxed) != me {
             ctx.fail("two writers inside (found another on exit)");
         }
@@ -314,6 +372,9 @@ impl<R: RawRwLock> RwTorture<R> {
     /// ([`super::probe`]) whose attempt is a read lock, which must be
     /// refused.
     fn probe(&self, ctx: &Ctx) {
+        // With waiting interrupt readers, one on this CPU would wait for
+        // the server's write lock while the server waits for our answer.
+        let _irq = (self.irq_read == IrqRead::Wait).then(IrqState::save);
         self.probe.probe(ctx.cpu, || {
             if let Some(data) = self.lock.try_read() {
                 ctx.fail("try_read() got in while another CPU held the write lock");
@@ -326,6 +387,7 @@ impl<R: RawRwLock> RwTorture<R> {
     /// ([`super::probe`]) by holding the write lock for it.
     fn serve_probe(&self, ctx: &Ctx) {
         self.probe.serve(ctx.cpu, |hand_over| {
+            let _irq = (self.irq_read == IrqRead::Wait).then(IrqState::save);
             let _data = self.lock.write();
             hand_over();
         });
@@ -353,7 +415,13 @@ impl<R: RawRwLock + Sync> Suite for RwTorture<R> {
         self.probe.reset();
         self.version.store(0, Ordering::Relaxed);
         self.gp_start.store(ksync::rcu::gp_seq(), Ordering::Relaxed);
-        for counters in [&self.reads, &self.writes, &self.irq_reads, &self.irq_busy] {
+        for counters in [
+            &self.reads,
+            &self.writes,
+            &self.irq_reads,
+            &self.irq_busy,
+            &self.irq_behind_writer,
+        ] {
             counters.reset();
         }
     }
@@ -366,7 +434,11 @@ impl<R: RawRwLock + Sync> Suite for RwTorture<R> {
             if rng.below(PROBE_ONE_IN) == 0 {
                 self.probe(ctx);
             } else if rng.below(WRITE_ONE_IN) == 0 {
-                self.write(ctx);
+                let long = self.irq_read == IrqRead::Wait
+                    && ctx.cpu == 0
+                    && ctx.thread == 0
+                    && writes % LONG_HOLD_ONE_IN == 0;
+                self.write(ctx, long);
                 writes += 1;
             } else {
                 let data = self.lock.read();
@@ -382,12 +454,29 @@ impl<R: RawRwLock + Sync> Suite for RwTorture<R> {
 
     fn irq(&self, ctx: &Ctx) {
         for _ in 0..IRQ_READS {
-            match self.lock.try_read() {
+            let data = match self.irq_read {
+                IrqRead::Try => self.lock.try_read(),
+                IrqRead::Wait => Some(self.lock.read()),
+            };
+            match data {
                 Some(data) => {
                     self.read_section(ctx, &data);
                     self.irq_reads.add(ctx.cpu, 1);
                 }
                 None => self.irq_busy.add(ctx.cpu, 1),
+            }
+        }
+        if self.irq_read == IrqRead::Wait {
+            for _ in 0..IRQ_WRITER_POLLS {
+                // Relaxed: a hint; the lock orders the read below.
+                if self.writer.load(Ordering::Relaxed) != 0 {
+                    let data = self.lock.read();
+                    self.read_section(ctx, &data);
+                    self.irq_reads.add(ctx.cpu, 1);
+                    self.irq_behind_writer.add(ctx.cpu, 1);
+                    break;
+                }
+                core::hint::black_box(());
             }
         }
     }
@@ -414,6 +503,7 @@ impl<R: RawRwLock + Sync> Suite for RwTorture<R> {
                 ("probes", self.probe.done()),
                 ("irq_reads", &self.irq_reads),
                 ("irq_busy", &self.irq_busy),
+                ("irq_behind_writer", &self.irq_behind_writer),
             ],
         );
         let gps = (ksync::rcu::gp_seq() >> 2) - (self.gp_start.load(Ordering::Relaxed) >> 2);

@@ -45,6 +45,17 @@ pub struct RcuHashTable<T, const N: usize, Tag = ()> {
 impl<T: Linked<Tag>, const N: usize, Tag> RcuHashTable<T, N, Tag> {
     const_fn! {
         /// An empty table.
+        ///
+        #[cfg_attr(feature = "test-hooks", doc = " ```")]
+        #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+        /// # use ksync::rcu::{self, Link, RcuHashTable};
+        /// # use ksync::spinlock::TicketMutex;
+        /// # struct Name { hash: u64, text: &'static str, link: Link }
+        /// # ksync::impl_linked!(Name, link);
+        ///
+        /// static DCACHE: RcuHashTable<Name, 256> = RcuHashTable::new(); // DEFINE_HASHTABLE
+        /// assert!(DCACHE.buckets().iter().all(|b| b.is_empty()));
+        /// ```
         pub fn new() -> Self {
             assert!(N > 0, "rculist: a hash table needs at least one bucket");
             Self {
@@ -54,24 +65,94 @@ impl<T: Linked<Tag>, const N: usize, Tag> RcuHashTable<T, N, Tag> {
     }
 
     /// The bucket for `hash`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// # use ksync::rcu::{self, Link, RcuHashTable};
+    /// # use ksync::spinlock::TicketMutex;
+    /// # struct Name { hash: u64, text: &'static str, link: Link }
+    /// # ksync::impl_linked!(Name, link);
+    ///
+    /// static NAMES: RcuHashTable<Name, 64> = RcuHashTable::new();
+    /// // One lock per bucket, say, chosen by the same hash:
+    /// static LOCKS: [TicketMutex<()>; 64] = [const { TicketMutex::new(()) }; 64];
+    /// static ETC: Name = Name { hash: 0x9e37, text: "etc", link: Link::new() };
+    ///
+    /// let bucket = NAMES.bucket(ETC.hash); // bucket `hash % 64`
+    /// // SAFETY: `ETC` is a static: valid and in place for ever.
+    /// unsafe { bucket.push_front(&mut LOCKS[(ETC.hash % 64) as usize].lock(), &ETC) };
+    /// assert!(!NAMES.bucket(0x9e37).is_empty());
+    /// ```
     #[inline]
     pub fn bucket(&self, hash: u64) -> &Hlist<T, Tag> {
         &self.buckets[(hash % N as u64) as usize]
     }
 
     /// All buckets.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// # use ksync::rcu::{self, Link, RcuHashTable};
+    /// # use ksync::spinlock::TicketMutex;
+    /// # struct Name { hash: u64, text: &'static str, link: Link }
+    /// # ksync::impl_linked!(Name, link);
+    ///
+    /// static NAMES: RcuHashTable<Name, 64> = RcuHashTable::new();
+    /// # static LOCK: TicketMutex<()> = TicketMutex::new(());
+    /// # static ETC: Name = Name { hash: 0x9e37, text: "etc", link: Link::new() };
+    /// # unsafe { NAMES.insert(&mut LOCK.lock(), ETC.hash, &ETC) };
+    ///
+    /// // Statistics: how full the chains are.
+    /// let used = NAMES.buckets().iter().filter(|b| !b.is_empty()).count();
+    /// assert_eq!(used, 1);
+    /// ```
     pub fn buckets(&self) -> &[Hlist<T, Tag>; N] {
         &self.buckets
     }
 
     /// The objects in `hash`'s bucket (some with other hashes), for the
     /// read section of `guard`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// # use ksync::rcu::{self, Link, RcuHashTable};
+    /// # use ksync::spinlock::TicketMutex;
+    /// # struct Name { hash: u64, text: &'static str, link: Link }
+    /// # ksync::impl_linked!(Name, link);
+    ///
+    /// static NAMES: RcuHashTable<Name, 64> = RcuHashTable::new();
+    /// # static LOCK: TicketMutex<()> = TicketMutex::new(());
+    /// # static ETC: Name = Name { hash: 0x9e37, text: "etc", link: Link::new() };
+    /// # unsafe { NAMES.insert(&mut LOCK.lock(), ETC.hash, &ETC) };
+    ///
+    /// let guard = rcu::read_lock();
+    /// let same_hash = NAMES.iter_hash(0x9e37, &guard).filter(|n| n.hash == 0x9e37);
+    /// assert_eq!(same_hash.count(), 1);
+    /// ```
     #[doc(alias = "hash_for_each_possible_rcu")]
     pub fn iter_hash<'g>(&'g self, hash: u64, guard: &'g ReadGuard) -> Iter<'g, T, Tag> {
         self.bucket(hash).iter(guard)
     }
 
     /// The first object in `hash`'s bucket that `matches`.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// # use ksync::rcu::{self, Link, RcuHashTable};
+    /// # use ksync::spinlock::TicketMutex;
+    /// # struct Name { hash: u64, text: &'static str, link: Link }
+    /// # ksync::impl_linked!(Name, link);
+    ///
+    /// static NAMES: RcuHashTable<Name, 64> = RcuHashTable::new();
+    /// # static LOCK: TicketMutex<()> = TicketMutex::new(());
+    /// # static ETC: Name = Name { hash: 0x9e37, text: "etc", link: Link::new() };
+    /// # unsafe { NAMES.insert(&mut LOCK.lock(), ETC.hash, &ETC) };
+    ///
+    /// // A lookup (the dentry cache's d_lookup_rcu): no lock taken.
+    /// let guard = rcu::read_lock();
+    /// let hit = NAMES.find(0x9e37, &guard, |n| n.text == "etc");
+    /// assert_eq!(hit.map(|n| n.text), Some("etc"));
+    /// ```
     pub fn find<'g>(
         &'g self,
         hash: u64,
@@ -82,6 +163,22 @@ impl<T: Linked<Tag>, const N: usize, Tag> RcuHashTable<T, N, Tag> {
     }
 
     /// Inserts `node` at the front of `hash`'s bucket.
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// # use ksync::rcu::{self, Link, RcuHashTable};
+    /// # use ksync::spinlock::TicketMutex;
+    /// # struct Name { hash: u64, text: &'static str, link: Link }
+    /// # ksync::impl_linked!(Name, link);
+    ///
+    /// static NAMES: RcuHashTable<Name, 64> = RcuHashTable::new();
+    /// static NAMES_LOCK: TicketMutex<()> = TicketMutex::new(()); // one for the table
+    /// static USR: Name = Name { hash: 0x51ed, text: "usr", link: Link::new() };
+    ///
+    /// // SAFETY: `USR` is a static: valid and in place for ever.
+    /// unsafe { NAMES.insert(&mut NAMES_LOCK.lock(), USR.hash, &USR) };
+    /// assert!(USR.link.is_linked());
+    /// ```
     ///
     /// # Safety
     /// As for [`Hlist::push_front`].
@@ -97,6 +194,23 @@ impl<T: Linked<Tag>, const N: usize, Tag> RcuHashTable<T, N, Tag> {
 
     /// Removes `node` from whichever bucket it is in; as
     /// [`Hlist::remove`].
+    ///
+    #[cfg_attr(feature = "test-hooks", doc = " ```")]
+    #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
+    /// # use ksync::rcu::{self, Link, RcuHashTable};
+    /// # use ksync::spinlock::TicketMutex;
+    /// # struct Name { hash: u64, text: &'static str, link: Link }
+    /// # ksync::impl_linked!(Name, link);
+    ///
+    /// static NAMES: RcuHashTable<Name, 64> = RcuHashTable::new();
+    /// static NAMES_LOCK: TicketMutex<()> = TicketMutex::new(());
+    /// # static USR: Name = Name { hash: 0x51ed, text: "usr", link: Link::new() };
+    /// # unsafe { NAMES.insert(&mut NAMES_LOCK.lock(), USR.hash, &USR) };
+    ///
+    /// NAMES.remove(&mut NAMES_LOCK.lock(), &USR); // no hash needed
+    /// rcu::synchronize(); // before it is freed or inserted again
+    /// assert!(NAMES.find(USR.hash, &rcu::read_lock(), |n| n.text == "usr").is_none());
+    /// ```
     ///
     /// # Panics
     /// If `node` is not in this table, or `lock` is not the lock of its

@@ -8,7 +8,7 @@ use std::sync::{Mutex, MutexGuard};
 use std::thread;
 use std::time::{Duration, Instant};
 
-use super::arch::{Accel, Config, in_family};
+use super::arch::{Accel, Config, SHARED_BOOT, in_family};
 use super::build::Kernels;
 use super::run::{Marker, Run, run_qemu};
 use super::{CPUS, KVM_SLACK, Outcome, RUN_SLACK};
@@ -76,8 +76,15 @@ pub fn test_all(kvm: bool) -> Vec<Outcome> {
     run_configs(&configs)
 }
 
+/// The TCG configurations at -smp 4 alone (`cargo xtask check qemu-tcg`):
+/// every image of every architecture, one boot per suite (the suites of
+/// `SHARED_BOOT` in one), as `cargo xtask test` runs them first.
+pub fn test_tcg() -> Vec<Outcome> {
+    run_configs(&Config::all_tcg(CPUS))
+}
+
 /// The scheduler configurations alone (`cargo xtask check qemu-sched`):
-/// every architecture at -smp 4 and 8 with 3 threads per CPU.
+/// every architecture at -smp 8 (aarch64 LL/SC also at 4) with 3 threads per CPU.
 pub fn test_sched() -> Vec<Outcome> {
     run_configs(&Config::all_scheduled())
 }
@@ -203,32 +210,38 @@ fn run_config(
         }
     }
     let _ = writeln!(log, "[qemu] {}: {}", config.name, config.describe());
+    let only = only_suites();
     let planned: Vec<&SuiteInfo> = suites
         .iter()
         .copied()
         .filter(|s| config.runs(&s.name))
+        .filter(|s| only.as_ref().is_none_or(|o| o.contains(&s.name)))
         .collect();
-    // One boot for all (the scheduler configurations), or one each.
-    let together = config
-        .one_boot()
-        .then(|| run_together(config, kernel, &planned, log));
+    // One boot for all (the scheduler configurations), or one each but for
+    // the suites that share one (`SHARED_BOOT`).
+    let shared = |s: &&SuiteInfo| config.one_boot() || SHARED_BOOT.contains(&s.name.as_str());
+    let together_planned: Vec<&SuiteInfo> = planned.iter().copied().filter(shared).collect();
+    let together = (!together_planned.is_empty())
+        .then(|| run_together(config, kernel, &together_planned, log));
     let mut boots_total = usize::from(together.is_some());
     for suite in planned {
+        let alone = !shared(&suite);
         let mut outcome = match &together {
+            _ if alone => run_suite(config, kernel, suite),
             Some(Ok(run)) => judge(config, run, suite),
             Some(Err(e)) => Outcome {
                 name: outcome_name(config, suite),
                 passed: false,
                 detail: e.clone(),
             },
-            None => run_suite(config, kernel, suite),
+            None => unreachable!("a shared suite without its boot"),
         };
         // A control proves the checks can fail; a race it relies on
         // may be missed in one boot on an overloaded host (TCG vCPUs
         // on busy cores run few operations), so it gets up to
         // CONTROL_BOOTS boots to be caught. A test suite gets one.
         let mut boots = 1;
-        boots_total += usize::from(together.is_none());
+        boots_total += usize::from(alone);
         while suite.kind == "control" && !outcome.passed && boots < CONTROL_BOOTS {
             boots += 1;
             boots_total += 1;
@@ -260,6 +273,18 @@ fn run_config(
         took.as_secs_f64()
     );
     outcomes
+}
+
+/// `KSYNC_QEMU_ONLY=a,b,...`: run only these suites (exact names) in every
+/// configuration, to time or debug a few; unset or empty: all.
+fn only_suites() -> Option<Vec<String>> {
+    let v = std::env::var("KSYNC_QEMU_ONLY").ok()?;
+    let names: Vec<String> = v
+        .split(',')
+        .map(|s| s.trim().to_string())
+        .filter(|s| !s.is_empty())
+        .collect();
+    (!names.is_empty()).then_some(names)
 }
 
 fn kvm_usable() -> bool {
