@@ -124,13 +124,24 @@ fn fifo_nesting_halting_stress() {
         B_IN_IRQ.load(SeqCst),
         IRQ_WHILE_QUEUED.load(SeqCst)
     );
-    assert!(start.elapsed() < Duration::from_secs(60), "took {:?}", start.elapsed());
-    assert_eq!(timeouts, 0, "lost wake-ups: {timeouts} waits slept 10 s without a kick");
+    assert!(
+        start.elapsed() < Duration::from_secs(60),
+        "took {:?}",
+        start.elapsed()
+    );
+    assert_eq!(
+        timeouts, 0,
+        "lost wake-ups: {timeouts} waits slept 10 s without a kick"
+    );
     let _ga = A.lock();
     assert_eq!(A_COUNT.0.load(Relaxed), a, "A: exclusion lost");
     drop(_ga);
     let _gb = B.lock();
-    assert_eq!(B_COUNT.0.load(Relaxed), b + B_IN_IRQ.load(SeqCst), "B: exclusion lost");
+    assert_eq!(
+        B_COUNT.0.load(Relaxed),
+        b + B_IN_IRQ.load(SeqCst),
+        "B: exclusion lost"
+    );
 }
 
 static NO_HALT: kernel::SpinWait = kernel::SpinWait {
