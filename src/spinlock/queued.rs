@@ -224,7 +224,8 @@ impl Drop for Nesting {
 
 // ---- the lock -----------------------------------------------------------------
 
-/// A queued spinlock (Linux's `qspinlock`) in one 32-bit word: FIFO, with
+/// A queued spinlock (Linux's `qspinlock`) in one 32-bit word (two below
+/// 8,192 CPUs: see the layout table): FIFO, with
 /// each waiter spinning on its own per-CPU node. The contended path needs
 /// the kernel hooks ([`set_kernel!`](crate::set_kernel)).
 ///
@@ -348,8 +349,10 @@ impl Drop for Nesting {
 ///
 /// # The fifth nesting level
 ///
-/// A CPU nested five deep has no node: it waits by test-and-set and never
-/// joins the queue. It does pass through the pending step first, so its
+/// A CPU nested five deep has no node: it never joins the queue, and
+/// takes `locked` whenever it reads it free, queue or no queue (waiting
+/// for nobody to be queued, as Linux's trylock loop there does, would
+/// never end while other CPUs keep a queue on the lock). It does pass through the pending step first, so its
 /// `fetch_or(PENDING)` can land after a queue formed, between the queue
 /// head's read of `pending_tail` (the tail its own) and its
 /// compare-exchange clearing that tail, which then fails. Linux's head
@@ -425,7 +428,7 @@ impl QueuedLock {
         #[cfg_attr(not(feature = "test-hooks"), doc = " ```ignore")]
         /// use ksync::spinlock::QueuedLock;
         ///
-        /// static LOCK: QueuedLock = QueuedLock::new(); // one 32-bit word, unlocked
+        /// static LOCK: QueuedLock = QueuedLock::new(); // unlocked
         /// assert!(!LOCK.is_locked());
         /// ```
         pub fn new() -> Self {
@@ -635,6 +638,31 @@ impl<R: RelaxStrategy> QueuedLock<R> {
         }
     }
 
+    /// The fifth nesting level (no node left): compare-exchanges `locked`
+    /// from zero whenever it reads zero, queue or no queue. Waiting for
+    /// both halves to be zero, as [`lock_word`](Self::lock_word) does (and
+    /// Linux's `idx >= MAX_NODES` trylock loop), never ends while other
+    /// CPUs keep a queue on the lock (each re-queues as it unlocks). Taking
+    /// `locked` between two of their hand-offs costs the queue head one
+    /// lost race per such acquisition, which only an NMI nested in an NMI
+    /// makes.
+    fn lock_nodeless(&self) {
+        let mut backoff = Backoff::new();
+        loop {
+            // Relaxed load: the compare-exchange decides. Acquire pairs
+            // with the Release store in `unlock`.
+            if self.locked.load(Relaxed) == 0
+                && self
+                    .locked
+                    .compare_exchange(0, LOCKED, Acquire, Relaxed)
+                    .is_ok()
+            {
+                return;
+            }
+            backoff.backoff::<R>();
+        }
+    }
+
     /// The first waiter: owns the pending bit and spins on the lock. Joins
     /// the queue if someone is pending or queued already.
     fn lock_pending(&self, mut pending_tail: Bits) {
@@ -697,7 +725,7 @@ impl<R: RelaxStrategy> QueuedLock<R> {
         if idx >= NODES_PER_CPU {
             // Nested deeper than thread, softirq, hardirq and NMI: no node
             // left. Take the lock by test-and-set rather than reuse one.
-            return self.lock_word();
+            return self.lock_nodeless();
         }
         let tail = encode_tail(cpu, idx);
         let node = node_of(tail);
@@ -833,8 +861,10 @@ impl<R: RelaxStrategy> QueuedLock<R> {
             }
             watch.wait::<R>(|| u32::from(next), true);
         };
-        // Release pairs with the successor's Acquire load of `locked`: our
-        // last reads of our node happen-before it can reuse the queue.
+        // Release pairs with the successor's Acquire load of `locked`
+        // (Linux's `arch_mcs_spin_unlock_contended`): what we did as the
+        // head (the lock taken, the tail read) is ordered before its reads
+        // of the lock as the new head.
         node_of(next).locked.store(1, Release);
         kick_waiters();
         // `nesting` drops after the last access to the node.

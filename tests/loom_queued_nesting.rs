@@ -1,10 +1,10 @@
-//! Review (branch `reviewq`) of the two-halves queued lock: loom models of
+//! The queued lock: loom models of
 //! roles the models in `tests/loom_queued.rs` leave out, all with waiters
 //! that really halt until kicked (a lost wake-up is a deadlock loom
 //! reports), at the driver's preemption bound.
 //!
 //! `RUSTFLAGS="--cfg ksync_loom" LOOM_MAX_PREEMPTIONS=2 KSYNC_MAX_CPUS=4
-//! CARGO_TARGET_DIR=target/loom cargo test --release --test loom_queued_review`
+//! CARGO_TARGET_DIR=target/loom cargo test --release --test loom_queued_nesting`
 
 #![cfg(ksync_loom)]
 
