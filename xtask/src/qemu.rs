@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use crate::tools::{apt_install, ensure_rust_targets, root, runs};
 
-pub use demo::{GUEST_BENCH_BOOTS, demo, guest_bench};
+pub use demo::{GUEST_BENCH_BOOTS, GuestFilter, demo, guest_bench};
 pub use suites::{test_all, test_sched, test_tcg};
 pub use torture::{Options as TortureOptions, short as torture_short, soak_names, torture};
 

@@ -346,6 +346,18 @@ fn demo_table(config: &Config, run: &Run) -> String {
 /// `cargo xtask bench` (the median is each cell's figure).
 pub const GUEST_BENCH_BOOTS: usize = 5;
 
+/// Which part of the in-guest table to measure (`cargo xtask bench
+/// --guest --arch A --smp N --boots N`): by default all of it.
+#[derive(Default)]
+pub struct GuestFilter {
+    /// One architecture (`x86_64`, ...) or configuration name.
+    pub arch: Option<String>,
+    /// One CPU count of [`GUEST_BENCH_SMP`].
+    pub smp: Option<usize>,
+    /// Boots per cell instead of [`GUEST_BENCH_BOOTS`].
+    pub boots: Option<usize>,
+}
+
 /// The CPU counts of the in-guest table (`-smp`; 4 and 8 oversubscribe a
 /// two-core host).
 const GUEST_BENCH_SMP: [usize; 4] = [1, 2, 4, 8];
@@ -371,11 +383,33 @@ const GOAL: f64 = 0.95;
 /// test-and-set lock's cells and every lock's one-CPU cells at or above
 /// [`GOAL`]; the FIFO locks' contended cells are reported with what
 /// fairness costs.
-pub fn guest_bench(boots: usize) -> Result<String, String> {
+pub fn guest_bench(boots: usize, filter: &GuestFilter) -> Result<String, String> {
     let configs: Vec<Config> = Config::all_tcg(CPUS)
         .into_iter()
         .filter(|c| c.variant.demo)
+        .filter(|c| {
+            filter
+                .arch
+                .as_deref()
+                .is_none_or(|a| c.arch.name == a || c.name == a)
+        })
         .collect();
+    if configs.is_empty() {
+        return Err(format!(
+            "no in-guest bench configuration matches --arch {}",
+            filter.arch.as_deref().unwrap_or("")
+        ));
+    }
+    let smps: Vec<usize> = GUEST_BENCH_SMP
+        .into_iter()
+        .filter(|&n| filter.smp.is_none_or(|s| s == n))
+        .collect();
+    if smps.is_empty() {
+        return Err(format!(
+            "--smp {}: the in-guest table's CPU counts are {GUEST_BENCH_SMP:?}",
+            filter.smp.unwrap_or(0)
+        ));
+    }
     let kernels = Kernels::build(&configs);
     // (arch index, smp, phase CPUs, op) -> ratios over the boots
     type Key = (usize, usize, usize, &'static str);
@@ -383,7 +417,7 @@ pub fn guest_bench(boots: usize) -> Result<String, String> {
     let mut failed = Vec::new();
     for boot in 0..boots {
         for (a, config) in configs.iter().enumerate() {
-            for smp in GUEST_BENCH_SMP {
+            for &smp in &smps {
                 let config = config.with_cpus(smp);
                 let kernel = kernels.get(&config)?;
                 let label = format!("guest-bench-smp{smp}-{boot}");
@@ -449,7 +483,7 @@ pub fn guest_bench(boots: usize) -> Result<String, String> {
     let mut fifo = Vec::new();
     let mut met = 0;
     for (a, config) in configs.iter().enumerate() {
-        for smp in GUEST_BENCH_SMP {
+        for &smp in &smps {
             let mut phases = vec![1, smp];
             phases.dedup();
             for cpus in phases {
