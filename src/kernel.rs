@@ -1233,8 +1233,11 @@ static PREEMPT_OFF: [crate::sync::AtomicU32; MAX_CPUS] =
 fn count_preempt_off(cpu: usize) {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
     if let Some(count) = PREEMPT_OFF.get(cpu) {
+        // Wrapping: 2^32 nested disables on one CPU cannot happen (each
+        // holds a guard), so an overflow check here would be a branch in
+        // every lock's fast path that guards nothing.
         count.store(
-            count.load(crate::sync::Ordering::Relaxed) + 1,
+            count.load(crate::sync::Ordering::Relaxed).wrapping_add(1),
             crate::sync::Ordering::Relaxed,
         );
     }
@@ -1309,11 +1312,18 @@ pub(crate) fn preempt_disable_cpu() -> (PreemptGuard, usize) {
 
 /// The kernel's [`Kernel::preempt_disable`], with no guard: for a lock
 /// whose guard policy pairs it with [`preempt_enable_hook`] itself.
+///
+/// Debug builds count the disable on the CPU id the kernel's
+/// [`Kernel::preempt_disable_cpu_id`] returns (Linux's `get_cpu`): one
+/// hook call where `preempt_disable` and `cpu_id` were two, each reading
+/// the CPU's id (a kernel that does not define it gets those two, as
+/// before).
 #[inline]
 pub(crate) fn preempt_disable_hook() {
-    ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
     #[cfg(all(debug_assertions, not(ksync_loom)))]
-    count_preempt_off(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1());
+    count_preempt_off(ksync_hook_preempt_disable_cpu_id_defined_by_ksync_set_kernel_v1());
+    #[cfg(not(all(debug_assertions, not(ksync_loom))))]
+    ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
 }
 
 /// The kernel's [`Kernel::preempt_enable`] (see [`preempt_disable_hook`]).
