@@ -470,24 +470,25 @@ pub struct Oversubscribed {
 /// about 5 s at `-smp 8` (x86_64 5.7 s, aarch64 4.5 s, riscv64 4.7 s of
 /// wall time, measured at a host load of 3.4-4.5); a control not caught
 /// in it gets boots of its own, as everywhere.
-pub const OVERSUBSCRIBED_SUITES: &[&str] = &[
-    "lockref",
-    "lockref-nolock",
-    "spinlock-ticket",
-    "spinlock-ttas",
-    "spinlock-queued",
-    "spinlock-queued-fifo",
-    "spinlock-noexcl",
-    "spinlock-queued-split",
-    "spinlock-halt",
-    "spinlock-halt-nokick",
-    "rwspinlock",
-    "rwspinlock-irqbarge",
-    "once",
-    "once-checkfirst",
-    "refcount",
-    "refcount-wrap",
-];
+pub const OVERSUBSCRIBED_SUITES: &[&str] =
+    &concat::<{ LOCK_SUITES.len() + SHARED_BOOT.len() }>(LOCK_SUITES, SHARED_BOOT);
+
+/// `a` then `b`, as one array of `N` names (`N` must be their total).
+const fn concat<const N: usize>(a: &[&'static str], b: &[&'static str]) -> [&'static str; N] {
+    assert!(a.len() + b.len() == N);
+    let mut out = [""; N];
+    let mut i = 0;
+    while i < a.len() {
+        out[i] = a[i];
+        i += 1;
+    }
+    let mut j = 0;
+    while j < b.len() {
+        out[i + j] = b[j];
+        j += 1;
+    }
+    out
+}
 
 /// The oversubscribed TCG configurations `cargo xtask test` adds. riscv64's
 /// runs only [`SHARED_BOOT`] (one boot): its lock suites at `-smp 8` run in
