@@ -87,7 +87,7 @@ const COMMANDS: &[Sub] = &[
     },
     Sub {
         name: "bench",
-        synopsis: "[--quick] [--guest [--arch A] [--smp N] [--boots N]] [--seeds [--update-plots]]",
+        synopsis: "[--quick] [--guest [--arch A] [--smp N] [--boots N] [--icount]] [--seeds [--update-plots]]",
         about: "host benchmarks with peers, then the in-guest locks against xv6's under QEMU (5 boots per architecture)",
         flags: &[
             (
@@ -117,6 +117,10 @@ const COMMANDS: &[Sub] = &[
             (
                 "--boots N",
                 "in-guest table: boots per cell (default 5; --quick: 1)",
+            ),
+            (
+                "--icount",
+                "in-guest table under -icount shift=0, -smp 1 only: instructions per operation instead of time",
             ),
         ],
         default: || Task::Bench {
@@ -278,6 +282,7 @@ fn parse_flags(sub: &'static Sub, parser: &mut lexopt::Parser) -> Result<Parsed,
             }
             (Task::Bench { filter, .. }, Long("smp")) => filter.smp = Some(number(parser)?),
             (Task::Bench { filter, .. }, Long("boots")) => filter.boots = Some(number(parser)?),
+            (Task::Bench { filter, .. }, Long("icount")) => filter.icount = true,
             (Task::Torture(o), Long("minutes")) => o.minutes = number(parser)?,
             (Task::Torture(o), Long("smp")) => o.smp = number(parser)?,
             (Task::Torture(o), Long("arch")) => o.arch = Some(parser.value()?.string()?),

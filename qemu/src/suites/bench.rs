@@ -414,12 +414,38 @@ impl Bench {
             let (ops, now) = self.hammer(op, start, end);
             self.ops[i].add(ctx.cpu, ops);
             self.ticks[i].add(ctx.cpu, now - start);
+        } else {
+            self.sit_out();
         }
         self.barrier.wait(ctx.cpus);
         // Every CPU finished the slice: the watchdog's grace counts from
         // here (a slice that never ends, a hang, still fails).
         if ctx.cpu == 0 {
             ctx.progress();
+        }
+    }
+
+    /// A CPU that takes no part in this slice (the one-CPU phase of a boot
+    /// with more): sleeps until the slice's end, a timer tick at a time
+    /// (`sched::relax`: `hlt`/`wfi`, which TCG turns into a host thread
+    /// that sleeps), and only then joins the barrier. Spinning at the
+    /// barrier instead kept every idle vCPU busy on the host, competing
+    /// with the one working vCPU for the host's cores (at `-smp 8` on two
+    /// cores, seven spinning vCPUs against one). The one-CPU cells of
+    /// `-smp 4` and `8` stay noisy on a loaded host all the same (the
+    /// host's other jobs); `cargo xtask bench --guest --icount` counts
+    /// instructions instead.
+    fn sit_out(&self) {
+        // Acquire pairs with CPU 0's Release store in `slice` (the value
+        // is all that is read; CPU 0 reset it to 0 before the barrier).
+        let end = loop {
+            match self.phase_end.load(Ordering::Acquire) {
+                0 => crate::sched::relax(),
+                end => break end,
+            }
+        };
+        while time::now() < end {
+            crate::sched::relax();
         }
     }
 

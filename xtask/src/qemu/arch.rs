@@ -631,6 +631,11 @@ pub const SCHEDULED: &[Scheduled] = &[
 #[derive(Clone, Copy, PartialEq, Eq, Debug)]
 pub enum Accel {
     Tcg,
+    /// TCG on one host thread with the virtual clock driven by the guest's
+    /// instruction count (`-icount shift=0`: one tick of 1 ns per
+    /// instruction), so that the guest's counter counts its instructions,
+    /// whatever the host's load (`cargo xtask bench --guest --icount`).
+    TcgIcount,
     Kvm,
 }
 
@@ -747,6 +752,7 @@ impl Config {
     pub fn describe(&self) -> String {
         let accel = match self.accel {
             Accel::Tcg => "TCG",
+            Accel::TcgIcount => "TCG icount",
             Accel::Kvm => "KVM",
         };
         format!(
