@@ -1244,16 +1244,21 @@ fn count_preempt_off(cpu: usize) {
     let _ = cpu;
 }
 
-/// Uncounts one, before the enable (debug builds).
+/// Uncounts one, before the enable (debug builds), on CPU `cpu` if the
+/// caller knows it (a lock's owner record), else on the id the kernel
+/// gives now.
 #[inline(always)]
-fn count_preempt_on() {
+fn count_preempt_on(cpu: Option<usize>) {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
-    if let Some(count) = PREEMPT_OFF.get(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1()) {
+    if let Some(count) =
+        PREEMPT_OFF.get(cpu.unwrap_or_else(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1))
+    {
         count.store(
             count.load(crate::sync::Ordering::Relaxed).saturating_sub(1),
             crate::sync::Ordering::Relaxed,
         );
     }
+    let _ = cpu;
 }
 
 /// Debug builds: whether this CPU has preemption disabled through ksync
@@ -1320,16 +1325,39 @@ pub(crate) fn preempt_disable_cpu() -> (PreemptGuard, usize) {
 /// before).
 #[inline]
 pub(crate) fn preempt_disable_hook() {
+    let _ = preempt_disable_hook_cpu();
+}
+
+/// [`preempt_disable_hook`], returning the CPU id it counted on (debug
+/// builds; `None` in release builds, which read none): a spinlock's owner
+/// record takes it instead of asking the kernel again.
+#[inline]
+pub(crate) fn preempt_disable_hook_cpu() -> Option<usize> {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
-    count_preempt_off(ksync_hook_preempt_disable_cpu_id_defined_by_ksync_set_kernel_v1());
+    {
+        let id = ksync_hook_preempt_disable_cpu_id_defined_by_ksync_set_kernel_v1();
+        count_preempt_off(id);
+        Some(id)
+    }
     #[cfg(not(all(debug_assertions, not(ksync_loom))))]
-    ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
+    {
+        ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
+        None
+    }
 }
 
 /// The kernel's [`Kernel::preempt_enable`] (see [`preempt_disable_hook`]).
 #[inline]
 pub(crate) fn preempt_enable_hook() {
-    count_preempt_on();
+    preempt_enable_hook_on(None);
+}
+
+/// [`preempt_enable_hook`] on CPU `cpu` when the caller knows it is this
+/// CPU's id (a spinlock's owner record, just checked): the debug count
+/// then reads no id.
+#[inline]
+pub(crate) fn preempt_enable_hook_on(cpu: Option<usize>) {
+    count_preempt_on(cpu);
     ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
 }
 
@@ -1373,7 +1401,7 @@ impl PreemptGuard {
 impl Drop for PreemptGuard {
     #[inline]
     fn drop(&mut self) {
-        count_preempt_on();
+        count_preempt_on(None);
         ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
     }
 }
