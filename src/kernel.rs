@@ -1233,24 +1233,32 @@ static PREEMPT_OFF: [crate::sync::AtomicU32; MAX_CPUS] =
 fn count_preempt_off(cpu: usize) {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
     if let Some(count) = PREEMPT_OFF.get(cpu) {
+        // Wrapping: 2^32 nested disables on one CPU cannot happen (each
+        // holds a guard), so an overflow check here would be a branch in
+        // every lock's fast path that guards nothing.
         count.store(
-            count.load(crate::sync::Ordering::Relaxed) + 1,
+            count.load(crate::sync::Ordering::Relaxed).wrapping_add(1),
             crate::sync::Ordering::Relaxed,
         );
     }
     let _ = cpu;
 }
 
-/// Uncounts one, before the enable (debug builds).
+/// Uncounts one, before the enable (debug builds), on CPU `cpu` if the
+/// caller knows it (a lock's owner record), else on the id the kernel
+/// gives now.
 #[inline(always)]
-fn count_preempt_on() {
+fn count_preempt_on(cpu: Option<usize>) {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
-    if let Some(count) = PREEMPT_OFF.get(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1()) {
+    if let Some(count) =
+        PREEMPT_OFF.get(cpu.unwrap_or_else(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1))
+    {
         count.store(
             count.load(crate::sync::Ordering::Relaxed).saturating_sub(1),
             crate::sync::Ordering::Relaxed,
         );
     }
+    let _ = cpu;
 }
 
 /// Debug builds: whether this CPU has preemption disabled through ksync
@@ -1309,17 +1317,47 @@ pub(crate) fn preempt_disable_cpu() -> (PreemptGuard, usize) {
 
 /// The kernel's [`Kernel::preempt_disable`], with no guard: for a lock
 /// whose guard policy pairs it with [`preempt_enable_hook`] itself.
+///
+/// Debug builds count the disable on the CPU id the kernel's
+/// [`Kernel::preempt_disable_cpu_id`] returns (Linux's `get_cpu`): one
+/// hook call where `preempt_disable` and `cpu_id` were two, each reading
+/// the CPU's id (a kernel that does not define it gets those two, as
+/// before).
 #[inline]
 pub(crate) fn preempt_disable_hook() {
-    ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
+    let _ = preempt_disable_hook_cpu();
+}
+
+/// [`preempt_disable_hook`], returning the CPU id it counted on (debug
+/// builds; `None` in release builds, which read none): a spinlock's owner
+/// record takes it instead of asking the kernel again.
+#[inline]
+pub(crate) fn preempt_disable_hook_cpu() -> Option<usize> {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
-    count_preempt_off(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1());
+    {
+        let id = ksync_hook_preempt_disable_cpu_id_defined_by_ksync_set_kernel_v1();
+        count_preempt_off(id);
+        Some(id)
+    }
+    #[cfg(not(all(debug_assertions, not(ksync_loom))))]
+    {
+        ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
+        None
+    }
 }
 
 /// The kernel's [`Kernel::preempt_enable`] (see [`preempt_disable_hook`]).
 #[inline]
 pub(crate) fn preempt_enable_hook() {
-    count_preempt_on();
+    preempt_enable_hook_on(None);
+}
+
+/// [`preempt_enable_hook`] on CPU `cpu` when the caller knows it is this
+/// CPU's id (a spinlock's owner record, just checked): the debug count
+/// then reads no id.
+#[inline]
+pub(crate) fn preempt_enable_hook_on(cpu: Option<usize>) {
+    count_preempt_on(cpu);
     ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
 }
 
@@ -1363,7 +1401,7 @@ impl PreemptGuard {
 impl Drop for PreemptGuard {
     #[inline]
     fn drop(&mut self) {
-        count_preempt_on();
+        count_preempt_on(None);
         ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
     }
 }
@@ -1388,6 +1426,36 @@ pub use spin::{
 #[cfg(all(test, feature = "test-hooks"))]
 mod tests {
     use super::{MAX_CPUS_LIMIT, parse_max_cpus};
+
+    /// The spinlocks' debug preemption count (what `might_sleep` reads)
+    /// is balanced through `enter_with_cpu` / `exit_on_cpu`, nested and
+    /// in both policies that disable preemption.
+    #[cfg(debug_assertions)]
+    #[test]
+    fn spinlock_guards_count_and_uncount_preemption() {
+        use super::preempt_disabled_by_ksync as counted;
+        use crate::spinlock::{IrqDisabled, PreemptDisabled, SpinLock};
+        let outer: SpinLock<u32, PreemptDisabled> = SpinLock::new(0);
+        let inner: SpinLock<u32, IrqDisabled> = SpinLock::new(0);
+        assert!(!counted());
+        for _ in 0..1000 {
+            let mut a = outer.lock();
+            assert!(counted());
+            {
+                let mut b = inner.lock();
+                *b += 1;
+                assert!(counted());
+            }
+            assert!(counted(), "the inner unlock uncounted the outer hold");
+            *a += 1;
+            drop(a);
+            assert!(!counted(), "a hold left counted");
+            let held = outer.try_lock().expect("the lock is free");
+            assert!(counted());
+            drop(held);
+            assert!(!counted(), "try_lock's hold left counted");
+        }
+    }
 
     #[test]
     fn max_cpus_is_bounded_below_the_ticket_range() {

@@ -70,6 +70,9 @@ fn boot_cpu() -> ! {
     });
     console::init(arch::init_console());
     arch::init_platform();
+    // The counter's rate is known now (device tree, PIT calibration,
+    // CNTFRQ_EL0): ksync's FIFO stall watch measures real time with it.
+    kernel::spin::init_clock();
     cpu::init_possible();
     rcu::init();
     irq::set_tick_handler(timer_tick);

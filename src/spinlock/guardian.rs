@@ -88,6 +88,31 @@ pub trait SpinGuardian {
     /// `saved` comes from the matching `enter` on this CPU, and `exit`s
     /// come in the reverse order of their `enter`s.
     unsafe fn exit(saved: Self::Saved);
+
+    /// [`enter`](Self::enter), and this CPU's id if the policy read it
+    /// on the way (ksync's own policies in debug builds, where they count
+    /// the preemption disable on that id), so that the lock's debug owner
+    /// record does not ask the kernel again. `None` by default. ksync's
+    /// locks call it; a kernel has no reason to.
+    #[doc(hidden)]
+    #[inline]
+    fn enter_with_cpu() -> (Self::Saved, Option<usize>) {
+        (Self::enter(), None)
+    }
+
+    /// [`exit`](Self::exit), given this CPU's id when the lock knows it
+    /// (its debug owner record, just checked against this CPU); `None`:
+    /// unknown. The default ignores it. ksync's locks call it.
+    ///
+    /// # Safety
+    /// As [`exit`](Self::exit); `cpu`, if given, is this CPU's id.
+    #[doc(hidden)]
+    #[inline]
+    unsafe fn exit_on_cpu(saved: Self::Saved, cpu: Option<usize>) {
+        let _ = cpu;
+        // SAFETY: forwarded caller contract.
+        unsafe { Self::exit(saved) }
+    }
 }
 
 /// Disables nothing (Linux's `arch_spin_lock`): for a scheduler's own
@@ -152,6 +177,16 @@ impl SpinGuardian for PreemptDisabled {
     unsafe fn exit((): ()) {
         crate::kernel::preempt_enable_hook();
     }
+
+    #[inline]
+    fn enter_with_cpu() -> ((), Option<usize>) {
+        ((), crate::kernel::preempt_disable_hook_cpu())
+    }
+
+    #[inline]
+    unsafe fn exit_on_cpu((): (), cpu: Option<usize>) {
+        crate::kernel::preempt_enable_hook_on(cpu);
+    }
 }
 
 /// Saves and disables local interrupts, then preemption (Linux's
@@ -192,6 +227,19 @@ impl SpinGuardian for IrqDisabled<KernelIrq> {
         // SAFETY: forwarded caller contract (the matching save).
         unsafe { KernelIrq::restore(flags) };
         crate::kernel::preempt_enable_hook();
+    }
+
+    #[inline]
+    fn enter_with_cpu() -> (usize, Option<usize>) {
+        let flags = KernelIrq::save();
+        (flags, crate::kernel::preempt_disable_hook_cpu())
+    }
+
+    #[inline]
+    unsafe fn exit_on_cpu(flags: usize, cpu: Option<usize>) {
+        // SAFETY: forwarded caller contract (the matching save).
+        unsafe { KernelIrq::restore(flags) };
+        crate::kernel::preempt_enable_hook_on(cpu);
     }
 }
 

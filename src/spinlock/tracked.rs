@@ -503,13 +503,15 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     #[inline(always)]
     #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
     pub(crate) fn lock_with(&self, subclass: u8, take: impl FnOnce(&A)) {
-        let saved = G::enter();
+        let (saved, cpu) = G::enter_with_cpu();
         self.dep_map.acquire(subclass, false, false);
-        // This CPU's tag, read once: `G::enter` keeps the context on its
-        // CPU (the policies that record an owner disable preemption or
+        // This CPU's tag, read once (by `G::enter_with_cpu` where it read
+        // the id anyway): `G::enter` keeps the context on its CPU (the
+        // policies that record an owner disable preemption or
         // interrupts), so it is still this CPU's once the lock is taken.
         #[cfg(debug_assertions)]
-        let tag = self.check_not_mine();
+        let tag = self.check_not_mine(cpu);
+        let _ = cpu;
         take(&self.arch);
         // SAFETY: held by this context, taken after `saved` was saved.
         unsafe { self.keep(saved) };
@@ -584,15 +586,19 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     #[cfg_attr(any(feature = "lockdep", debug_assertions), track_caller)]
     pub unsafe fn unlock(&self) {
         self.dep_map.release();
+        // This CPU's id, where the owner record just checked it.
         #[cfg(debug_assertions)]
-        self.clear_owner();
+        let cpu = self.clear_owner();
+        #[cfg(not(debug_assertions))]
+        let cpu = None;
         // SAFETY: held (caller contract), so the state it saved is there.
         let saved = unsafe { self.take() };
         // SAFETY: forwarded caller contract.
         unsafe { self.arch.unlock() };
         // SAFETY: the holder's `enter`, on this CPU (caller contract);
-        // undone once the lock is free, as Linux's `spin_unlock`.
-        unsafe { G::exit(saved) };
+        // undone once the lock is free, as Linux's `spin_unlock`. `cpu`
+        // is this CPU's id (the owner record's check).
+        unsafe { G::exit_on_cpu(saved, cpu) };
     }
 
     /// Whether the lock is held, by anyone. A snapshot, stale the moment
@@ -695,12 +701,16 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
 
     /// Debug builds: panics if this CPU holds the lock already; returns
     /// this CPU's tag for [`set_owner`](Self::set_owner) (0 for policies
-    /// that record no owner).
+    /// that record no owner). `cpu`: this CPU's id if the policy's
+    /// `enter_with_cpu` read it (then the kernel is not asked again).
     #[cfg(debug_assertions)]
     #[inline]
     #[track_caller]
-    fn check_not_mine(&self) -> u32 {
-        let me = owner_tag_of::<G>();
+    fn check_not_mine(&self, cpu: Option<usize>) -> u32 {
+        let me = match cpu {
+            Some(id) if G::RECORDS_OWNER => (id as u32).wrapping_add(1),
+            _ => owner_tag_of::<G>(),
+        };
         if G::RECORDS_OWNER && self.owner_tag() == me {
             recursion(me);
         }
@@ -719,11 +729,12 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
     }
 
     /// Debug builds: panics unless this CPU holds the lock, then forgets
-    /// the owner.
+    /// the owner; returns this CPU's id (`None` for policies that record
+    /// no owner).
     #[cfg(debug_assertions)]
     #[inline]
     #[track_caller]
-    fn clear_owner(&self) {
+    fn clear_owner(&self) -> Option<usize> {
         if G::RECORDS_OWNER {
             let (owner, me) = (self.owner_tag(), this_cpu_tag());
             if owner != me {
@@ -732,7 +743,10 @@ impl<A: ArchSpinlock, G: SpinGuardian> RawSpinlock<A, G> {
             // Relaxed: see `owner_tag`; the release that follows orders it
             // before the next holder's store.
             self.owner.store(0, core::sync::atomic::Ordering::Relaxed);
+            // `me` is `cpu_id() + 1`, and 1 or more.
+            return Some(me.wrapping_sub(1) as usize);
         }
+        None
     }
 }
 

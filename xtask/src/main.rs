@@ -87,7 +87,7 @@ const COMMANDS: &[Sub] = &[
     },
     Sub {
         name: "bench",
-        synopsis: "[--quick] [--guest] [--seeds [--update-plots]]",
+        synopsis: "[--quick] [--guest [--arch A] [--smp N] [--boots N] [--icount]] [--seeds [--update-plots]]",
         about: "host benchmarks with peers, then the in-guest locks against xv6's under QEMU (5 boots per architecture)",
         flags: &[
             (
@@ -106,12 +106,29 @@ const COMMANDS: &[Sub] = &[
                 "--update-plots",
                 "with --seeds: write the plots to seeds/plots/ (the committed ones) instead",
             ),
+            (
+                "--arch A", // Filled in from the architecture table by `usage`.
+                ARCH_FLAG,
+            ),
+            (
+                "--smp N",
+                "in-guest table: only this CPU count (1, 2, 4 or 8; default all four)",
+            ),
+            (
+                "--boots N",
+                "in-guest table: boots per cell (default 5; --quick: 1)",
+            ),
+            (
+                "--icount",
+                "in-guest table under -icount shift=0, -smp 1 only: instructions per operation instead of time",
+            ),
         ],
         default: || Task::Bench {
             quick: false,
             seeds: false,
             update_plots: false,
             guest: false,
+            filter: qemu::GuestFilter::default(),
         },
     },
     Sub {
@@ -149,6 +166,8 @@ enum Task {
         seeds: bool,
         update_plots: bool,
         guest: bool,
+        /// The in-guest table's architecture, CPU count and boots.
+        filter: qemu::GuestFilter,
     },
     Torture(qemu::TortureOptions),
 }
@@ -194,7 +213,8 @@ fn execute(task: Task) -> ExitCode {
             seeds,
             update_plots,
             guest,
-        } => bench(quick, seeds, update_plots, guest),
+            filter,
+        } => bench(quick, seeds, update_plots, guest, &filter),
         Task::Torture(options) => torture(&options),
     };
     match result {
@@ -257,6 +277,12 @@ fn parse_flags(sub: &'static Sub, parser: &mut lexopt::Parser) -> Result<Parsed,
             (Task::Bench { seeds, .. }, Long("seeds")) => *seeds = true,
             (Task::Bench { update_plots, .. }, Long("update-plots")) => *update_plots = true,
             (Task::Bench { guest, .. }, Long("guest")) => *guest = true,
+            (Task::Bench { filter, .. }, Long("arch")) => {
+                filter.arch = Some(parser.value()?.string()?)
+            }
+            (Task::Bench { filter, .. }, Long("smp")) => filter.smp = Some(number(parser)?),
+            (Task::Bench { filter, .. }, Long("boots")) => filter.boots = Some(number(parser)?),
+            (Task::Bench { filter, .. }, Long("icount")) => filter.icount = true,
             (Task::Torture(o), Long("minutes")) => o.minutes = number(parser)?,
             (Task::Torture(o), Long("smp")) => o.smp = number(parser)?,
             (Task::Torture(o), Long("arch")) => o.arch = Some(parser.value()?.string()?),
@@ -348,7 +374,13 @@ fn torture(options: &qemu::TortureOptions) -> Result<(), String> {
     }
 }
 
-fn bench(quick: bool, seeds: bool, update_plots: bool, guest: bool) -> Result<(), String> {
+fn bench(
+    quick: bool,
+    seeds: bool,
+    update_plots: bool,
+    guest: bool,
+    filter: &qemu::GuestFilter,
+) -> Result<(), String> {
     if update_plots && !seeds {
         return Err("--update-plots goes with --seeds (the seed workloads' plots)".into());
     }
@@ -371,8 +403,10 @@ fn bench(quick: bool, seeds: bool, update_plots: bool, guest: bool) -> Result<()
     // kernel's own (xv6's) under QEMU, every architecture.
     tools::ensure_toolchain()?;
     qemu::ensure_tools()?;
-    let boots = if quick { 1 } else { qemu::GUEST_BENCH_BOOTS };
-    print!("{}", qemu::guest_bench(boots)?);
+    let boots = filter
+        .boots
+        .unwrap_or(if quick { 1 } else { qemu::GUEST_BENCH_BOOTS });
+    print!("{}", qemu::guest_bench(boots, filter)?);
     Ok(())
 }
 
@@ -446,7 +480,8 @@ mod tests {
                 quick: true,
                 seeds: false,
                 update_plots: false,
-                guest: false
+                guest: false,
+                ..
             }))
         ));
         assert!(matches!(
@@ -455,9 +490,23 @@ mod tests {
                 quick: false,
                 seeds: true,
                 update_plots: true,
-                guest: false
+                guest: false,
+                ..
             }))
         ));
+        match parsed(&[
+            "bench", "--guest", "--arch", "riscv64", "--smp", "8", "--boots", "3",
+        ]) {
+            Ok(Parsed::Task(Task::Bench {
+                guest: true,
+                filter,
+                ..
+            })) => {
+                assert_eq!(filter.arch.as_deref(), Some("riscv64"));
+                assert_eq!((filter.smp, filter.boots), (Some(8), Some(3)));
+            }
+            _ => panic!("bench --guest --arch --smp --boots"),
+        }
         match parsed(&[
             "torture",
             "--minutes",

@@ -14,7 +14,7 @@
 //! | `x86_64-generic` | `-M q35 -cpu qemu64 -smp 4`, TCG | x86_64 with `--cfg ksync_generic`; lockref, per-CPU counter and rw lock suites only |
 //! | `aarch64-generic` | `-M virt -cpu cortex-a57 -smp 4`, TCG | aarch64 LL/SC with `--cfg ksync_generic`; the same suites |
 //! | `riscv64-tcg` | `-M virt -bios default -cpu rv64 -smp 4`, TCG | riscv64 (the generic paths: LR/SC, `amoadd`) |
-//! | `x86_64-tcg-smp8`, `aarch64-lse-smp8` | as above with `-smp 8` | the same images; only the lock suites ([`arch::OVERSUBSCRIBED`]) |
+//! | `x86_64-tcg-smp8`, `aarch64-lse-smp8`, `riscv64-tcg-smp8` | as above with `-smp 8` | the same images; the lock suites and the shared boot's (`RwSpinLock`, `Once`, `RefCount`), riscv64 only the shared boot's ([`arch::OVERSUBSCRIBED`]) |
 //! | `x86_64-sched-smp8`, `aarch64-sched-smp4`, `aarch64-sched-smp8`, `riscv64-sched-smp8` | the image's TCG settings at `-smp 8` (aarch64's LL/SC image at `-smp 4`), kernel word `sched` | scheduler mode (3 preempted threads per CPU): [`arch::SCHED_SUITES`] in one boot each ([`arch::SCHEDULED`]) |
 //! | `x86_64-kvm` | `-accel kvm -cpu qemu64 -smp min(4, host cores)` | x86_64; only with `kvm` (or `KSYNC_QEMU_KVM=1`) and a usable `/dev/kvm` |
 //!
@@ -49,7 +49,7 @@ use std::time::Duration;
 
 use crate::tools::{apt_install, ensure_rust_targets, root, runs};
 
-pub use demo::{GUEST_BENCH_BOOTS, demo, guest_bench};
+pub use demo::{GUEST_BENCH_BOOTS, GuestFilter, demo, guest_bench};
 pub use suites::{test_all, test_sched, test_tcg};
 pub use torture::{Options as TortureOptions, short as torture_short, soak_names, torture};
 

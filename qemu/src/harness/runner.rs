@@ -193,6 +193,18 @@ impl Ctx {
         SEED.load(Ordering::Relaxed)
     }
 
+    /// The suite moved on (the benchmark: a slice ended on every CPU): the
+    /// watchdog's [`WATCHDOG_GRACE_MS`] counts from now if that is later
+    /// than past the budget. For a suite whose work is a fixed amount, not
+    /// a deadline, so that a busy host, which stretches every step, cannot
+    /// run it past the watchdog while it still moves; a hang (no progress
+    /// for the grace) still fails. Callable from any CPU.
+    pub fn progress(&self) {
+        let at = time::now() + time::ms_to_ticks(WATCHDOG_GRACE_MS);
+        // Relaxed: a deadline the timer interrupt compares against.
+        WATCHDOG.fetch_max(at, Ordering::Relaxed);
+    }
+
     /// Whether some CPU flagged a failure of the running suite (unlike
     /// [`should_stop`](Self::should_stop), not the deadline): for suites
     /// whose CPUs wait for each other past the deadline.
@@ -538,7 +550,7 @@ fn watchdog_fire(suite: &dyn Suite, cpus: usize) -> ! {
         }
     }
     kernel::fatal(format_args!(
-        "KSYNC-RESULT suite={} kind={} status=FAIL cpus={cpus} reason=\"watchdog: still running {} ms past the budget; CPUs not done: {stuck:#x}\"",
+        "KSYNC-RESULT suite={} kind={} status=FAIL cpus={cpus} reason=\"watchdog: still running {} ms past the budget and the last progress; CPUs not done: {stuck:#x}\"",
         suite.name(),
         suite.kind().word(),
         WATCHDOG_GRACE_MS

@@ -84,6 +84,63 @@ pub fn init() {
     ksync_kernel::set_vcpu_stall_hook(stalled);
 }
 
+/// Where the stall watch's clock rate came from ([`init_clock`]): 0 not
+/// yet resolved, [`RATE_KSYNC`] ksync found it, [`RATE_STATED`] this
+/// kernel stated it.
+static RATE_FROM: AtomicU8 = AtomicU8::new(0);
+const RATE_KSYNC: u8 = 1;
+const RATE_STATED: u8 = 2;
+
+/// Boot CPU, after `arch::init_platform` (which learns the counter's
+/// rate) and before the other CPUs start: gives ksync's FIFO stall watch
+/// the rate of the counter it reads (the same counter as [`time::now`]:
+/// TSC, `CNTVCT_EL0`, `time`), as README.md asks of a kernel, so that its
+/// bound is [`ksync::kernel::STALL_BOUND_MS`] of real time and not
+/// [`ksync::kernel::STALL_BOUND_ROUNDS`] spin rounds. Rounds only pass
+/// while the waiting vCPU runs: with 8 vCPUs on a loaded two-core host a
+/// waiter counted 2^22 rounds in about 20 s of strict FIFO hand-offs (the
+/// riscv64 `-smp 8` bench boots, which ran out of their budget).
+///
+/// * riscv64: ksync knows no rate; stated from the device tree's
+///   `timebase-frequency` (`arch::counter_hz`), / 1000.
+/// * x86_64: ksync reads CPUID leaves 0x15/0x16 (and a hypervisor's
+///   0x40000010); QEMU's `qemu64` model has none of them, so the TSC rate
+///   this kernel calibrated against the PIT is stated.
+/// * aarch64: ksync reads `CNTFRQ_EL0`, which is the rate this kernel
+///   uses too ([`time::hz`]): nothing to state unless firmware left it 0.
+///
+/// [`time::now`]: crate::kernel::time::now
+/// [`time::hz`]: crate::kernel::time::hz
+pub fn init_clock() {
+    let from = if ksync_kernel::stall_clock_rate().is_some() {
+        RATE_KSYNC
+    } else {
+        ksync_kernel::set_stall_clock_rate(crate::kernel::time::hz() / 1000);
+        RATE_STATED
+    };
+    // Relaxed: written before the other CPUs start, read by the boot CPU.
+    RATE_FROM.store(from, Ordering::Relaxed);
+}
+
+/// The stall watch's clock as `KSYNC-SPIN` fields: `stall_rate` (ticks
+/// per ms, or `rounds`) and `stall_rate_from` (`kernel`: stated by
+/// [`init_clock`], `ksync`: the architecture's, `none`).
+struct ClockFields;
+
+impl core::fmt::Display for ClockFields {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let from = match RATE_FROM.load(Ordering::Relaxed) {
+            RATE_KSYNC => "ksync",
+            RATE_STATED => "kernel",
+            _ => "none",
+        };
+        match ksync_kernel::stall_clock_rate() {
+            Some(rate) => write!(f, "stall_rate={rate} stall_rate_from={from}"),
+            None => write!(f, "stall_rate=rounds stall_rate_from={from}"),
+        }
+    }
+}
+
 /// Forces `mode` for the whole boot (the run's `fifo`, `preempt` and
 /// `watch` words; boot CPU, before the other CPUs start).
 pub fn force(mode: VcpuMode) {
@@ -99,9 +156,10 @@ pub fn report() {
     let at = STALL_AT.load(Ordering::Relaxed);
     match ksync_kernel::vcpu_stall() {
         Some(stall) => println!(
-            "KSYNC-SPIN mode={} preemptible={} wait=spin stall_ms={} stall_lock=\"{}\" stall_waited={} stall_bound={} stall_unit={}",
+            "KSYNC-SPIN mode={} preemptible={} wait=spin {} stall_ms={} stall_lock=\"{}\" stall_waited={} stall_bound={} stall_unit={}",
             name(mode),
             u8::from(ksync_kernel::vcpu_preemptible()),
+            ClockFields,
             crate::kernel::time::ticks_to_ms(at),
             stall.lock,
             stall.waited,
@@ -109,9 +167,10 @@ pub fn report() {
             if stall.ticks { "ticks" } else { "rounds" },
         ),
         None => println!(
-            "KSYNC-SPIN mode={} preemptible={} wait=spin",
+            "KSYNC-SPIN mode={} preemptible={} wait=spin {}",
             name(mode),
-            u8::from(ksync_kernel::vcpu_preemptible())
+            u8::from(ksync_kernel::vcpu_preemptible()),
+            ClockFields,
         ),
     }
 }

@@ -245,6 +245,7 @@ fn demo_table(config: &Config, run: &Run) -> String {
         let hz = bench[0].num("counter_hz").unwrap_or(0.0);
         let label = match config.accel {
             Accel::Tcg => "TCG: emulated cost, NOT hardware performance",
+            Accel::TcgIcount => "TCG icount: guest instructions, NOT time",
             Accel::Kvm => "KVM: nested virtualisation, noisy",
         };
         let _ = writeln!(
@@ -346,6 +347,22 @@ fn demo_table(config: &Config, run: &Run) -> String {
 /// `cargo xtask bench` (the median is each cell's figure).
 pub const GUEST_BENCH_BOOTS: usize = 5;
 
+/// Which part of the in-guest table to measure (`cargo xtask bench
+/// --guest --arch A --smp N --boots N`): by default all of it.
+#[derive(Default)]
+pub struct GuestFilter {
+    /// Under `-icount shift=0` (one TCG thread, the counter counting the
+    /// guest's instructions): each cell is then xv6's instructions per
+    /// operation over the lock's, the same in every boot.
+    pub icount: bool,
+    /// One architecture (`x86_64`, ...) or configuration name.
+    pub arch: Option<String>,
+    /// One CPU count of [`GUEST_BENCH_SMP`].
+    pub smp: Option<usize>,
+    /// Boots per cell instead of [`GUEST_BENCH_BOOTS`].
+    pub boots: Option<usize>,
+}
+
 /// The CPU counts of the in-guest table (`-smp`; 4 and 8 oversubscribe a
 /// two-core host).
 const GUEST_BENCH_SMP: [usize; 4] = [1, 2, 4, 8];
@@ -371,11 +388,45 @@ const GOAL: f64 = 0.95;
 /// test-and-set lock's cells and every lock's one-CPU cells at or above
 /// [`GOAL`]; the FIFO locks' contended cells are reported with what
 /// fairness costs.
-pub fn guest_bench(boots: usize) -> Result<String, String> {
+pub fn guest_bench(boots: usize, filter: &GuestFilter) -> Result<String, String> {
     let configs: Vec<Config> = Config::all_tcg(CPUS)
         .into_iter()
         .filter(|c| c.variant.demo)
+        .filter(|c| {
+            filter
+                .arch
+                .as_deref()
+                .is_none_or(|a| c.arch.name == a || c.name == a)
+        })
+        .map(|c| Config {
+            accel: if filter.icount {
+                Accel::TcgIcount
+            } else {
+                c.accel
+            },
+            ..c
+        })
         .collect();
+    if configs.is_empty() {
+        return Err(format!(
+            "no in-guest bench configuration matches --arch {}",
+            filter.arch.as_deref().unwrap_or("")
+        ));
+    }
+    // Under icount one TCG thread takes the vCPUs in turn, a time slice
+    // each: a lock handed to another vCPU waits for the turn, and the
+    // boots of more than one CPU crawl. One CPU only.
+    let smps: Vec<usize> = GUEST_BENCH_SMP
+        .into_iter()
+        .filter(|&n| filter.smp.is_none_or(|s| s == n))
+        .filter(|&n| !filter.icount || n == 1)
+        .collect();
+    if smps.is_empty() {
+        return Err(format!(
+            "--smp {}: the in-guest table's CPU counts are {GUEST_BENCH_SMP:?} (with --icount, 1 only)",
+            filter.smp.unwrap_or(0)
+        ));
+    }
     let kernels = Kernels::build(&configs);
     // (arch index, smp, phase CPUs, op) -> ratios over the boots
     type Key = (usize, usize, usize, &'static str);
@@ -383,7 +434,7 @@ pub fn guest_bench(boots: usize) -> Result<String, String> {
     let mut failed = Vec::new();
     for boot in 0..boots {
         for (a, config) in configs.iter().enumerate() {
-            for smp in GUEST_BENCH_SMP {
+            for &smp in &smps {
                 let config = config.with_cpus(smp);
                 let kernel = kernels.get(&config)?;
                 let label = format!("guest-bench-smp{smp}-{boot}");
@@ -438,7 +489,13 @@ pub fn guest_bench(boots: usize) -> Result<String, String> {
     let _ = writeln!(
         out,
         "\nin-guest locks against xv6's lock: the lock's operations over xv6-irq-lock's in the same \
-         phase,\nmedian of {boots} interleaved boots (min..max); TCG, QEMU's emulation, not hardware:"
+         phase,\nmedian of {boots} interleaved boots (min..max); {}:",
+        if filter.icount {
+            "TCG with -icount shift=0 (-smp 1 only): the counter counts guest instructions, so \
+             each cell is\nxv6's instructions per operation over the lock's"
+        } else {
+            "TCG, QEMU's emulation, not hardware"
+        }
     );
     let _ = write!(out, "{:<8} {:>4} {:>7}", "arch", "-smp", "phase");
     for op in GUEST_BENCH_OPS {
@@ -449,7 +506,7 @@ pub fn guest_bench(boots: usize) -> Result<String, String> {
     let mut fifo = Vec::new();
     let mut met = 0;
     for (a, config) in configs.iter().enumerate() {
-        for smp in GUEST_BENCH_SMP {
+        for &smp in &smps {
             let mut phases = vec![1, smp];
             phases.dedup();
             for cpus in phases {
@@ -550,6 +607,7 @@ fn seeds_table(config: &Config, run: &Run) -> String {
     };
     let label = match config.accel {
         Accel::Tcg => "TCG: emulation, NOT hardware performance",
+        Accel::TcgIcount => "TCG icount: guest instructions, NOT time",
         Accel::Kvm => "KVM: nested virtualisation, noisy",
     };
     let _ = writeln!(

@@ -27,8 +27,13 @@ fn qemu_command(config: &Config, kernel: &Path, run: &str) -> Command {
     let accel = match config.accel {
         // One host thread per vCPU, so races between vCPUs are real.
         Accel::Tcg => "tcg,thread=multi",
+        // icount needs TCG's single thread.
+        Accel::TcgIcount => "tcg",
         Accel::Kvm => "kvm",
     };
+    if config.accel == Accel::TcgIcount {
+        cmd.args(["-icount", "shift=0"]);
+    }
     cmd.args(["-accel", accel, "-cpu", config.cpu])
         .args(["-smp", &config.cpus.to_string(), "-m", "128M"])
         .args(["-nodefaults", "-display", "none", "-monitor", "none"])
