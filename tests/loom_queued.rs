@@ -358,8 +358,9 @@ fn nested_acquisition_while_queued() {
     outcomes.assert_all_seen(2);
 }
 
-/// Preemptible CPUs: lock is test-and-set on the whole word (no pending
-/// bit, no queue). Exclusion, and `try_lock` from a third CPU.
+/// Preemptible CPUs: lock is test-and-set on `locked`, tried while both
+/// halves read zero (no pending bit, no queue). Exclusion, and `try_lock`
+/// from a third CPU.
 #[test]
 fn test_and_set_mode() {
     let _serial = serial();
