@@ -71,10 +71,11 @@ const UPGRADEABLE_TAG: u32 = 1 << 31;
 ///   If a writer waits (`QW_WAITING` was set when the bias went in), take
 ///   the bias back, queue on `wait_lock`, add it again and wait for the
 ///   writer to leave, then pass `wait_lock` on. If a writer only holds
-///   the lock, keep the bias and wait for it to leave: the reader came
-///   before any writer that announces itself later, as a queued reader
-///   would (ksync's change to Linux, which queues it too: the queue admits
-///   it at the same moment, after three more writes to the lock's line).
+///   the lock, keep the bias and wait for it to leave: the reader comes
+///   before any writer that announces itself later (ksync's change to
+///   Linux, which queues it too; with nobody else queued, the queue admits
+///   it at the same moment, after four more writes to the lock's line:
+///   the bias back, the queue taken, the bias again, the queue passed on).
 ///   Readers in interrupt context ([`Kernel::in_interrupt`](crate::kernel::Kernel::in_interrupt))
 ///   keep their bias in both cases and wait only while a writer *holds*
 ///   the lock, never behind a waiting one: a handler that read-locks on a
@@ -280,11 +281,11 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         // `cnts` is the word our bias went into. Without `QW_WAITING` in
         // it, a writer holds the lock and none waited when we arrived: we
         // come before any writer that announces itself later, so keep the
-        // bias and wait for the holder to leave (the queue would admit us
-        // at the same moment, at the cost of three more writes to the
-        // lock's line). In interrupt context, keep it in any case: wait
-        // only while a writer holds the lock (a waiting writer waits for
-        // us). Acquire: as in `read_acquire`.
+        // bias and wait for the holder to leave (with nobody else queued,
+        // the queue would admit us at the same moment, after four more
+        // writes to the lock's line). In interrupt context, keep it in any
+        // case: wait only while a writer holds the lock (a waiting writer
+        // waits for us). Acquire: as in `read_acquire`.
         if cnts & QW_WAITING == 0 || crate::kernel::in_interrupt() {
             self.wait_while(|c| c & QW_LOCKED != 0);
             return;
