@@ -3,9 +3,12 @@
 //! `UnsafeCell` inside the `Once` reports a missing happens-before), a
 //! failed `try_call_once` handing over to a waiter, `RefCount`'s last
 //! decrement ordering the holders' accesses before the free, and the
-//! queued rwlock: writer/reader exclusion and the interrupt-reader rule
-//! (a reader in interrupt context is admitted while a writer waits; a
-//! rule that queued it behind the writer deadlocks the model).
+//! queued rwlock: writer/reader exclusion, the writer's bounded spin
+//! (readers whose holds overlap do not starve it: it announces itself
+//! after a few tries; a spin without that bound never ends in the model),
+//! and the interrupt-reader rule (a reader in interrupt context is
+//! admitted while a writer waits; a rule that queued it behind the writer
+//! deadlocks the model).
 //!
 //! Run with
 //! `RUSTFLAGS="--cfg ksync_loom" LOOM_MAX_PREEMPTIONS=2 KSYNC_MAX_CPUS=4 cargo test --release --test loom_spin`.
@@ -149,6 +152,48 @@ fn rwlock_writer_excludes_readers() {
         };
         writer.join().unwrap();
         assert!(reader.join().unwrap() <= 1);
+    });
+}
+
+#[test]
+fn rwlock_overlapping_readers_do_not_starve_a_writer() {
+    loom::model(|| {
+        let lock = Arc::new(RawRwSpinLock::<NoGuard>::new());
+        let held = Arc::new(AtomicBool::new(false));
+        // The readers: each new read is taken before the last one is
+        // released (as reads on several CPUs overlap), so the reader count
+        // never drops to zero while reads get in. The writer's retries of
+        // `0 -> QW_LOCKED` never succeed then; bounded, they end in
+        // `QW_WAITING`, which refuses the next read, and the last hold
+        // goes. Unbounded, neither side ever stops (loom: too many
+        // branches).
+        let readers = {
+            let (lock, held) = (lock.clone(), held.clone());
+            thread::spawn(move || {
+                lock.read_lock();
+                held.store(true, Ordering::Release);
+                while lock.try_read_lock().is_some() {
+                    // SAFETY: the older of our two holds.
+                    unsafe { lock.read_unlock(()) };
+                    thread::yield_now();
+                }
+                // SAFETY: our last hold.
+                unsafe { lock.read_unlock(()) };
+            })
+        };
+        let writer = {
+            let (lock, held) = (lock.clone(), held.clone());
+            thread::spawn(move || {
+                while !held.load(Ordering::Acquire) {
+                    thread::yield_now();
+                }
+                lock.write_lock();
+                // SAFETY: held exclusive.
+                unsafe { lock.write_unlock(()) };
+            })
+        };
+        readers.join().unwrap();
+        writer.join().unwrap();
     });
 }
 

@@ -277,6 +277,53 @@ fn a_waiting_writer_holds_new_readers_back() {
 }
 
 #[test]
+fn overlapping_readers_do_not_starve_a_writer() {
+    // Two reader threads, each taking its next read before it releases
+    // the last (`try_read`, so that no thread waits while it holds a
+    // read): the reader count never drops to zero while reads get in. A
+    // writer only ever retrying `0 -> QW_LOCKED` would wait for ever; the
+    // bounded retries end in `QW_WAITING`, the readers' next tries fail,
+    // they let go, and the writer gets in.
+    static LOCK: RwSpinLock<u32, NoGuard> = RwSpinLock::new(0);
+    static STOP: AtomicBool = AtomicBool::new(false);
+    static READS: AtomicUsize = AtomicUsize::new(0);
+    let readers: Vec<_> = (0..2)
+        .map(|_| {
+            thread::spawn(|| {
+                while !STOP.load(Ordering::SeqCst) {
+                    let mut held = LOCK.read();
+                    while !STOP.load(Ordering::SeqCst) {
+                        match LOCK.try_read() {
+                            Some(next) => held = next,
+                            None => break,
+                        }
+                        READS.fetch_add(1, Ordering::SeqCst);
+                    }
+                    drop(held);
+                }
+            })
+        })
+        .collect();
+    // Both readers overlapping first.
+    wait_until("the readers to overlap", || {
+        READS.load(Ordering::SeqCst) > 1000 && LOCK.reader_count() >= 2
+    });
+    let (tx, rx) = channel();
+    let writer = thread::spawn(move || {
+        *LOCK.write() += 1;
+        tx.send(()).unwrap();
+    });
+    let got_in = rx.recv_timeout(Duration::from_secs(20));
+    STOP.store(true, Ordering::SeqCst);
+    writer.join().unwrap();
+    for r in readers {
+        r.join().unwrap();
+    }
+    got_in.expect("a writer starved behind readers whose holds overlap");
+    assert_eq!(*LOCK.read(), 1);
+}
+
+#[test]
 fn an_interrupt_reader_is_admitted_while_a_writer_waits() {
     // Read in interrupt handlers, so written with interrupts masked (with
     // them enabled, lockdep reports the lock: a handler's read on the

@@ -25,6 +25,11 @@ const QW_WAITING: u32 = 0x100;
 const QW_WMASK: u32 = QW_LOCKED | QW_WAITING;
 /// One reader.
 pub const QR_BIAS: u32 = 1 << 9;
+/// How many times a writer that finds the lock taken, with no writer
+/// waiting and nobody queued, retries before it queues and announces
+/// itself (one relax between tries; 2 under loom, where each relax is a
+/// scheduling point).
+const WRITE_SPIN_TRIES: u32 = if cfg!(ksync_loom) { 2 } else { 64 };
 /// Debug builds: the owner record's mark of an upgradeable holder (a CPU
 /// id + 1 never reaches it).
 #[cfg(debug_assertions)]
@@ -63,18 +68,29 @@ const UPGRADEABLE_TAG: u32 = 1 << 31;
 /// | 9..32 | readers | one [`QR_BIAS`] per reader that holds the lock, or tries to |
 ///
 /// * **Read.** Add `QR_BIAS` (Acquire); if no writer bit is set, done.
-///   Otherwise take the bias back, queue on `wait_lock`, add it again and
-///   wait for the writer to leave, then pass `wait_lock` on. Readers in
-///   interrupt context ([`Kernel::in_interrupt`](crate::kernel::Kernel::in_interrupt))
-///   keep their bias and wait only while a writer *holds* the lock, never
-///   behind a waiting one: a handler that read-locks on a CPU whose task
-///   waits to write (in the queue, or as `QW_WAITING`) would otherwise
-///   wait for itself (Linux's `queued_read_lock_slowpath`).
-/// * **Write.** Compare-exchange `0 -> QW_LOCKED` (Acquire); otherwise
+///   If a writer waits (`QW_WAITING` was set when the bias went in), take
+///   the bias back, queue on `wait_lock`, add it again and wait for the
+///   writer to leave, then pass `wait_lock` on. If a writer only holds
+///   the lock, keep the bias and wait for it to leave: the reader comes
+///   before any writer that announces itself later (ksync's change to
+///   Linux, which queues it too; with nobody else queued, the queue admits
+///   it at the same moment, after four more writes to the lock's line:
+///   the bias back, the queue taken, the bias again, the queue passed on).
+///   Readers in interrupt context ([`Kernel::in_interrupt`](crate::kernel::Kernel::in_interrupt))
+///   keep their bias in both cases and wait only while a writer *holds*
+///   the lock, never behind a waiting one: a handler that read-locks on a
+///   CPU whose task waits to write (in the queue, or as `QW_WAITING`)
+///   would otherwise wait for itself (Linux's `queued_read_lock_slowpath`).
+/// * **Write.** Compare-exchange `0 -> QW_LOCKED` (Acquire). Otherwise,
+///   while no writer waits and nobody is queued, retry it a bounded number
+///   of times (64, one relax hint between tries; ksync's addition: a short
+///   hold, a reader's or another writer's, then costs no hand-off through
+///   the queue, in which the readers coming next would queue too). Then
 ///   queue on `wait_lock`; at its head, try `0 -> QW_LOCKED` once more
 ///   (the readers may have left meanwhile), then set `QW_WAITING` (new
-///   readers now queue behind it: writers are not starved), wait for the
-///   readers to drain, and turn `QW_WAITING` into `QW_LOCKED`.
+///   readers now queue behind it: writers are not starved, the bounded
+///   retries only delay the announcement), wait for the readers to drain,
+///   and turn `QW_WAITING` into `QW_LOCKED`.
 /// * **Upgradeable read** (as `spin::RwLock`'s and `lock_api`'s): a
 ///   reader that also holds `wait_lock`, so no writer and no other
 ///   upgradeable reader gets past it, while plain readers still come and
@@ -251,20 +267,26 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         // downgrade): its critical section happens-before ours.
         let cnts = self.cnts.fetch_add(QR_BIAS, Ordering::Acquire);
         if cnts & QW_WMASK != 0 {
-            self.read_slow();
+            self.read_slow(cnts);
         }
     }
 
     #[cold]
     #[inline(never)]
     #[cfg_attr(debug_assertions, track_caller)]
-    fn read_slow(&self) {
+    fn read_slow(&self, cnts: u32) {
         // (An upgradeable holder's reads never come here: no writer bit
         // can be set while it holds the queue and a reader's bias.)
         self.check_not_mine(false);
-        if crate::kernel::in_interrupt() {
-            // Keep the bias: wait only while a writer holds the lock (a
-            // waiting writer waits for us). Acquire: as in `read_acquire`.
+        // `cnts` is the word our bias went into. Without `QW_WAITING` in
+        // it, a writer holds the lock and none waited when we arrived: we
+        // come before any writer that announces itself later, so keep the
+        // bias and wait for the holder to leave (with nobody else queued,
+        // the queue would admit us at the same moment, after four more
+        // writes to the lock's line). In interrupt context, keep it in any
+        // case: wait only while a writer holds the lock (a waiting writer
+        // waits for us). Acquire: as in `read_acquire`.
+        if cnts & QW_WAITING == 0 || crate::kernel::in_interrupt() {
             self.wait_while(|c| c & QW_LOCKED != 0);
             return;
         }
@@ -333,6 +355,9 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
     #[cfg_attr(debug_assertions, track_caller)]
     fn write_slow(&self) {
         self.check_not_mine(true);
+        if self.write_spin() {
+            return;
+        }
         self.wait_lock.lock();
         // At the head of the queue: take the lock at once if the readers
         // left meanwhile (Linux's `queued_write_lock_slowpath` does), so
@@ -347,6 +372,41 @@ impl<G: SpinGuardian> RawRwSpinLock<G> {
         self.cnts.fetch_or(QW_WAITING, Ordering::Relaxed);
         // SAFETY: `QW_WAITING` set just above, `wait_lock` taken.
         unsafe { self.take_queued(QW_WAITING, None) };
+    }
+
+    /// The optimistic part of a contended write: while no writer waits
+    /// and nobody is queued, retry `0 -> QW_LOCKED` up to
+    /// [`WRITE_SPIN_TRIES`] times, without announcing ourselves, so that
+    /// a short hold (a reader's, or another writer's) costs no hand-off
+    /// through the queue. Bounded: then the caller queues and sets
+    /// `QW_WAITING`, which holds new readers back (writers are not
+    /// starved). Returns whether it took the lock.
+    #[inline]
+    fn write_spin(&self) -> bool {
+        let mut tries = WRITE_SPIN_TRIES;
+        loop {
+            let cnts = self.cnts.load(Ordering::Relaxed);
+            // A writer that announced itself, or anyone queued (a queued
+            // reader or writer, an upgradeable holder): take our place
+            // behind them.
+            if cnts & QW_WAITING != 0 || self.wait_lock.is_locked() {
+                return false;
+            }
+            // Acquire: as in `write_acquire`.
+            if cnts == 0
+                && self
+                    .cnts
+                    .compare_exchange(0, QW_LOCKED, Ordering::Acquire, Ordering::Relaxed)
+                    .is_ok()
+            {
+                return true;
+            }
+            tries -= 1;
+            if tries == 0 {
+                return false;
+            }
+            crate::sync::relax::<spin::relax::Spin>();
+        }
     }
 
     /// The head of the queue takes the lock for writing once the word
