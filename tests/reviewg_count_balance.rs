@@ -18,8 +18,8 @@ use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 use ksync::kernel::{self, irq::ArchIrq};
 use ksync::lock_api::{self, MutexGuard, RawMutexFair};
 use ksync::spinlock::{
-    ArchIrqTicketMutex, IrqDisabled, IrqQueuedMutex, NoGuard, PreemptDisabled, QueuedMutex,
-    RawIrqSave, RawTicketLock, RawTtasLock, Spin, SpinLock, TicketMutex, TtasMutex,
+    ArchIrqTicketMutex, IrqDisabled, IrqQueuedMutex, NoGuard, QueuedMutex, RawIrqSave,
+    RawTicketLock, RawTtasLock, Spin, SpinLock, TicketMutex, TtasMutex,
 };
 use ksync::{host, wait};
 
@@ -40,7 +40,7 @@ static RAW: RawTicketLock = RawTicketLock::new();
 /// Taken by the interrupt handler only (a task holding it would deadlock
 /// with its own handler).
 #[cfg(feature = "hostile")]
-static HANDLER_ONLY: SpinLock<u64, PreemptDisabled> = SpinLock::new(0);
+static HANDLER_ONLY: SpinLock<u64, ksync::spinlock::PreemptDisabled> = SpinLock::new(0);
 
 /// Whether `might_sleep` reports here (it must while a guard is live).
 fn reports() -> bool {
@@ -135,6 +135,7 @@ fn round(i: u64, check: bool) {
         }
     }
     {
+        // SAFETY: the raw lock is locked and unlocked as a pair below.
         let raw = unsafe { A.raw() };
         raw.lock();
         // SAFETY: taken just above, on this CPU.
