@@ -6,6 +6,10 @@ use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 /// The id `cpu_id` returns.
 pub static CPU: AtomicUsize = AtomicUsize::new(0);
 
+/// Added to the id `preempt_disable_cpu_id` returns (0: as the contract
+/// says, the id `cpu_id` returns).
+pub static GET_CPU_OFFSET: AtomicUsize = AtomicUsize::new(0);
+
 pub struct BogusKernel;
 
 // SAFETY: not sound for real use: the test sets the id by hand, and sets
@@ -16,6 +20,10 @@ unsafe impl ksync::kernel::Kernel for BogusKernel {
     }
     fn nr_cpus() -> usize {
         4
+    }
+    fn preempt_disable_cpu_id() -> usize {
+        Self::preempt_disable();
+        CPU.load(Relaxed) + GET_CPU_OFFSET.load(Relaxed)
     }
     fn irq_save() -> usize {
         0
