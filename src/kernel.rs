@@ -1266,12 +1266,29 @@ fn count_preempt_on(cpu: Option<usize>) {
 #[cfg(debug_assertions)]
 #[inline]
 pub(crate) fn preempt_disabled_by_ksync() -> bool {
+    // With preemption disabled through the kernel alone (not counted):
+    // the id and the count read are of the CPU this task is on. Read with
+    // preemption on, a task moved after its id read would see the count of
+    // the CPU it left, where another task may hold a spinlock.
     #[cfg(all(debug_assertions, not(ksync_loom)))]
-    return PREEMPT_OFF
-        .get(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1())
-        .is_some_and(|count| count.load(crate::sync::Ordering::Relaxed) != 0);
+    return without_preemption(|| {
+        PREEMPT_OFF
+            .get(ksync_hook_cpu_id_defined_by_ksync_set_kernel_v1())
+            .is_some_and(|count| count.load(crate::sync::Ordering::Relaxed) != 0)
+    });
     #[cfg(ksync_loom)]
     false
+}
+
+/// Runs `f` with preemption disabled through the kernel's hooks only (not
+/// counted in the debug count): for the debug checks' reads of this CPU's
+/// counts (debug builds and `lockdep`).
+#[allow(dead_code)]
+pub(crate) fn without_preemption<T>(f: impl FnOnce() -> T) -> T {
+    ksync_hook_preempt_disable_defined_by_ksync_set_kernel_v1();
+    let out = f();
+    ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
+    out
 }
 
 /// Disables preemption until the returned guard drops: the caller stays on
@@ -1336,6 +1353,12 @@ pub(crate) fn preempt_disable_hook_cpu() -> Option<usize> {
     #[cfg(all(debug_assertions, not(ksync_loom)))]
     {
         let id = ksync_hook_preempt_disable_cpu_id_defined_by_ksync_set_kernel_v1();
+        if id >= MAX_CPUS {
+            // Before the id is kept anywhere (an owner record keeps it as
+            // 32 bits): a bad id would count and uncount other CPUs.
+            ksync_hook_preempt_enable_defined_by_ksync_set_kernel_v1();
+            cpu_out_of_range(id, MAX_CPUS, "MAX_CPUS");
+        }
         count_preempt_off(id);
         Some(id)
     }

@@ -84,6 +84,20 @@ fn lockdep_reports() -> std::sync::MutexGuard<'static, Option<Vec<String>>> {
     LOCKDEP_REPORTS.lock().unwrap_or_else(|e| e.into_inner())
 }
 
+/// Runs `f` with no point of the host's schedule acting in it (neither an
+/// armed preemption nor, with `hostile`, the hostile schedule): for ksync's own debug counts that a real CPU
+/// keeps with interrupts masked, where no task can move (the host's
+/// `ArchIrq` masking is a global lock the schedule does not see).
+#[allow(dead_code)]
+pub(crate) fn without_points<T>(f: impl FnOnce() -> T) -> T {
+    #[cfg(all(feature = "hostile", not(ksync_loom)))]
+    return backend::quietly(|| hostile::paused(f));
+    #[cfg(all(not(feature = "hostile"), not(ksync_loom)))]
+    return backend::quietly(f);
+    #[cfg(ksync_loom)]
+    f()
+}
+
 /// From now on (`true`), lockdep reports are recorded, process-wide, for
 /// [`take_lockdep_reports`]; `false` goes back to panicking (the default)
 /// and drops what was recorded.

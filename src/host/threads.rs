@@ -227,6 +227,15 @@ fn preempt_now() {
     switch();
 }
 
+/// Runs `f` with the preemption count raised and no preemption point at
+/// its end: no armed preemption fires inside it (see `host::without_points`).
+pub(super) fn quietly<T>(f: impl FnOnce() -> T) -> T {
+    PREEMPT.with(|c| c.set(c.get() + 1));
+    let out = f();
+    PREEMPT.with(|c| c.set(c.get() - 1));
+    out
+}
+
 #[inline]
 pub(super) fn preempt_disable() {
     #[cfg(feature = "hostile")]

@@ -525,11 +525,19 @@ fn masked_depth() -> Option<&'static crate::sync::AtomicU32> {
 #[inline]
 pub(crate) fn count_masked() {
     use crate::sync::Ordering::Relaxed;
-    if let Some(depth) = masked_depth() {
-        // Relaxed: only this CPU touches its counter, with interrupts
-        // masked.
-        depth.store(depth.load(Relaxed) + 1, Relaxed);
-    }
+    let count = || {
+        if let Some(depth) = masked_depth() {
+            // Relaxed: only this CPU touches its counter, with interrupts
+            // masked.
+            depth.store(depth.load(Relaxed) + 1, Relaxed);
+        }
+    };
+    // The host kernel cannot see an `ArchIrq` mask until it is counted:
+    // no point of its schedule may move the task between the two.
+    #[cfg(feature = "test-hooks")]
+    crate::host::without_points(count);
+    #[cfg(not(feature = "test-hooks"))]
+    count();
 }
 
 /// This CPU is about to restore interrupts through ksync.
@@ -540,10 +548,17 @@ pub(crate) fn count_masked() {
 #[inline]
 pub(crate) fn count_unmasking() {
     use crate::sync::Ordering::Relaxed;
-    if let Some(depth) = masked_depth() {
-        // Relaxed: as in `count_masked`.
-        depth.store(depth.load(Relaxed).saturating_sub(1), Relaxed);
-    }
+    let uncount = || {
+        if let Some(depth) = masked_depth() {
+            // Relaxed: as in `count_masked`.
+            depth.store(depth.load(Relaxed).saturating_sub(1), Relaxed);
+        }
+    };
+    // As in `count_masked`: the task is still masked here.
+    #[cfg(feature = "test-hooks")]
+    crate::host::without_points(uncount);
+    #[cfg(not(feature = "test-hooks"))]
+    uncount();
 }
 
 /// Whether this CPU has masked interrupts through ksync (`false` for a
@@ -557,6 +572,20 @@ pub(crate) fn masked_by_ksync() -> bool {
     masked_on(cpu_id_unchecked())
 }
 
+/// [`masked_by_ksync`] read with preemption disabled (through the kernel's
+/// hooks, uncounted), so that the id and the count are of the CPU this
+/// task is on: for `might_sleep`, which must not report a masking another
+/// task made on a CPU this one just left. (Lockdep's read stays plain: a
+/// stale `true` there only hides a use with interrupts on.)
+#[cfg(any(
+    feature = "lockdep",
+    all(debug_assertions, feature = "test-hooks", not(ksync_loom))
+))]
+#[inline]
+pub(crate) fn masked_by_ksync_here() -> bool {
+    crate::kernel::without_preemption(masked_by_ksync)
+}
+
 /// Whether CPU `cpu` has masked interrupts through ksync (for the host
 /// kernel, which knows the id without asking its own hook).
 #[cfg(any(
@@ -565,8 +594,8 @@ pub(crate) fn masked_by_ksync() -> bool {
 ))]
 #[inline]
 pub(crate) fn masked_on(cpu: usize) -> bool {
-    // Relaxed: this CPU's own counter (a stale read after a migration can
-    // only hide a use with interrupts on, never invent one).
+    // Relaxed: a CPU's own counter. Read with preemption on, the id may
+    // be of a CPU the task has left ([`masked_by_ksync_here`] keeps it on).
     MASKED_DEPTH
         .get(cpu)
         .is_some_and(|depth| depth.load(crate::sync::Ordering::Relaxed) != 0)

@@ -1389,7 +1389,7 @@ pub fn might_sleep() {
         feature = "lockdep",
         all(debug_assertions, feature = "test-hooks", not(ksync_loom))
     ))]
-    if kernel::irqs_disabled() || kernel::irq::masked_by_ksync() {
+    if kernel::irqs_disabled() || kernel::irq::masked_by_ksync_here() {
         irqs_masked();
     }
     #[cfg(all(

@@ -364,6 +364,19 @@ fn check_builds(t: &mut Tally) {
     let (ok, _) = run_logged("build aarch64-unknown-none +lse", &mut lse);
     t.check("build aarch64-unknown-none +lse", ok);
     check_embedding_example(t);
+    check_bad_kernel(t);
+}
+
+/// tests/bad_kernel: a host kernel that breaks the `Kernel` contract on
+/// purpose (an out-of-range CPU id), whose breaches ksync must report.
+fn check_bad_kernel(t: &mut Tally) {
+    let mut cmd = cargo(&["test"]);
+    cmd.current_dir(root().join("tests/bad_kernel"))
+        .env_remove("RUSTFLAGS")
+        .env("CARGO_TARGET_DIR", root().join("target/bad_kernel"));
+    let name = "tests/bad_kernel (a kernel that breaks the contract)";
+    let (ok, text) = run_logged(name, &mut cmd);
+    tally_tests(t, name, ok, &text);
 }
 
 /// The embedding checklist's example (examples/embedding): a bare-metal
@@ -646,6 +659,7 @@ pub const HOSTILE_SUITES: &[&str] = &[
     "spinlock",
     "queued_nesting",
     "spinlock_guard",
+    "preempt_count_balance",
     "percpu_rwlock",
     "seqlock",
     "sleeping",

@@ -1,7 +1,7 @@
-//! Review (reviewg) demonstration, found by tests/reviewg_count_balance.rs
+//! Found by tests/preempt_count_balance.rs
 //! under the hostile kernel (seeds 1, 2, 3: "ksync: a sleeping wait with
-//! interrupts masked on this CPU" on a CPU nobody uses): `ArchIrq::save`
-//! masks (on the host: `critical-section`), then counts the masking on
+//! interrupts masked on this CPU" on a CPU nobody uses), before the fix:
+//! `ArchIrq::save` masks (on the host: `critical-section`), then counts the masking on
 //! the CPU id it reads (src/kernel/irq.rs `count_masked`). The host
 //! kernel sees `ArchIrq` masking only through that count
 //! (`masked_by_ksync`), so the `cpu_id` read inside `count_masked` is a
@@ -10,7 +10,8 @@
 //! (saturating). The CPU left keeps a count of 1 for good, and every
 //! `might_sleep` of the next task there reports interrupts masked.
 //! (tests/host_archirq_migrate.rs covers a migration once the count is
-//! taken, which the host refuses; this is the window before it.)
+//! taken, which the host refuses; this is the window before it.) Now the
+//! count is taken with no point of the host's schedule in it.
 
 use ksync::spinlock::ArchIrqTicketMutex;
 use ksync::{host, kernel, wait};
@@ -19,7 +20,6 @@ static ARCH: ArchIrqTicketMutex<u64> = ArchIrqTicketMutex::new(0);
 
 #[test]
 #[cfg_attr(not(debug_assertions), ignore = "the count is debug builds'")]
-#[ignore = "reviewg: demonstrates a masking count left on a CPU after an ArchIrq section (fails when run)"]
 fn a_move_while_archirq_masks_leaves_no_masking_count_behind() {
     #[cfg(feature = "hostile")]
     host::hostile::set_enabled(false);

@@ -1,19 +1,15 @@
-//! reviewg: a host "kernel" whose `cpu_id` a test sets: one thread plays
-//! every context in turn.
+//! A host "kernel" whose `cpu_id` a test sets: one thread plays every
+//! context in turn.
 
 use core::sync::atomic::{AtomicUsize, Ordering::Relaxed};
 
 /// The id `cpu_id` returns.
 pub static CPU: AtomicUsize = AtomicUsize::new(0);
 
-/// Added to the id `preempt_disable_cpu_id` returns (0: as the contract
-/// says, the id `cpu_id` returns).
-pub static GET_CPU_OFFSET: AtomicUsize = AtomicUsize::new(0);
-
 pub struct BogusKernel;
 
 // SAFETY: not sound for real use: the test sets the id by hand, and sets
-// it out of range on purpose (the contract's breach under review).
+// it out of range on purpose (the breach ksync must report).
 unsafe impl ksync::kernel::Kernel for BogusKernel {
     fn cpu_id() -> usize {
         CPU.load(Relaxed)
@@ -23,7 +19,7 @@ unsafe impl ksync::kernel::Kernel for BogusKernel {
     }
     fn preempt_disable_cpu_id() -> usize {
         Self::preempt_disable();
-        CPU.load(Relaxed) + GET_CPU_OFFSET.load(Relaxed)
+        CPU.load(Relaxed)
     }
     fn irq_save() -> usize {
         0

@@ -1,4 +1,4 @@
-//! Review (reviewg) demonstration: `might_sleep` with nothing held reads
+//! `might_sleep` with nothing held read
 //! ksync's debug preemption count (`PREEMPT_OFF`, src/kernel.rs
 //! `preempt_disabled_by_ksync`) on a CPU id it read with preemption
 //! enabled. A preemptible kernel may move the task right after the id is
@@ -7,7 +7,8 @@
 //! a spinlock or a `preempt_disable` section: `might_sleep` reports "a
 //! sleeping wait with preemption disabled on this CPU" for a task that
 //! holds nothing. (Linux's `preempt_count()` is the task's own, read in
-//! one instruction: no such window.)
+//! one instruction: no such window.) Now the id and the count are read
+//! with preemption disabled through the kernel's hooks.
 //!
 //! The host's scheduler is played by hand: at every preemption point of
 //! the checked task (re-armed after each), the task moves to a free CPU
@@ -76,7 +77,6 @@ fn arm(dance: std::rc::Rc<std::cell::RefCell<Dance>>) {
 
 #[test]
 #[cfg_attr(not(debug_assertions), ignore = "the count is debug builds'")]
-#[ignore = "reviewg: demonstrates a false might_sleep report after a migration (fails when run)"]
 fn might_sleep_after_a_migration_does_not_read_the_cpu_it_left() {
     dance_around_might_sleep(Hold::Preempt);
 }
@@ -86,7 +86,6 @@ fn might_sleep_after_a_migration_does_not_read_the_cpu_it_left() {
 /// use with interrupts on, never invent one").
 #[test]
 #[cfg_attr(not(debug_assertions), ignore = "the count is debug builds'")]
-#[ignore = "reviewg: demonstrates a false might_sleep report after a migration (fails when run)"]
 fn might_sleep_after_a_migration_does_not_read_the_masking_of_the_cpu_it_left() {
     dance_around_might_sleep(Hold::ArchIrq);
 }
@@ -95,12 +94,16 @@ fn might_sleep_after_a_migration_does_not_read_the_masking_of_the_cpu_it_left() 
 /// record of held locks is read too).
 #[test]
 #[cfg_attr(not(debug_assertions), ignore = "the count is debug builds'")]
-#[ignore = "reviewg: demonstrates a false might_sleep report after a migration (fails when run)"]
 fn might_sleep_after_a_migration_does_not_read_the_locks_of_the_cpu_it_left() {
     dance_around_might_sleep(Hold::Spin);
 }
 
+/// One dance at a time: the helpers share `HELPERS_LOCK`, and a thread
+/// another test starts may claim the spare CPU id a dance moves to.
+static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
+
 fn dance_around_might_sleep(hold: Hold) {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     #[cfg(feature = "hostile")]
     host::hostile::set_enabled(false);
     let (to_helper, orders) = mpsc::channel::<Order>();

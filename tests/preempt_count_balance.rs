@@ -1,4 +1,4 @@
-//! Review (reviewg): the debug preemption count that `might_sleep` reads
+//! The debug preemption count that `might_sleep` reads
 //! (`PREEMPT_OFF`, counted on the id `preempt_disable_cpu_id` returns,
 //! uncounted on the owner record's CPU since 37db448) is balanced through
 //! every way a spinlock guard ends: plain and nested locks released out of
@@ -10,8 +10,8 @@
 //! store included). Checked while a guard is live (the count is seen) and
 //! at the end on every CPU id (no count left behind).
 //!
-//! `cargo test --test reviewg_count_balance`, and under the hostile kernel:
-//! `KSYNC_HOSTILE_SEED=N KSYNC_HOSTILE_STRICT=1 cargo test --features hostile --test reviewg_count_balance`.
+//! `cargo test --test preempt_count_balance`, and under the hostile kernel:
+//! `KSYNC_HOSTILE_SEED=N KSYNC_HOSTILE_STRICT=1 cargo test --features hostile --test preempt_count_balance`.
 
 use std::sync::atomic::{AtomicBool, Ordering::Relaxed};
 
@@ -48,7 +48,7 @@ fn reports() -> bool {
 }
 
 /// The `ArchIrq` forms: off here (their masking count leaks under the
-/// hostile kernel, see tests/reviewg_archirq_masking_leak.rs, and the
+/// hostile kernel, see tests/archirq_masking_count.rs, and the
 /// final check would report that instead).
 const ARCH_IRQ: bool = false;
 
