@@ -85,7 +85,7 @@
 //! | primitive | hooks, and on which paths | may first be used |
 //! |---|---|---|
 //! | [`TicketLock`](crate::spinlock::TicketLock), [`TtasLock`](crate::spinlock::TtasLock) (the algorithms), and any lock with the [`NoGuard`](crate::spinlock::NoGuard) policy | none | any time |
-//! | [`RawTicketLock`](crate::spinlock::RawTicketLock), [`RawTtasLock`](crate::spinlock::RawTtasLock) and their mutexes (policy [`PreemptDisabled`](crate::spinlock::PreemptDisabled)) | `preempt_disable` on taking, `preempt_enable` after releasing; in debug builds also `cpu_id` (the owner record) | release builds: once the preemption hooks work (no-ops: any time); debug builds: once `cpu_id` works |
+//! | [`RawTicketLock`](crate::spinlock::RawTicketLock), [`RawTtasLock`](crate::spinlock::RawTtasLock) and their mutexes (policy [`PreemptDisabled`](crate::spinlock::PreemptDisabled)) | `preempt_disable` on taking, `preempt_enable` after releasing; in debug builds `preempt_disable_cpu_id` instead (the owner record; by default `preempt_disable` then `cpu_id`) | release builds: once the preemption hooks work (no-ops: any time); debug builds: once `cpu_id` works |
 //! | [`LockRef`](crate::LockRef) | lockless get and put: none; its lock (`lock`, and the fallbacks of every operation): the policy's, `preempt_disable`/`preempt_enable` by default, none with [`NoGuard`](crate::spinlock::NoGuard) | release builds: once the preemption hooks work (no-ops: any time); `LockRef<NoGuard>`: any time |
 //! | [`SeqCount`](crate::seqlock::SeqCount), [`SeqLock`](crate::seqlock::SeqLock) (`write`, `read`) | none | any time |
 //! | [`QueuedLock`](crate::spinlock::QueuedLock), [`RawQueuedLock`](crate::spinlock::RawQueuedLock) | as the row above for `RawQueuedLock`; then none uncontended, nor for the first waiter (the pending bit); a later waiter queues on its CPU's node: `preempt_disable`, `cpu_id`, `preempt_enable`. None at all in the single-CPU build | uncontended: any time; once a second CPU can contend, `cpu_id` must work on every CPU that takes it |
@@ -100,9 +100,13 @@
 //!
 //! Debug builds count every preemption disable made through ksync per CPU
 //! (for [`might_sleep`](crate::wait::might_sleep), as Linux's preemption
-//! count), which reads `cpu_id` at each `preempt_disable` and
-//! `preempt_enable`: there, every row that calls the preemption hooks
-//! needs `cpu_id` too.
+//! count): a spinlock takes preemption off through `preempt_disable_cpu_id`
+//! (by default `preempt_disable` then `cpu_id`) and keeps the id in its
+//! owner record for the release; other disables read `cpu_id` at each
+//! `preempt_disable` and `preempt_enable`. There, every row that calls the
+//! preemption hooks needs `cpu_id` too (an id at or past `MAX_CPUS`
+//! panics naming it), and `might_sleep` itself calls `preempt_disable`,
+//! `cpu_id` and `preempt_enable` to read this CPU's counts.
 //!
 //! The FIFO locks (ticket, queued, the lock in `LockRef`) also read two
 //! settings, not hooks ([`set_vcpu_preemptible`], [`set_spin_wait`]): the
