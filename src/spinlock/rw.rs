@@ -96,7 +96,7 @@ const UPGRADEABLE_TAG: u32 = 1 << 31;
 ///   upgradeable reader gets past it, while plain readers still come and
 ///   go. `upgrade` turns its bias into `QW_WAITING` and waits for the
 ///   other readers as a queued writer does. (A reader that had to queue,
-///   because a writer held the lock as it arrived, waits in the queue
+///   because a writer waited as it arrived, waits in the queue
 ///   behind the upgradeable holder: hold upgradeable reads briefly.)
 ///
 /// At most 2^23 - 1 contexts hold or try the lock shared at once (the

@@ -620,6 +620,7 @@ fn check_loom(t: &mut Tally) {
                 "loom_call_rcu",
                 "loom_rculist",
                 "loom_spin",
+                "loom_rwspinlock_halting",
                 "srcu",
             ],
             "2",

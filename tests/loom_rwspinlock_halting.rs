@@ -1,12 +1,12 @@
-//! Review models of `RwSpinLock`'s bounded writer retries and the reader
-//! that keeps its bias behind a holding writer (branch `rwmix`): the
+//! Loom models of `RwSpinLock`'s bounded writer retries and the reader
+//! that keeps its bias behind a holding writer: the
 //! reader that kept its bias against the next writer (the fast path, the
 //! retries and the queue), an upgrader against a retrying writer, and
 //! the same roles with every waiter halting until kicked (a lost wake-up
 //! is a loom deadlock).
 //!
 //! Run with
-//! `RUSTFLAGS="--cfg ksync_loom" LOOM_MAX_PREEMPTIONS=2 KSYNC_MAX_CPUS=4 CARGO_TARGET_DIR=target/loom cargo test --release --test loom_rw_review`.
+//! `RUSTFLAGS="--cfg ksync_loom" LOOM_MAX_PREEMPTIONS=2 KSYNC_MAX_CPUS=4 CARGO_TARGET_DIR=target/loom cargo test --release --test loom_rwspinlock_halting`.
 
 #![cfg(ksync_loom)]
 
