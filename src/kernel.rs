@@ -1454,36 +1454,6 @@ pub use spin::{
 mod tests {
     use super::{MAX_CPUS_LIMIT, parse_max_cpus};
 
-    /// The spinlocks' debug preemption count (what `might_sleep` reads)
-    /// is balanced through `enter_with_cpu` / `exit_on_cpu`, nested and
-    /// in both policies that disable preemption.
-    #[cfg(debug_assertions)]
-    #[test]
-    fn spinlock_guards_count_and_uncount_preemption() {
-        use super::preempt_disabled_by_ksync as counted;
-        use crate::spinlock::{IrqDisabled, PreemptDisabled, SpinLock};
-        let outer: SpinLock<u32, PreemptDisabled> = SpinLock::new(0);
-        let inner: SpinLock<u32, IrqDisabled> = SpinLock::new(0);
-        assert!(!counted());
-        for _ in 0..1000 {
-            let mut a = outer.lock();
-            assert!(counted());
-            {
-                let mut b = inner.lock();
-                *b += 1;
-                assert!(counted());
-            }
-            assert!(counted(), "the inner unlock uncounted the outer hold");
-            *a += 1;
-            drop(a);
-            assert!(!counted(), "a hold left counted");
-            let held = outer.try_lock().expect("the lock is free");
-            assert!(counted());
-            drop(held);
-            assert!(!counted(), "try_lock's hold left counted");
-        }
-    }
-
     #[test]
     fn max_cpus_is_bounded_below_the_ticket_range() {
         assert_eq!(parse_max_cpus("1"), 1);

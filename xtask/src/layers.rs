@@ -53,6 +53,11 @@ pub const LEAVES: &[(&str, &str, &str)] = &[
         "a unit test of lockdep's engine reads the host kernel's interrupt flag (cfg(test) only)",
     ),
     (
+        "kernel",
+        "host::without_points",
+        "the host kernel (feature `test-hooks`, host tests only) must not move a task between an `ArchIrq` mask and ksync's count of it, which is all it sees of that mask",
+    ),
+    (
         "sync",
         "host::hostile",
         "the hostile host kernel (feature `hostile`, host tests only) wraps the shim's atomics so every operation is a point of its schedule",
