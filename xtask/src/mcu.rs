@@ -455,10 +455,26 @@ fn run_board(board: Board) -> (Vec<Outcome>, Option<Boot>) {
         }
     };
     for control in CONTROLS {
-        out.push(match boot(board, &elf, control) {
-            Ok(b) => judge_control(board, control, &b),
-            Err(e) => fail(&format!("control:{control}"), e),
-        });
+        // A control's race needs the timer interrupt inside its window,
+        // which QEMU delivers between translated blocks at host-timed
+        // moments: a boot can miss it (the Cortex-M0's
+        // `control-percpu-unmasked`: 500 interrupts, none in the window,
+        // once in a fresh-clone run). An uncaught control gets up to
+        // two more boots, as the QEMU runner gives one; uncaught in all
+        // three, it fails.
+        let mut outcome = None;
+        for _ in 0..3 {
+            let o = match boot(board, &elf, control) {
+                Ok(b) => judge_control(board, control, &b),
+                Err(e) => fail(&format!("control:{control}"), e),
+            };
+            let caught = o.1;
+            outcome = Some(o);
+            if caught {
+                break;
+            }
+        }
+        out.extend(outcome);
     }
     (out, checks)
 }
