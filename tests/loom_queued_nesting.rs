@@ -17,6 +17,10 @@ use loom::thread;
 use ksync::kernel::{self, SpinWait, set_vcpu_preemptible};
 use ksync::spinlock::RawQueuedLock;
 
+#[path = "common/loom_halting.rs"]
+mod halting;
+use halting::{YIELD, haltable, unhaltable};
+
 static SERIAL: Mutex<()> = Mutex::new(());
 
 fn serial() -> std::sync::MutexGuard<'static, ()> {
@@ -55,24 +59,9 @@ impl Locked {
 
 // ---- the halting CPU (as `tests/loom_queued.rs`'s, plus an "interrupt") ----
 
-static HALTABLE: Mutex<Vec<Option<thread::Thread>>> = Mutex::new(Vec::new());
-static EVENT: [std::sync::atomic::AtomicBool; 4] =
-    [const { std::sync::atomic::AtomicBool::new(false) }; 4];
-
 loom::thread_local! {
-    static SLOT: std::cell::Cell<usize> = std::cell::Cell::new(usize::MAX);
     /// This CPU's pending "interrupt": run once, from its first wait.
     static IRQ: std::cell::RefCell<Option<Box<dyn FnOnce()>>> = std::cell::RefCell::new(None);
-}
-
-fn haltable() {
-    let mut all = HALTABLE.lock().unwrap();
-    SLOT.with(|s| s.set(all.len()));
-    all.push(Some(thread::current()));
-}
-
-fn unhaltable() {
-    HALTABLE.lock().unwrap()[SLOT.with(std::cell::Cell::get)] = None;
 }
 
 /// `WFE`: one event register per CPU, shared by every context nested on
@@ -87,19 +76,7 @@ fn halt() {
             return;
         }
     }
-    if !EVENT[SLOT.with(std::cell::Cell::get)].swap(false, std::sync::atomic::Ordering::SeqCst) {
-        thread::park();
-    }
-}
-
-fn kick_all() {
-    let all = HALTABLE.lock().unwrap().clone();
-    for (slot, t) in all.into_iter().enumerate() {
-        EVENT[slot].store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(t) = t {
-            t.unpark();
-        }
-    }
+    halting::halt();
 }
 
 /// Whether the return from an "interrupt" sets the CPU's event register
@@ -111,21 +88,13 @@ static IRQ_RAN: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize:
 
 static HALTING: SpinWait = SpinWait {
     wait: halt,
-    kick: Some(kick_all),
-};
-
-static YIELD: SpinWait = SpinWait {
-    wait: thread::yield_now,
-    kick: None,
+    kick: Some(halting::kick_all),
 };
 
 fn halting_execution() {
     set_vcpu_preemptible(false);
     kernel::set_spin_wait(&HALTING);
-    HALTABLE.lock().unwrap().clear();
-    for e in &EVENT {
-        e.store(false, std::sync::atomic::Ordering::SeqCst);
-    }
+    halting::reset();
 }
 
 /// Node reuse under halting: two CPUs take the lock twice each while the

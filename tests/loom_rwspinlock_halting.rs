@@ -19,6 +19,10 @@ use loom::thread;
 use ksync::kernel::{self, SpinWait, set_vcpu_preemptible};
 use ksync::spinlock::{NoGuard, RawRwSpinLock};
 
+#[path = "common/loom_halting.rs"]
+mod halting;
+use halting::{HALTING, YIELD, halt, haltable, kick_all, unhaltable};
+
 /// One model at a time: they set process-wide settings.
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -110,49 +114,6 @@ fn upgrader_against_a_retrying_writer() {
 
 // ---- halting waiters (as tests/loom_queued.rs) ----------------------------
 
-static HALTABLE: Mutex<Vec<Option<thread::Thread>>> = Mutex::new(Vec::new());
-
-/// Each halting CPU's event register (`WFE`'s): a `std` atomic, for the
-/// reason given on `tests/loom_queued.rs`'s `EVENT`.
-static EVENT: [std::sync::atomic::AtomicBool; 4] =
-    [const { std::sync::atomic::AtomicBool::new(false) }; 4];
-
-loom::thread_local! {
-    static SLOT: std::cell::Cell<usize> = std::cell::Cell::new(usize::MAX);
-}
-
-fn haltable() {
-    let mut all = HALTABLE.lock().unwrap();
-    SLOT.with(|s| s.set(all.len()));
-    all.push(Some(thread::current()));
-}
-
-fn halt() {
-    if !EVENT[SLOT.with(std::cell::Cell::get)].swap(false, std::sync::atomic::Ordering::SeqCst) {
-        thread::park();
-    }
-}
-
-fn kick_all() {
-    let all = HALTABLE.lock().unwrap().clone();
-    for (slot, t) in all.into_iter().enumerate() {
-        EVENT[slot].store(true, std::sync::atomic::Ordering::SeqCst);
-        if let Some(t) = t {
-            t.unpark();
-        }
-    }
-}
-
-static HALTING: SpinWait = SpinWait {
-    wait: halt,
-    kick: Some(kick_all),
-};
-
-static YIELD: SpinWait = SpinWait {
-    wait: thread::yield_now,
-    kick: None,
-};
-
 static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
 
 fn halting_model(f: impl Fn() + Sync + Send + 'static) {
@@ -164,10 +125,7 @@ fn halting_model(f: impl Fn() + Sync + Send + 'static) {
         // descheduled.
         set_vcpu_preemptible(true);
         kernel::set_spin_wait(&HALTING);
-        HALTABLE.lock().unwrap().clear();
-        for e in &EVENT {
-            e.store(false, std::sync::atomic::Ordering::SeqCst);
-        }
+        halting::reset();
         f();
         kernel::set_spin_wait(&YIELD);
         set_vcpu_preemptible(false);
@@ -352,10 +310,6 @@ fn interrupt_reader_on_a_cpu_whose_task_kept_its_bias() {
     );
 }
 
-fn unhaltable() {
-    HALTABLE.lock().unwrap()[SLOT.with(std::cell::Cell::get)] = None;
-}
-
 /// The halting hook with an interrupt: on a thread with an `IRQ`, run it
 /// once; otherwise halt until kicked.
 fn irq_halt_hook() {
@@ -403,10 +357,7 @@ fn halting_interrupt_reader_on_a_waiting_task_with_a_second_writer() {
         RUNS.fetch_add(1, std::sync::atomic::Ordering::SeqCst);
         set_vcpu_preemptible(true);
         kernel::set_spin_wait(&IRQ_HALT_HOOK);
-        HALTABLE.lock().unwrap().clear();
-        for e in &EVENT {
-            e.store(false, std::sync::atomic::Ordering::SeqCst);
-        }
+        halting::reset();
         haltable();
         let l = Locked::new();
         let entered = Arc::new(loom::sync::atomic::AtomicBool::new(false));
